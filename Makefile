@@ -1,0 +1,29 @@
+# Two entry points for a fresh machine: `make doctor` (the main job on the bundled engine) and
+# `make test` (the test suite). Both create .venv and install what they need from pyproject.toml.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install doctor test lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+doctor: $(STAMP)
+	$(BIN)/hlo-doctor doctor --out runs/doctor
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check hlo_doctor rules tests benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

@@ -1,0 +1,34 @@
+"""The ``hlo-doctor`` command line: a click group; each command lives in its own module here.
+
+Only this package prints. Exit codes: see :class:`hlo_doctor.errors.ExitCode`.
+"""
+
+from __future__ import annotations
+
+import click
+
+from hlo_doctor import __version__
+from hlo_doctor.cli import apply_fix as _apply_fix
+from hlo_doctor.cli import diagnose as _diagnose
+from hlo_doctor.cli import doctor as _doctor
+from hlo_doctor.cli import engine as _engine
+from hlo_doctor.cli import gate as _gate
+from hlo_doctor.cli import profile as _profile
+from hlo_doctor.cli import rules as _rules
+from hlo_doctor.cli import verify as _verify
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="hlo-doctor")
+def main() -> None:
+    """Find, fix and gate wasted work in the compiled (HLO) programs of JAX serving stacks.
+
+    \b
+    Exit codes: 0 clean / passed, 1 findings or regression remain (gates),
+                2 usage or input error, 3 internal error.
+    """
+
+
+for _module in (_profile, _diagnose, _apply_fix, _verify, _gate, _rules, _engine, _doctor):
+    for _cmd in _module.COMMANDS:
+        main.add_command(_cmd)

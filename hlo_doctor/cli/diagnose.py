@@ -1,0 +1,15 @@
+"""CLI: diagnose (not available in this build yet)."""
+
+from __future__ import annotations
+
+import click
+
+from hlo_doctor.cli.common import not_available
+
+
+@click.command("diagnose", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def diagnose_cmd() -> None:
+    """(Not available in this build yet.)"""
+    not_available("diagnose", "this command has not been built yet")
+
+COMMANDS = [diagnose_cmd]

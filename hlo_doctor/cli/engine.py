@@ -1,0 +1,15 @@
+"""CLI: engine (not available in this build yet)."""
+
+from __future__ import annotations
+
+import click
+
+from hlo_doctor.cli.common import not_available
+
+
+@click.command("engine", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def engine_cmd() -> None:
+    """(Not available in this build yet.)"""
+    not_available("engine", "this command has not been built yet")
+
+COMMANDS = [engine_cmd]

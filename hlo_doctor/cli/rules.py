@@ -1,0 +1,15 @@
+"""CLI: rules (not available in this build yet)."""
+
+from __future__ import annotations
+
+import click
+
+from hlo_doctor.cli.common import not_available
+
+
+@click.command("rules", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def rules_cmd() -> None:
+    """(Not available in this build yet.)"""
+    not_available("rules", "this command has not been built yet")
+
+COMMANDS = [rules_cmd]

@@ -1,0 +1,88 @@
+"""Values passed between stages: findings and run information.
+
+Frozen, slotted dataclasses. HLO types live in :mod:`hlo_doctor.hlo`; the op-stats table (the one
+pandas table) in :mod:`hlo_doctor.opstats`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import IntEnum
+from typing import Any
+
+
+class Severity(IntEnum):
+    """How much a finding matters; ordered so ``--fail-on`` can compare."""
+
+    INFO = 10
+    LOW = 20
+    MEDIUM = 30
+    HIGH = 40
+    ERROR = 50
+    """An internal error (a rule crashed): reported as a finding, never aborts the run."""
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError as exc:
+            names = ", ".join(s.name.lower() for s in cls)
+            raise ValueError(f"unknown severity {text!r} (one of: {names})") from exc
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One piece of wasted work (or an internal error of a rule), with what it costs and how to fix it."""
+
+    code: str
+    """Rule code, ``HD002``."""
+    name: str
+    """Rule name, ``copy.aliasing-input``."""
+    severity: Severity
+    message: str
+    """One sentence a person reads first."""
+    module: str = ""
+    op: str = ""
+    """HLO instruction name (``copy.2``)."""
+    shape: str = ""
+    """The op's shape as HLO writes it (``f32[512,256000]{1,0}``)."""
+    program_id: int | None = None
+    time_per_step_us: float | None = None
+    """None when the input had no timings (HLO-only input)."""
+    pct_of_step: float | None = None
+    bytes_accessed: int | None = None
+    recoverable_us: float | None = None
+    """Estimate of the time per step a fix gets back."""
+    source: str = ""
+    """``file:line`` from the HLO metadata (or the source file a source rule read)."""
+    evidence: tuple[str, ...] = ()
+    """The instructions (or source lines) involved, as printed."""
+    fix: str = ""
+    """Id of a bundled fix that removes it (``bf16-greedy-sampler``), or empty."""
+    extra: tuple[tuple[str, Any], ...] = field(default=())
+    """Rule-specific details (key, value) that renderers may show."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["severity"] = str(self.severity)
+        d["evidence"] = list(self.evidence)
+        d["extra"] = {k: v for k, v in self.extra}
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What ``run.json`` says about a capture."""
+
+    target: str
+    backend: str
+    """``cpu``, ``gpu`` or ``tpu``."""
+    device_kind: str = ""
+    steps: int = 0
+    warmup: int = 0
+    created: str = ""
+    versions: tuple[tuple[str, str], ...] = ()
+    config: tuple[tuple[str, Any], ...] = ()

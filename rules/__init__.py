@@ -1,0 +1,1 @@
+"""Bundled rules: loaded by path, one file per rule."""
