@@ -1,0 +1,1 @@
+"""hlo_doctor.engine package."""

@@ -1,0 +1,1 @@
+"""hlo_doctor.fixes package."""
