@@ -1,15 +1,136 @@
-"""CLI: gate (not available in this build yet)."""
+"""CLI: ``hlo-doctor gate BASELINE CANDIDATE``: fail the build when a candidate's op stats regress."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+from rich.text import Text
 
-from hlo_doctor.cli.common import not_available
+from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.errors import InputError
+from hlo_doctor.gate import (
+    GateResult,
+    Verdict,
+    gate,
+    render_json,
+    render_junit,
+    render_markdown,
+    render_text,
+    resolve_policy,
+)
+
+_RENDERERS = {"json": render_json, "md": render_markdown, "junit": render_junit, "table": render_text}
+_STYLE = {
+    "regressed": "bold red", "new: fails the gate": "bold red", "inconclusive": "yellow",
+    "within noise": "dim", "improved": "green", "vanished": "green", "new": "yellow",
+}
 
 
-@click.command("gate", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def gate_cmd() -> None:
-    """(Not available in this build yet.)"""
-    not_available("gate", "this command has not been built yet")
+def _load(path: Path, side: str):  # -> OpStats
+    from hlo_doctor.opstats import load_opstats
+
+    if not path.exists():
+        raise InputError(f"{side} {path} does not exist",
+                         "pass a run directory, an .xplane.pb file or an opstats.json export")
+    return load_opstats(path)
+
+
+def _print_result(result: GateResult, max_rows: int) -> None:
+    """The people's view on stderr: verdict, step line, violations, the ops that changed.
+
+    Plain fixed-width lines (no wrapping table): CI logs are not terminals and must stay greppable.
+    """
+    colour = {Verdict.PASS: "green", Verdict.REGRESSION: "red", Verdict.INCONCLUSIVE: "yellow"}[result.verdict]
+    lines = render_text(result, max_rows=max_rows).splitlines()
+    console.print(Text(lines[0], style=f"bold {colour}"))
+    for line in lines[1:]:
+        style = ""
+        if line.startswith("  FAIL"):
+            style = "bold red"
+        elif line.startswith("note:"):
+            style = "dim"
+        else:
+            style = next((s for judgement, s in _STYLE.items() if line.endswith("  " + judgement)), "")
+        console.print(Text(line, style=style), soft_wrap=True)
+    hidden = sum(1 for d in result.ops if d.judgement == "below floor")
+    if hidden:
+        console.print(Text(f"{hidden} matched op(s) below the {result.policy.op_floor_us:g} us/step floor "
+                           "not shown", style="dim"))
+
+
+@click.command("gate")
+@click.argument("baseline", type=click.Path(path_type=Path))
+@click.argument("candidate", type=click.Path(path_type=Path))
+@click.option("--policy", "policy_file", type=click.Path(path_type=Path),
+              help="TOML policy file. Default: [tool.hlo-doctor.gate] of the nearest pyproject.toml "
+                   "(from the current directory up to the repository root), else built-in defaults.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "junit"]), default="table",
+              show_default=True, help="table: for people (stderr, or plain text to --output); "
+                                      "json / md / junit: on stdout or --output.")
+@click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the --format output to FILE.")
+@click.option("--md", "md_file", type=click.Path(path_type=Path), help="Also write the Markdown summary to FILE.")
+@click.option("--json", "json_file", type=click.Path(path_type=Path), help="Also write the JSON verdict to FILE.")
+@click.option("--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML to FILE.")
+@click.option("--strict", is_flag=True, help="A change within noise makes the verdict inconclusive (exit 1).")
+@click.option("--max-step-regression", "max_step_regression_pct", type=float, metavar="PCT",
+              help="Largest allowed step-time increase, percent (policy: max_step_regression_pct).")
+@click.option("--max-op-regression", "max_op_regression_pct", type=float, metavar="PCT",
+              help="Largest allowed increase of one op's time per step, percent (max_op_regression_pct).")
+@click.option("--op-floor-us", "op_floor_us", type=float, metavar="US",
+              help="Ops under this time per step in both runs are not judged (op_floor_us).")
+@click.option("--fail-on-new", "fail_on_new", multiple=True, metavar="KIND",
+              help="Opcode, category or 'aliasing-copy' whose appearance fails (repeatable; replaces "
+                   "the policy's list).")
+@click.option("--new-op-min-bytes", "new_op_min_bytes", type=int, metavar="BYTES",
+              help="A new op fails only when it writes at least this many bytes (new_op_min_bytes).")
+@click.option("--ignore", "ignore", multiple=True, metavar="GLOB",
+              help="Glob on canonical keys module|opcode|shape to leave out (repeatable; replaces the "
+                   "policy's list).")
+@click.option("--alpha", "alpha", type=float, help="Significance level (alpha).")
+@click.option("--rows", "max_rows", type=int, default=20, show_default=True, help="Ops shown on the terminal.")
+@handle_errors
+def gate_cmd(
+    baseline: Path, candidate: Path, policy_file: Path | None, fmt: str, output: Path | None,
+    md_file: Path | None, json_file: Path | None, junit_file: Path | None, strict: bool,
+    max_step_regression_pct: float | None, max_op_regression_pct: float | None, op_floor_us: float | None,
+    fail_on_new: tuple[str, ...], new_op_min_bytes: int | None, ignore: tuple[str, ...],
+    alpha: float | None, max_rows: int,
+) -> None:
+    """Compare CANDIDATE's op stats with BASELINE's; exit 1 on a regression.
+
+    \b
+    BASELINE and CANDIDATE: run directories, .xplane.pb files or opstats.json exports.
+    Ops are matched on module (without program id) | opcode | shape. New ops named by the policy
+    (default: aliasing copies and standalone converts of 1 MiB or more) fail the gate; so do
+    step-time and per-op regressions beyond the policy's limits that are significant
+    (Mann-Whitney U on per-step samples plus a minimum effect). Changes within noise pass,
+    or are inconclusive under --strict.
+
+    \b
+    Exit codes: 0 pass, 1 regression (or inconclusive under --strict), 2 bad input or policy.
+    """
+    policy = resolve_policy(policy_file, {
+        "max_step_regression_pct": max_step_regression_pct, "max_op_regression_pct": max_op_regression_pct,
+        "op_floor_us": op_floor_us, "fail_on_new": fail_on_new, "new_op_min_bytes": new_op_min_bytes,
+        "ignore": ignore, "alpha": alpha,
+    })
+    base_stats = _load(baseline, "baseline")
+    cand_stats = _load(candidate, "candidate")
+    result = gate(base_stats, cand_stats, policy, strict=strict,
+                  baseline_label=str(baseline), candidate_label=str(candidate))
+
+    for path, render in ((md_file, render_markdown), (json_file, render_json), (junit_file, render_junit)):
+        if path is not None:
+            write_output(render(result), path)
+    if fmt == "table":
+        _print_result(result, max_rows)
+        if output is not None:
+            write_output(render_text(result, max_rows=max_rows), output)
+    else:
+        write_output(_RENDERERS[fmt](result), output)
+        console.print(render_text(result, max_rows=0).splitlines()[0], markup=False)
+    raise SystemExit(int(result.exit_code))
+
 
 COMMANDS = [gate_cmd]
