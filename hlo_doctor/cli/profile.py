@@ -1,21 +1,224 @@
-"""CLI: profile,stats (not available in this build yet)."""
+"""CLI: ``profile`` (capture a trace and build the op-stats table) and ``stats`` (the table of an
+existing capture)."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
 import click
+import pandas as pd
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-from hlo_doctor.cli.common import not_available
+from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.errors import InputError, NotAvailableError
+from hlo_doctor.opstats import OpStats, group_by_shape, load_opstats, to_csv, to_json
+
+_PHASES = {"warmup": "warm-up (untraced)", "capture": "capture (traced)", "analyze": "building the table"}
 
 
-@click.command("profile", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def profile_cmd() -> None:
-    """(Not available in this build yet.)"""
-    not_available("profile", "this command has not been built yet")
+@contextmanager
+def _progress() -> Iterator[Callable[[str, int, int], None]]:
+    """A rich progress display on stderr, driven by ``progress(phase, done, total)`` calls."""
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(_PHASES.get(phase, phase), total=max(total, 1))
+            bar.update(tasks[phase], completed=done if total else 1, total=max(total, 1))
+
+        yield update
 
 
-@click.command("stats", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def stats_cmd() -> None:
-    """(Not available in this build yet.)"""
-    not_available("stats", "this command has not been built yet")
+def _fmt_bytes(n: Any) -> str:
+    value = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def _short_source(source: str) -> str:
+    # The full path is in the csv/json; the table shows file:line.
+    return source.rsplit("/", 1)[-1]
+
+
+def header_line(stats: OpStats) -> str:
+    """One line saying what the table was built from (steps, their source, the step time)."""
+    how = "step annotations" if stats.step_source == "annotation" else "executions of the main module"
+    kind = f" ({stats.device_kind})" if stats.device_kind and stats.device_kind != stats.backend else ""
+    return (f"{stats.backend}{kind} · {stats.num_steps} steps from {how} · mean step wall time "
+            f"{stats.step_time_us:,.1f} µs · {len(stats.table)} ops in {stats.table['module'].nunique()} "
+            f"modules · {len(stats.compile_events)} compile events in the traced window")
+
+
+def _render_table(stats: OpStats, top: int, group_by: str) -> None:
+    console.print(f"[bold]op stats[/] {stats.source_path}")
+    console.print(header_line(stats))
+    console.print("[dim]% of step = time per step / mean step wall time; XLA:CPU overlaps ops, so "
+                  "the column can sum past 100[/]")
+    if group_by == "shape":
+        grouped = group_by_shape(stats.table).head(top)
+        t = Table(show_lines=False, header_style="bold")
+        for name, justify in (("#", "right"), ("% step", "right"), ("µs/step", "right"), ("ops", "right"),
+                              ("opcode", "left"), ("category", "left"), ("shape", "left"),
+                              ("bytes", "right"), ("modules", "left")):
+            t.add_column(name, justify=justify)  # type: ignore[arg-type]
+        for r in grouped.itertuples(index=False):
+            t.add_row(str(r.rank), f"{r.pct_of_step:.1f}", f"{r.time_per_step_us:,.1f}", str(r.ops),
+                      str(r.opcode), str(r.category), str(r.shape), _fmt_bytes(r.bytes_accessed),
+                      str(r.modules))
+        console.print(t)
+        return
+    t = Table(show_lines=False, header_style="bold")
+    for name, justify in (("#", "right"), ("% step", "right"), ("µs/step", "right"), ("n", "right"),
+                          ("program", "right"), ("module", "left"), ("op", "left"), ("category", "left"),
+                          ("shape", "left"), ("bytes", "right"), ("source", "left")):
+        # Numbers and shapes must stay readable on one line; names and paths may fold.
+        wrap = name in ("module", "op", "source")
+        t.add_column(name, justify=justify, overflow="fold", no_wrap=not wrap)  # type: ignore[arg-type]
+    for r in stats.table.head(top).itertuples(index=False):
+        pid = "" if pd.isna(r.program_id) else str(r.program_id)
+        t.add_row(str(r.rank), f"{r.pct_of_step:.1f}", f"{r.time_per_step_us:,.1f}", str(r.occurrences), pid,
+                  str(r.module), str(r.op), str(r.category), str(r.shape), _fmt_bytes(r.bytes_accessed),
+                  _short_source(str(r.source)))
+    console.print(t)
+    if len(stats.table) > top:
+        console.print(f"[dim]{len(stats.table) - top} more rows: --top N, or --format csv/json[/]")
+    for w in stats.warnings:
+        console.print(f"[yellow]note:[/] {w}")
+
+
+def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None) -> None:
+    if fmt == "table":
+        _render_table(stats, top, group_by)
+        return
+    if fmt == "csv":
+        table = group_by_shape(stats.table) if group_by == "shape" else stats.table
+        write_output(to_csv(table), output)
+    else:
+        write_output(to_json(stats), output)
+
+
+_COMMON = [
+    click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
+                 help="Rows of the printed table (json/csv hold every row)."),
+    click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
+                 show_default=True, help="table: rich table on stderr; json/csv: machine output."),
+    click.option("--group-by", type=click.Choice(["op", "shape"]), default="op", show_default=True,
+                 help="shape: aggregate rows that share (opcode, shape)."),
+    click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                 help="Write json/csv here instead of stdout."),
+]
+
+
+def _common(func: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(_COMMON):
+        func = option(func)
+    return func
+
+
+def _engine_target(engine_path: Path | None, overrides: dict[str, Any]) -> tuple[Any, str, dict[str, Any]]:
+    """The bundled reference engine's profile target (or the engine source tree at ``engine_path``)."""
+    try:
+        engines = importlib.import_module("hlo_doctor.engines")
+    except ModuleNotFoundError as exc:
+        if exc.name != "hlo_doctor.engines":
+            raise
+        raise NotAvailableError("the reference engine is not available in this build",
+                                "pass a TARGET (path/to/file.py:func) or --attach HOST:PORT") from exc
+    eng = engines.load_engine(str(engine_path) if engine_path is not None else None)
+    config_cls = eng.EngineConfig
+    known: set[str] = set()
+    if dataclasses.is_dataclass(config_cls):
+        known = {f.name for f in dataclasses.fields(config_cls)}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    unknown = sorted(set(given) - known) if known else []
+    if unknown:
+        raise InputError(f"the engine's config has no {', '.join('--' + u for u in unknown)}",
+                         f"it takes: {', '.join(sorted(known))}")
+    target = eng.profile_target(config_cls(**given))
+    name = "engine" + (f":{engine_path}" if engine_path is not None else "")
+    describe = target.describe() if hasattr(target, "describe") else {}
+    return target, name, dict(describe)
+
+
+@click.command("profile")
+@click.argument("target", required=False)
+@click.option("--steps", type=int, default=10, show_default=True, help="Traced steps.")
+@click.option("--warmup", type=int, default=3, show_default=True, help="Untraced steps before the trace.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Run directory to write (default: runs/profile-<time>).")
+@click.option("--attach", metavar="HOST:PORT", default=None,
+              help="Capture from a running program that called jax.profiler.start_server(PORT).")
+@click.option("--duration-ms", type=int, default=2000, show_default=True, help="Capture length with --attach.")
+@click.option("--engine", "engine_path", type=click.Path(path_type=Path), default=None,
+              help="Engine source tree to profile (default: the bundled reference engine).")
+@click.option("--batch", type=int, default=None, help="Engine batch size (engine target only).")
+@click.option("--vocab", type=int, default=None, help="Engine vocabulary size (engine target only).")
+@_common
+@handle_errors
+def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, attach: str | None,
+                duration_ms: int, engine_path: Path | None, batch: int | None, vocab: int | None,
+                top: int, fmt: str, group_by: str, output: Path | None) -> None:
+    """Capture a trace of TARGET and print its op-stats table.
+
+    \b
+    TARGET:
+      (none)                 the bundled reference engine (--engine PATH, --batch, --vocab)
+      path/to/file.py:func   func() runs one step and returns JAX arrays
+      package.module:func    the same, imported by name
+      --attach HOST:PORT     a running program with jax.profiler.start_server(PORT)
+
+    Writes a run directory that xprof opens unchanged (plugins/profile/<run>/<host>.xplane.pb),
+    run.json, opstats.csv and opstats.json.
+    """
+    from hlo_doctor.capture import attach_run, capture_run, default_run_dir, resolve_target
+
+    out_dir = out if out is not None else default_run_dir()
+    if attach is not None:
+        if target is not None:
+            raise InputError("TARGET and --attach both given", "pass one of them")
+        with _progress() as progress:
+            run_dir, stats = attach_run(attach, duration_ms=duration_ms, out_dir=out_dir, progress=progress)
+    else:
+        if target is not None:
+            if engine_path is not None or batch is not None or vocab is not None:
+                raise InputError("--engine/--batch/--vocab apply to the bundled engine only",
+                                 "drop them, or drop TARGET to profile the engine")
+            step_fn = resolve_target(target)
+            name, config, warmup_fn = target, {}, None
+        else:
+            engine_target, name, config = _engine_target(engine_path, {"batch": batch, "vocab": vocab})
+            step_fn, warmup_fn = engine_target.step, engine_target.warmup
+        with _progress() as progress:
+            run_dir, stats = capture_run(step_fn, steps=steps, warmup=warmup, out_dir=out_dir, target=name,
+                                         config=config, warmup_fn=warmup_fn, progress=progress)
+    console.print(f"wrote {run_dir} (open it with: xprof --logdir {run_dir})")
+    _emit(stats, fmt, top, group_by, output)
+
+
+@click.command("stats")
+@click.argument("source", type=click.Path(path_type=Path))
+@_common
+@handle_errors
+def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | None) -> None:
+    """Print the op-stats table of an existing capture.
+
+    SOURCE: a run directory (hlo-doctor's, or an xprof/TensorBoard log directory with
+    plugins/profile/<run>/*.xplane.pb from one or several hosts), an .xplane.pb file, or an
+    opstats.json export.
+    """
+    stats = load_opstats(source)
+    _emit(stats, fmt, top, group_by, output)
+
 
 COMMANDS = [profile_cmd, stats_cmd]

@@ -1,0 +1,310 @@
+"""Capture a trace of a JAX program into a run directory that xprof can open unchanged.
+
+A run directory::
+
+    RUN_DIR/
+      plugins/profile/<YYYY_MM_DD_HH_MM_SS>/<host>.xplane.pb   (+ <host>.trace.json.gz)
+      run.json        target, backend, device kind, versions, steps, warm-up, time, config
+      opstats.csv     the op-stats table
+      opstats.json    the table plus per-step samples, step times, compile events, run info
+
+It is built in a temporary directory beside ``RUN_DIR`` and renamed into place at the end, so a
+failure never leaves a directory that looks like a complete run.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from hlo_doctor.errors import HloDoctorError, InputError
+from hlo_doctor.model import RunInfo
+from hlo_doctor.opstats import OpStats, build_opstats, run_info_to_dict, write_exports
+from hlo_doctor.trace import find_xplanes, read_trace
+
+ProgressFn = Callable[[str, int, int], None]
+"""``progress(phase, done, total)``: phase is ``warmup``, ``capture`` or ``analyze``."""
+
+StepFn = Callable[[], Any]
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets
+# ---------------------------------------------------------------------------------------------
+
+def resolve_target(spec: str) -> StepFn:
+    """The step function named by ``path/to/file.py:func`` or ``package.module:func``.
+
+    The function takes no arguments and runs one step, returning JAX arrays. Import errors and
+    missing names become :class:`InputError` (one line: what, which file, what to do).
+    """
+    module_part, sep, func_name = spec.rpartition(":")
+    if not sep or not module_part or not func_name:
+        raise InputError(f"TARGET {spec!r} is not FILE.py:FUNC or package.module:FUNC",
+                         "name the function that runs one step, e.g. tests/step.py:step")
+    if module_part.endswith(".py") or os.sep in module_part or "/" in module_part:
+        path = Path(module_part)
+        if not path.is_file():
+            raise InputError(f"TARGET file {path} does not exist", "check the path before ':'")
+        module = _import_file(path)
+        where = str(path)
+    else:
+        try:
+            module = importlib.import_module(module_part)
+        except ModuleNotFoundError as exc:
+            raise InputError(f"TARGET module {module_part!r} cannot be imported ({exc})",
+                             "install it or pass a file path (path/to/file.py:func)") from exc
+        except Exception as exc:  # noqa: BLE001 - the user's import-time code may raise anything
+            raise InputError(f"TARGET module {module_part} raised {type(exc).__name__} on import: {exc}",
+                             "fix the module so that importing it works") from exc
+        where = module_part
+    func = getattr(module, func_name, None)
+    if func is None or not callable(func):
+        raise InputError(f"TARGET {where} has no function {func_name!r}",
+                         "name a function that takes no arguments and runs one step")
+    return func  # type: ignore[no-any-return]
+
+
+def _import_file(path: Path) -> Any:
+    name = f"_hlo_doctor_target_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise InputError(f"TARGET file {path} is not a Python module", "pass a .py file")
+    module = importlib.util.module_from_spec(spec)
+    # The file's own directory on sys.path lets it import its neighbours, as `python file.py` would.
+    sys.path.insert(0, str(path.parent.resolve()))
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise InputError(f"TARGET file {path} has a syntax error (line {exc.lineno}): {exc.msg}",
+                         "fix the file") from exc
+    except Exception as exc:  # noqa: BLE001 - the user's import-time code may raise anything
+        raise InputError(f"TARGET file {path} raised {type(exc).__name__} on import: {exc}",
+                         "fix the file so that importing it works") from exc
+    finally:
+        try:
+            sys.path.remove(str(path.parent.resolve()))
+        except ValueError:
+            pass
+    return module
+
+
+# ---------------------------------------------------------------------------------------------
+# Run directories
+# ---------------------------------------------------------------------------------------------
+
+def default_run_dir(base: Path = Path("runs")) -> Path:
+    """``runs/profile-<UTC time>``: a fresh name for each capture."""
+    return base / ("profile-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S"))
+
+
+@contextmanager
+def staged_run_dir(out_dir: Path) -> Iterator[Path]:
+    """A temporary directory beside ``out_dir`` that becomes ``out_dir`` when the block succeeds.
+
+    An existing ``out_dir`` is replaced only when it is an earlier run directory (has run.json) or
+    empty; anything else is refused, so a typo in ``--out`` never deletes a user's files.
+    """
+    out_dir = out_dir.absolute()
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise InputError(f"--out {out_dir} exists and is a file", "choose another --out directory")
+        if any(out_dir.iterdir()) and not (out_dir / "run.json").is_file():
+            raise InputError(f"--out {out_dir} exists and is not an hlo-doctor run directory",
+                             "choose another --out directory (or an empty one)")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if out_dir.exists():
+        old = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:6]}"
+        out_dir.rename(old)
+    tmp.rename(out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def versions() -> dict[str, str]:
+    """Versions of what produced a capture."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for dist in ("jax", "jaxlib", "xprof", "hlo-doctor"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = ""
+    return out
+
+
+def _device_info() -> tuple[str, str]:
+    import jax
+
+    dev = jax.devices()[0]
+    return jax.default_backend(), str(getattr(dev, "device_kind", dev.platform))
+
+
+def _write_run_json(directory: Path, run: RunInfo) -> None:
+    (directory / "run.json").write_text(json.dumps(run_info_to_dict(run), indent=1, default=str) + "\n")
+
+
+def _finish(directory: Path, final: Path, run: RunInfo, progress: ProgressFn | None) -> OpStats:
+    """Read the capture back, write run.json and the table into the staged directory.
+
+    ``final`` is where the directory will live once renamed (the exports name it as their source).
+    """
+    if progress:
+        progress("analyze", 0, 1)
+    xplanes = find_xplanes(directory)
+    trace = read_trace(xplanes)
+    stats = build_opstats(trace, run=run, source_path=str(final))
+    if run.backend == "":
+        # An attached capture: what ran is only known from the trace.
+        run = RunInfo(target=run.target, backend=trace.backend, device_kind=trace.device_kind,
+                      steps=stats.num_steps, warmup=run.warmup, created=run.created,
+                      versions=run.versions, config=run.config)
+        stats = replace(stats, run=run)
+    _write_run_json(directory, run)
+    write_exports(stats, directory)
+    if progress:
+        progress("analyze", 1, 1)
+    return stats
+
+
+def _block(result: Any) -> None:
+    import jax
+
+    jax.block_until_ready(result)
+
+
+def _call_step(step_fn: StepFn, target: str, phase: str, i: int) -> None:
+    try:
+        _block(step_fn())
+    except HloDoctorError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's step may raise anything
+        raise InputError(f"TARGET {target} raised {type(exc).__name__} in {phase} step {i}: {exc}",
+                         "make the step function run on its own (python -c 'import ...; step()')") from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# Capturing
+# ---------------------------------------------------------------------------------------------
+
+def capture_run(
+    step_fn: StepFn, *, steps: int, warmup: int, out_dir: Path, target: str,
+    config: dict[str, Any] | None = None, warmup_fn: Callable[[], Any] | None = None,
+    progress: ProgressFn | None = None,
+) -> tuple[Path, OpStats]:
+    """:func:`capture_callable`, also returning the op stats it built."""
+    import jax
+
+    if steps < 1:
+        raise InputError(f"--steps {steps}: need at least one step", "pass --steps 1 or more")
+    if warmup < 0:
+        raise InputError(f"--warmup {warmup}: cannot be negative", "pass --warmup 0 or more")
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    final = Path(out_dir).absolute()
+    with staged_run_dir(final) as tmp:
+        if progress:
+            progress("warmup", 0, warmup)
+        if warmup_fn is not None:
+            try:
+                warmup_fn()
+            except HloDoctorError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise InputError(f"TARGET {target} raised {type(exc).__name__} while warming up: {exc}",
+                                 "check the target's configuration") from exc
+        for i in range(warmup):
+            _call_step(step_fn, target, "warm-up", i)
+            if progress:
+                progress("warmup", i + 1, warmup)
+        backend, device_kind = _device_info()
+        if progress:
+            progress("capture", 0, steps)
+        jax.profiler.start_trace(str(tmp))
+        try:
+            for i in range(steps):
+                with jax.profiler.StepTraceAnnotation("decode", step_num=i):
+                    _call_step(step_fn, target, "traced", i)
+                if progress:
+                    progress("capture", i + 1, steps)
+        finally:
+            jax.profiler.stop_trace()
+        run = RunInfo(target=target, backend=backend, device_kind=device_kind, steps=steps, warmup=warmup,
+                      created=created, versions=tuple(sorted(versions().items())),
+                      config=tuple(sorted((config or {}).items())))
+        stats = _finish(tmp, final, run, progress)
+    return final, stats
+
+
+def capture_callable(
+    step_fn: StepFn, *, steps: int, warmup: int, out_dir: Path, target: str,
+    config: dict[str, Any] | None = None, warmup_fn: Callable[[], Any] | None = None,
+    progress: ProgressFn | None = None,
+) -> Path:
+    """Profile ``step_fn`` and write a run directory; return its path.
+
+    Calls ``warmup_fn()`` (when given) and ``step_fn()`` ``warmup`` times untraced, then ``steps``
+    times under ``jax.profiler``, each inside ``StepTraceAnnotation("decode", step_num=i)`` and
+    blocking on the results. Writes ``out_dir`` atomically (see :func:`staged_run_dir`).
+    """
+    path, _ = capture_run(step_fn, steps=steps, warmup=warmup, out_dir=out_dir, target=target,
+                          config=config, warmup_fn=warmup_fn, progress=progress)
+    return path
+
+
+def attach_run(
+    address: str, *, duration_ms: int, out_dir: Path, progress: ProgressFn | None = None,
+) -> tuple[Path, OpStats]:
+    """Capture ``duration_ms`` from a program that called ``jax.profiler.start_server(PORT)``.
+
+    ``address`` is ``HOST:PORT``. Steps come from the program's own step annotations when it has
+    them, else from the executions of its main module.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise InputError(f"--attach {address!r} is not HOST:PORT", "e.g. --attach 127.0.0.1:9999")
+    if duration_ms <= 0:
+        raise InputError(f"--duration-ms {duration_ms}: must be positive", "e.g. --duration-ms 2000")
+    try:
+        from xprof.convert import _pywrap_profiler_plugin
+    except ImportError as exc:  # pragma: no cover - xprof is a dependency
+        raise InputError("--attach needs xprof's profiler client", "pip install xprof") from exc
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    final = Path(out_dir).absolute()
+    with staged_run_dir(final) as tmp:
+        if progress:
+            progress("capture", 0, 1)
+        options = {"host_tracer_level": 2, "device_tracer_level": 1, "python_tracer_level": 1}
+        try:
+            _pywrap_profiler_plugin.trace(address, str(tmp), "", True, int(duration_ms), 3, options)
+        except Exception as exc:  # noqa: BLE001 - the client raises plain errors for a dead server
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"cannot capture from {address}: {first}",
+                             "is the program running and did it call jax.profiler.start_server(PORT)?") from exc
+        if progress:
+            progress("capture", 1, 1)
+        run = RunInfo(target=f"attach:{address}", backend="", device_kind="", steps=0, warmup=0,
+                      created=created, versions=tuple(sorted(versions().items())),
+                      config=(("duration_ms", int(duration_ms)),))
+        stats = _finish(tmp, final, run, progress)
+    return final, stats
