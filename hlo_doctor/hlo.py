@@ -366,7 +366,14 @@ class _SourceTables:
         return self.files.get(loc[0], ""), loc[1]
 
 
+_COMMENT = re.compile(r"/\*.*?\*/")
+
+
 def _parse_instruction(line: str, computation: str, tables: _SourceTables) -> HloInstruction:
+    # XLA prints /*index=5*/ markers inside long tuple shapes and operand lists; they are not HLO.
+    raw_line = line
+    if "/*" in line:
+        line = _COMMENT.sub("", line)
     m = _INSTRUCTION.match(line)
     if not m:
         raise ValueError(f"not an instruction: {line.strip()[:80]!r}")
@@ -429,7 +436,7 @@ def _parse_instruction(line: str, computation: str, tables: _SourceTables) -> Hl
         name=name, opcode=opcode, shape=shape, operands=tuple(operands), computation=computation,
         is_root=is_root, parameter_number=parameter_number, called_computations=tuple(called),
         fusion_kind=fusion_kind, attributes=tuple(attributes), op_name=op_name,
-        source_file=source_file, source_line=source_line, raw=line.strip(),
+        source_file=source_file, source_line=source_line, raw=raw_line.strip(),
     )
 
 
