@@ -235,7 +235,7 @@ def compare_samples(
     upper = 1.0 + min_effect
     lower = 1.0 / upper
     significant = p_value < alpha
-    ci_pct = f"{1 - alpha:.0%} CI of the ratio [{ci_low:.3f}, {ci_high:.3f}]"
+    ci_pct = f"{(1 - alpha) * 100:.4g}% CI of the ratio [{ci_low:.3f}, {ci_high:.3f}]"
     change = f"{(ratio - 1.0) * 100.0:+.1f}%"
 
     # "Higher" and "lower" in ratio terms; which of them is worse depends on the quantity.

@@ -80,8 +80,8 @@ def _print_result(result: GateResult, max_rows: int) -> None:
 @click.option("--op-floor-us", "op_floor_us", type=float, metavar="US",
               help="Ops under this time per step in both runs are not judged (op_floor_us).")
 @click.option("--fail-on-new", "fail_on_new", multiple=True, metavar="KIND",
-              help="Opcode, category or 'aliasing-copy' whose appearance fails (repeatable; replaces "
-                   "the policy's list).")
+              help="'aliasing-copy', 'standalone-convert', an opcode or a category whose appearance "
+                   "fails (repeatable; replaces the policy's list).")
 @click.option("--new-op-min-bytes", "new_op_min_bytes", type=int, metavar="BYTES",
               help="A new op fails only when it writes at least this many bytes (new_op_min_bytes).")
 @click.option("--ignore", "ignore", multiple=True, metavar="GLOB",
