@@ -78,18 +78,24 @@ def _render_table(stats: OpStats, top: int, group_by: str) -> None:
                       str(r.modules))
         console.print(t)
         return
+    # A narrow terminal keeps the columns a person ranks by; csv/json always hold every column.
+    wide = console.width >= 140
+    columns = [("#", "right"), ("% step", "right"), ("µs/step", "right")]
+    if wide:
+        columns += [("n", "right"), ("program", "right")]
+    columns += [("module", "left"), ("op", "left"), ("category", "left"), ("shape", "left")]
+    if wide:
+        columns += [("bytes", "right"), ("source", "left")]
     t = Table(show_lines=False, header_style="bold")
-    for name, justify in (("#", "right"), ("% step", "right"), ("µs/step", "right"), ("n", "right"),
-                          ("program", "right"), ("module", "left"), ("op", "left"), ("category", "left"),
-                          ("shape", "left"), ("bytes", "right"), ("source", "left")):
-        # Numbers and shapes must stay readable on one line; names and paths may fold.
-        wrap = name in ("module", "op", "source")
-        t.add_column(name, justify=justify, overflow="fold", no_wrap=not wrap)  # type: ignore[arg-type]
+    for name, justify in columns:
+        t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for r in stats.table.head(top).itertuples(index=False):
         pid = "" if pd.isna(r.program_id) else str(r.program_id)
-        t.add_row(str(r.rank), f"{r.pct_of_step:.1f}", f"{r.time_per_step_us:,.1f}", str(r.occurrences), pid,
-                  str(r.module), str(r.op), str(r.category), str(r.shape), _fmt_bytes(r.bytes_accessed),
-                  _short_source(str(r.source)))
+        cells = {"#": str(r.rank), "% step": f"{r.pct_of_step:.1f}", "µs/step": f"{r.time_per_step_us:,.1f}",
+                 "n": str(r.occurrences), "program": pid, "module": str(r.module), "op": str(r.op),
+                 "category": str(r.category), "shape": str(r.shape),
+                 "bytes": _fmt_bytes(r.bytes_accessed), "source": _short_source(str(r.source))}
+        t.add_row(*(cells[name] for name, _ in columns))
     console.print(t)
     if len(stats.table) > top:
         console.print(f"[dim]{len(stats.table) - top} more rows: --top N, or --format csv/json[/]")

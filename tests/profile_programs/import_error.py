@@ -1,0 +1,5 @@
+"""A target that fails on import."""
+
+from __future__ import annotations
+
+raise RuntimeError("missing checkpoint")
