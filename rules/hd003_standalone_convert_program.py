@@ -1,0 +1,127 @@
+"""HD003: a program that only converts a dtype, launched every step (an eager astype)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from hlo_doctor.diagnose import (
+    Context,
+    ConvertProgram,
+    convert_programs,
+    dtype_shape,
+    fmt_bytes,
+    only_reaches_selection,
+    value_uses,
+)
+from hlo_doctor.model import Finding, Severity
+from hlo_doctor.rulebook import Example, Rule
+
+_EAGER_CONVERT = """\
+HloModule jit_convert_element_type, entry_computation_layout={(bf16[8,1024]{1,0})->f32[8,1024]{1,0}}
+
+%wrapped_convert_computation (param_0: bf16[8,1024]) -> f32[8,1024] {
+  %param_0 = bf16[8,1024]{1,0} parameter(0)
+  ROOT %convert_element_type.0 = f32[8,1024]{1,0} convert(%param_0), metadata={op_name="jit(convert_element_type)/convert_element_type" source_file="runner.py" source_line=210}
+}
+
+ENTRY %main.1 (x.1: bf16[8,1024]) -> f32[8,1024] {
+  %x.1 = bf16[8,1024]{1,0} parameter(0)
+  ROOT %wrapped_convert = f32[8,1024]{1,0} fusion(%x.1), kind=kLoop, calls=%wrapped_convert_computation
+}
+"""
+
+_SCALE = """\
+HloModule jit_scale, entry_computation_layout={(bf16[8,1024]{1,0})->f32[8,1024]{1,0}}
+
+%fused (p: bf16[8,1024]) -> f32[8,1024] {
+  %p = bf16[8,1024]{1,0} parameter(0)
+  %c = f32[8,1024]{1,0} convert(%p)
+  %k = f32[] constant(2)
+  %b = f32[8,1024]{1,0} broadcast(%k), dimensions={}
+  ROOT %m = f32[8,1024]{1,0} multiply(%c, %b)
+}
+
+ENTRY %main.1 (x.1: bf16[8,1024]) -> f32[8,1024] {
+  %x.1 = bf16[8,1024]{1,0} parameter(0)
+  ROOT %f = f32[8,1024]{1,0} fusion(%x.1), kind=kLoop, calls=%fused
+}
+"""
+
+
+def _rows(occurrences: int) -> tuple[dict[str, object], ...]:
+    return ({"module": "jit_convert_element_type", "op": "wrapped_convert", "program_id": 7,
+             "occurrences": occurrences, "time_per_step_us": 40.0 * occurrences / 10},)
+
+
+class StandaloneConvertProgram(Rule):
+    """A module whose only work is a dtype convert, dispatched about once per step.
+
+    What it flags:
+        A program (its own program id, usually ``jit_convert_element_type``) whose entry does
+        nothing but one widening convert, with about one launch per step in the trace
+        (occurrences >= half the number of steps): an eager ``x.astype(...)`` outside ``jit`` on
+        the per-step path.
+    Why it costs:
+        The convert reads the narrow tensor and writes a wide copy to memory as a separate launch;
+        the next program then reads the wide copy. Inside the consuming jitted program XLA could
+        fuse the convert into its consumer, or drop it when the consumer does not need the width.
+    Example:
+        ``logits = logits.astype(jnp.float32)`` in the runner, before calling a jitted
+        ``sample(logits)``: 1.2 ms per step for bf16 -> f32[512,256000] on TPU v5e.
+    Fix:
+        Move the convert inside the jitted consumer (or drop it), and rebuild any precompiled
+        menu keyed on the old dtype in the same change. For a greedy sampler:
+        ``hlo-doctor apply-fix bf16-greedy-sampler``.
+    """
+
+    code = "HD003"
+    name = "convert.standalone-program"
+    severity = Severity.HIGH
+    requires = ("hlo", "opstats")
+    fix = ""
+
+    VALID = (
+        Example(hlo=(_EAGER_CONVERT,), opstats=_rows(1), num_steps=10, step_time_us=1000.0,
+                note="converted once (at load time), not per step"),
+        Example(hlo=(_SCALE,), opstats=({"module": "jit_scale", "op": "f", "occurrences": 10,
+                                         "time_per_step_us": 40.0},),
+                num_steps=10, step_time_us=1000.0, note="a program with real work besides the convert"),
+    )
+    INVALID = (
+        Example(hlo=(_EAGER_CONVERT,), opstats=_rows(10), num_steps=10, step_time_us=1000.0,
+                expect=("HD003 wrapped_convert",), note="eager astype every step"),
+    )
+
+    def check(self, ctx: Context) -> Iterator[Finding]:
+        for prog in convert_programs(ctx):
+            timing = ctx.op_timing(prog.module, prog.op.name)
+            if timing is None or not ctx.num_steps:
+                continue
+            per_step = timing.occurrences / ctx.num_steps
+            if per_step < 0.5:
+                continue
+            consumers = _consumers(ctx, prog)
+            feeds_argmax = any(only for _, _, only in consumers)
+            into = "; result matches " + ", ".join(
+                f"parameter {p} of {m}" for m, p, _ in consumers) if consumers else ""
+            yield ctx.finding(
+                self, prog.module, prog.op,
+                f"program {prog.module.name} only converts {prog.narrow} -> {dtype_shape(prog.shape)} "
+                f"({fmt_bytes(prog.shape.nbytes)} written) and runs {per_step:.1f}x per step{into}",
+                recoverable_fraction=1.0, source_inst=prog.convert,
+                evidence=(prog.convert.raw,),
+                fix="bf16-greedy-sampler" if feeds_argmax else "",
+                extra=(("launches_per_step", round(per_step, 2)), ("narrow_dtype", prog.narrow)),
+            )
+
+
+def _consumers(ctx: Context, prog: ConvertProgram) -> list[tuple[str, int | None, bool]]:
+    """(module, parameter number, only reaches argmax/outputs) for parameters the program's output fits."""
+    out = []
+    for m in ctx.modules:
+        if m is prog.module:
+            continue
+        for p in m.entry.parameters:
+            if p.shape.dtype == prog.shape.dtype and p.shape.dims == prog.shape.dims:
+                out.append((m.name, p.parameter_number, only_reaches_selection(value_uses(ctx, m, p))))
+    return out

@@ -1,0 +1,196 @@
+"""HD004: an argmax / max / min that reads a tensor widened from a narrower dtype."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from hlo_doctor.diagnose import (
+    Context,
+    dtype_shape,
+    fmt_bytes,
+    fusion_read_of,
+    producing_convert_program,
+    selection_reduces,
+    widening_convert_of,
+)
+from hlo_doctor.hlo import DTYPE_BYTES
+from hlo_doctor.model import Finding, Severity
+from hlo_doctor.rulebook import Example, Rule
+
+_REDUCER = """\
+%region_0.1 (a: f32[], b: s32[], c: f32[], d: s32[]) -> (f32[], s32[]) {
+  %a = f32[] parameter(0)
+  %b = s32[] parameter(1)
+  %c = f32[] parameter(2)
+  %d = s32[] parameter(3)
+  %gt = pred[] compare(%a, %c), direction=GT
+  %sel = f32[] select(%gt, %a, %c)
+  %seli = s32[] select(%gt, %b, %d)
+  ROOT %t = (f32[], s32[]) tuple(%sel, %seli)
+}
+"""
+
+_ARGMAX_F32_PARAM = """\
+HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->s32[8]{0}}
+
+""" + _REDUCER + """
+%fused_computation (param_0: f32[8,1024]) -> (f32[8], s32[8]) {
+  %param_0 = f32[8,1024]{1,0} parameter(0)
+  %iota.5 = s32[8,1024]{1,0} iota(), iota_dimension=1
+  %constant.5 = f32[] constant(-inf)
+  %constant.4 = s32[] constant(0)
+  ROOT %reduce.2 = (f32[8]{0}, s32[8]{0}) reduce(%param_0, %iota.5, %constant.5, %constant.4), dimensions={1}, to_apply=%region_0.1, metadata={op_name="jit(sample)/reduce" source_file="sampling.py" source_line=125}
+}
+
+ENTRY %main.3 (logits.1: f32[8,1024]) -> s32[8] {
+  %logits.1 = f32[8,1024]{1,0} parameter(0)
+  %iota_reduce_fusion = (f32[8]{0}, s32[8]{0}) fusion(%logits.1), kind=kLoop, calls=%fused_computation, metadata={op_name="jit(sample)/reduce" source_file="sampling.py" source_line=125}
+  ROOT %gte = s32[8]{0} get-tuple-element(%iota_reduce_fusion), index=1
+}
+"""
+
+_EAGER_CONVERT = """\
+HloModule jit_convert_element_type, entry_computation_layout={(bf16[8,1024]{1,0})->f32[8,1024]{1,0}}
+
+%wrapped_convert_computation (param_0: bf16[8,1024]) -> f32[8,1024] {
+  %param_0 = bf16[8,1024]{1,0} parameter(0)
+  ROOT %convert_element_type.0 = f32[8,1024]{1,0} convert(%param_0), metadata={op_name="jit(convert_element_type)/convert_element_type"}
+}
+
+ENTRY %main.1 (x.1: bf16[8,1024]) -> f32[8,1024] {
+  %x.1 = bf16[8,1024]{1,0} parameter(0)
+  ROOT %wrapped_convert = f32[8,1024]{1,0} fusion(%x.1), kind=kLoop, calls=%wrapped_convert_computation
+}
+"""
+
+_CONVERT_THEN_ARGMAX = """\
+HloModule jit_greedy, entry_computation_layout={(bf16[8,1024]{1,0})->(s32[8]{0}, f32[8,1024]{1,0})}
+
+""" + _REDUCER + """
+%fused_computation (param_0: f32[8,1024]) -> (f32[8], s32[8]) {
+  %param_0 = f32[8,1024]{1,0} parameter(0)
+  %iota.5 = s32[8,1024]{1,0} iota(), iota_dimension=1
+  %constant.5 = f32[] constant(-inf)
+  %constant.4 = s32[] constant(0)
+  ROOT %reduce.2 = (f32[8]{0}, s32[8]{0}) reduce(%param_0, %iota.5, %constant.5, %constant.4), dimensions={1}, to_apply=%region_0.1
+}
+
+ENTRY %main.3 (l.1: bf16[8,1024]) -> (s32[8], f32[8,1024]) {
+  %l.1 = bf16[8,1024]{1,0} parameter(0)
+  %convert.1 = f32[8,1024]{1,0} convert(%l.1), metadata={op_name="jit(greedy)/convert_element_type"}
+  %argmax_fusion = (f32[8]{0}, s32[8]{0}) fusion(%convert.1), kind=kLoop, calls=%fused_computation
+  %gte = s32[8]{0} get-tuple-element(%argmax_fusion), index=1
+  ROOT %t = (s32[8]{0}, f32[8,1024]{1,0}) tuple(%gte, %convert.1)
+}
+"""
+
+# XLA:CPU's bf16 argmax: the fusion reads bf16 and widens in registers (no op_name: XLA's own).
+_BF16_ARGMAX = """\
+HloModule jit_greedy, entry_computation_layout={(bf16[8,1024]{1,0})->s32[8]{0}}
+
+""" + _REDUCER + """
+%fused_computation (param_0.1: bf16[8,1024]) -> (f32[8], s32[8]) {
+  %param_0.1 = bf16[8,1024]{1,0} parameter(0)
+  %convert.24 = f32[8,1024]{1,0} convert(%param_0.1)
+  %iota.5 = s32[8,1024]{1,0} iota(), iota_dimension=1
+  %constant.6 = f32[] constant(-inf)
+  %constant.5 = s32[] constant(0)
+  ROOT %reduce.10 = (f32[8]{0}, s32[8]{0}) reduce(%convert.24, %iota.5, %constant.6, %constant.5), dimensions={1}, to_apply=%region_0.1
+}
+
+ENTRY %main.3 (l.1: bf16[8,1024]) -> s32[8] {
+  %l.1 = bf16[8,1024]{1,0} parameter(0)
+  %iota_reduce_fusion = (f32[8]{0}, s32[8]{0}) fusion(%l.1), kind=kLoop, calls=%fused_computation
+  ROOT %gte = s32[8]{0} get-tuple-element(%iota_reduce_fusion), index=1
+}
+"""
+
+
+class OverWideRead(Rule):
+    """An order-invariant reduce (argmax, max, min...) reading a tensor widened from a narrower dtype.
+
+    What it flags:
+        The entry-level op holding an argmax / argmin / max / min / top-k whose data input, as it
+        sits in memory, is a widened copy: produced by a widening convert in the same program, or
+        an entry parameter matching the output of a separate convert program of the run (see
+        HD001 for how the programs are paired). The bytes that matter are those the op reads from
+        memory: for a fusion, its operand's dtype, not the reducer's (XLA:CPU widens bf16 inside
+        reducers; that costs no bandwidth and is not flagged).
+    Why it costs:
+        A reduction over a large tensor is bound by memory bandwidth; reading f32 instead of the
+        bf16 it came from moves twice the bytes for an identical result (widening is exact and
+        monotone). The estimate of what is recoverable is the op's time times
+        (1 - bytes needed / bytes read).
+    Example:
+        ``jit(sample)/reduce`` (argmax) over f32[512,256000]: 500 MiB read where 250 MiB hold
+        the same values; 696 us per step on TPU v5e.
+    Fix:
+        Pass the narrow tensor and reduce it directly; widen afterwards only what needs f32.
+        For a greedy sampler: ``hlo-doctor apply-fix bf16-greedy-sampler``.
+    """
+
+    code = "HD004"
+    name = "reduce.over-wide-read"
+    severity = Severity.MEDIUM
+    requires = ("hlo",)
+    fix = "bf16-greedy-sampler"
+
+    VALID = (
+        Example(hlo=(_BF16_ARGMAX,), note="bf16 argmax widened in registers by XLA"),
+        Example(hlo=(_ARGMAX_F32_PARAM,), note="f32 input with no narrow producer in the run"),
+    )
+    INVALID = (
+        Example(hlo=(_CONVERT_THEN_ARGMAX,), expect=("HD004 argmax_fusion",),
+                note="convert materialised then reduced"),
+        Example(hlo=(_EAGER_CONVERT, _ARGMAX_F32_PARAM), expect=("HD004 iota_reduce_fusion",),
+                note="eager convert program feeding the argmax"),
+        Example(
+            hlo=(_EAGER_CONVERT, _ARGMAX_F32_PARAM),
+            opstats=({"module": "jit_sample", "op": "iota_reduce_fusion", "occurrences": 10,
+                      "time_per_step_us": 100.0},
+                     {"module": "jit_convert_element_type", "op": "wrapped_convert", "occurrences": 10,
+                      "time_per_step_us": 40.0}),
+            step_time_us=1000.0, num_steps=10, expect=("HD004 iota_reduce_fusion",),
+            note="with op stats: half the time recoverable",
+        ),
+    )
+
+    def check(self, ctx: Context) -> Iterator[Finding]:
+        for m in ctx.modules:
+            seen: set[str] = set()
+            for op, reduce, kind in selection_reduces(ctx, m):
+                if op.name in seen:
+                    continue
+                read = fusion_read_of(m, op, reduce)
+                if read is None:
+                    continue
+                widen = widening_convert_of(m, read)
+                origin = ""
+                evidence = [reduce.raw]
+                if widen is not None:
+                    narrow = widen[0]
+                    origin = f"widened from {narrow} by {read.name} in this program"
+                    evidence.insert(0, read.raw)
+                else:
+                    prog = producing_convert_program(ctx, m, read)
+                    if prog is None:
+                        continue
+                    narrow = prog.narrow
+                    origin = (f"parameter {read.parameter_number}, produced by program "
+                              f"{prog.module.name} from {narrow}")
+                    evidence[:0] = [prog.convert.raw, read.raw]
+                read_bytes = read.shape.nbytes
+                needed = int(read.shape.num_elements * DTYPE_BYTES.get(narrow, 4))
+                if needed >= read_bytes:
+                    continue
+                seen.add(op.name)
+                yield ctx.finding(
+                    self, m, reduce,
+                    f"{kind} in {op.name} reads {dtype_shape(read.shape)} ({fmt_bytes(read_bytes)}), "
+                    f"{origin}: it needs {fmt_bytes(needed)} ({read_bytes / needed:.1f}x fewer bytes)",
+                    recoverable_fraction=1.0 - needed / read_bytes,
+                    evidence=tuple(evidence),
+                    extra=(("bytes_read", read_bytes), ("bytes_needed", needed), ("reduce_kind", kind),
+                           ("narrow_dtype", narrow)),
+                    bytes_accessed=read_bytes,
+                )

@@ -1,0 +1,82 @@
+"""Tests generated from every rule's VALID and INVALID examples, plus the empty-input test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hlo_doctor.diagnose import Context, context_from_example, run_rule
+from hlo_doctor.model import Severity
+from hlo_doctor.rulebook import DOC_SECTIONS, Example, LoadedRule, load_rulebook
+
+BOOK = load_rulebook()
+
+
+def _cases(kind: str) -> list[tuple[LoadedRule, Example]]:
+    return [(r, e) for r in BOOK.rules for e in getattr(r.rule, kind)]
+
+
+def _id(case: tuple[LoadedRule, Example]) -> str:
+    rule, example = case
+    return f"{rule.code}-{example.note or 'example'}"
+
+
+def _write_tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root
+
+
+def _run(rule: LoadedRule, example: Example, tmp_path: Path) -> set[str]:
+    source = _write_tree(tmp_path / "src", dict(example.source)) if example.source else None
+    ctx = context_from_example(example, source_root=source)
+    findings = run_rule(rule, ctx)
+    errors = [f for f in findings if f.severity == Severity.ERROR]
+    assert not errors, errors
+    out = set()
+    for f in findings:
+        out.add(f"{f.code} {f.op}")
+        out.add(f"{f.code} {f.op}@{f.module}")
+    return out
+
+
+def test_bundled_rules_load_cleanly() -> None:
+    assert not BOOK.errors, BOOK.errors
+    codes = [r.code for r in BOOK.rules]
+    assert {"HD001", "HD002", "HD003", "HD004", "HD005", "HD006"} <= set(codes)
+    assert len(codes) == len(set(codes))
+
+
+@pytest.mark.parametrize("rule", BOOK.rules, ids=lambda r: r.code)
+def test_rule_is_documented_and_has_examples(rule: LoadedRule) -> None:
+    sections = rule.rule.doc_sections()
+    assert list(sections) == list(DOC_SECTIONS), sections.keys()
+    assert all(sections.values())
+    assert rule.rule.VALID and rule.rule.INVALID
+    assert rule.path.name.startswith(rule.code.lower() + "_")
+
+
+@pytest.mark.parametrize("rule", BOOK.rules, ids=lambda r: r.code)
+def test_rule_on_empty_input(rule: LoadedRule) -> None:
+    assert run_rule(rule, Context()) == []
+
+
+@pytest.mark.parametrize("case", _cases("VALID"), ids=_id)
+def test_valid_example_has_no_finding(case: tuple[LoadedRule, Example], tmp_path: Path) -> None:
+    rule, example = case
+    assert _run(rule, example, tmp_path) == set()
+
+
+@pytest.mark.parametrize("case", _cases("INVALID"), ids=_id)
+def test_invalid_example_has_expected_findings(case: tuple[LoadedRule, Example], tmp_path: Path) -> None:
+    rule, example = case
+    assert example.expect, "an INVALID example must say what it expects"
+    got = _run(rule, example, tmp_path)
+    for want in example.expect:
+        assert want in got, f"missing {want}; got {sorted(got)}"
+    # Exactly the expected findings: as many findings as expectations.
+    ctx_findings = {g for g in got if "@" not in g}
+    assert len(ctx_findings) == len({e.split("@")[0] for e in example.expect}), sorted(got)
