@@ -1,15 +1,122 @@
-"""CLI: apply-fix (not available in this build yet)."""
+"""CLI: ``hlo-doctor apply-fix FIX --target PATH`` - apply, dry-run or revert a bundled source fix.
+
+Exit codes: 0 applied / already applied / not affected / reverted / dry run; 1 the tree is half-fixed
+and ``--complete`` was not given (the diagnosis is printed); 2 the code does not match (anchors listed),
+or bad input (not a directory, unknown project, read-only file); 3 internal error.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import click
+from rich.syntax import Syntax
+from rich.table import Table
 
-from hlo_doctor.cli.common import not_available
+from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.errors import ExitCode
+from hlo_doctor.fixes import (
+    FixApplied,
+    FixRefused,
+    FixResult,
+    FixSkipped,
+    apply_fix,
+    available_fixes,
+    revert_fix,
+)
+
+_STATE_STYLE = {"original": "yellow", "fixed": "green", "missing": "red"}
 
 
-@click.command("apply-fix", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def apply_fix_cmd() -> None:
-    """(Not available in this build yet.)"""
-    not_available("apply-fix", "this command has not been built yet")
+def _exit_code(result: FixResult) -> int:
+    if isinstance(result, FixRefused):
+        return int(ExitCode.FINDINGS) if result.kind == "half-fixed" else int(ExitCode.USAGE)
+    return int(ExitCode.OK)
+
+
+def _print_summary(result: FixResult, show_diff: bool) -> None:
+    kind = getattr(result, "target_kind", "")
+    release = getattr(result, "release", "")
+    console.print(f"[bold]{result.fix_id if hasattr(result, 'fix_id') else ''}[/] on {kind}, release [bold]{release}[/]")
+    elements = getattr(result, "elements", ())
+    if elements:
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        table.add_column("part", justify="right")
+        table.add_column("element")
+        table.add_column("found")
+        table.add_column("where")
+        for element in elements:
+            style = _STATE_STYLE.get(element.state, "")
+            table.add_row(str(element.part), element.title, f"[{style}]{element.state}[/]", element.where)
+        console.print(table)
+    if isinstance(result, FixApplied):
+        verb = "reverted" if result.reverted else ("would change" if result.dry_run else "changed")
+        console.print(f"[green]{verb}[/] {len(result.files)} file(s):")
+        for path in result.files:
+            console.print(f"  {path}")
+        if not result.reverted:
+            console.print(f"parts applied: {', '.join(str(p) for p in result.parts_applied) or 'none'} "
+                          f"(variant {result.variant})")
+        for note in result.notes:
+            console.print(f"[dim]note:[/] {note}")
+        if result.manifest_path is not None:
+            console.print(f"manifest: {result.manifest_path} (revert with --revert)")
+        if show_diff and result.diff:
+            console.print(Syntax(result.diff, "diff", theme="ansi_dark", word_wrap=True))
+    elif isinstance(result, FixSkipped):
+        console.print(f"[green]{result.kind}[/]: {result.reason}")
+    else:
+        label = "half-fixed" if result.kind == "half-fixed" else f"refused ({result.kind})"
+        console.print(f"[bold red]{label}:[/] {result.reason}", soft_wrap=True)
+        for anchor in result.missing_anchors:
+            console.print(f"  [red]not found:[/] {anchor}", soft_wrap=True)
+
+
+@click.command("apply-fix")
+@click.argument("fix_id", metavar="FIX", type=click.Choice(list(available_fixes())))
+@click.option("--target", "target", required=True, type=click.Path(path_type=Path),
+              help="tpu_inference package dir, tpu-inference checkout, unpacked wheel, or the engine's source tree.")
+@click.option("--dry-run", is_flag=True, help="Print the unified diff; change nothing.")
+@click.option("--revert", is_flag=True, help="Restore the exact bytes recorded by an earlier apply.")
+@click.option("--variant", type=click.Choice(["full", "upstream"]), default="full", show_default=True,
+              help="upstream: the upstream contract; full: also no float32 logits from sample() without logprobs.")
+@click.option("--complete", is_flag=True, help="Finish a half-fixed tree instead of stopping with a diagnosis.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Machine output on stdout (or --output): json; text prints the diff on a dry run.")
+@click.option("--output", type=click.Path(path_type=Path), default=None, help="Write the machine output here.")
+@handle_errors
+def apply_fix_cmd(
+    fix_id: str,
+    target: Path,
+    dry_run: bool,
+    revert: bool,
+    variant: str,
+    complete: bool,
+    fmt: str,
+    output: Path | None,
+) -> None:
+    """Apply a bundled source fix to a tpu-inference tree or the reference engine, as one transaction.
+
+    \b
+    Fixes: bf16-greedy-sampler (runner widening, sampler output, precompile menu rekeyed).
+    Exit codes: 0 applied / already applied / not affected / reverted; 1 half-fixed (use --complete);
+    2 the code does not match (anchors listed) or bad input; 3 internal error.
+    """
+    if revert and (dry_run or complete):
+        raise click.UsageError("--revert cannot be combined with --dry-run or --complete")
+    if revert:
+        result = revert_fix(fix_id, target)
+    else:
+        result = apply_fix(fix_id, target, variant=variant, dry_run=dry_run, complete=complete)
+    _print_summary(result, show_diff=False)
+    if fmt == "json":
+        write_output(json.dumps(result.to_dict(), indent=2) + "\n", output)
+    elif isinstance(result, FixApplied) and result.dry_run:
+        # The diff is the product of a dry run: plain text on stdout, pipeable into `patch -p1`.
+        write_output(result.diff, output)
+    sys.exit(_exit_code(result))
+
 
 COMMANDS = [apply_fix_cmd]

@@ -1,1 +1,253 @@
-"""hlo_doctor.fixes package."""
+"""Bundled source fixes: a registry of codemods (libcst) and the transaction that applies them.
+
+Public API::
+
+    available_fixes() -> tuple[str, ...]
+    get_fix(fix_id) -> Fix
+    apply_fix(fix_id, target, *, variant="full", dry_run=False, complete=False) -> FixResult
+    revert_fix(fix_id, target) -> FixResult
+    patched_copy(fix_id, source_tree, dest, *, variant="full") -> Path
+
+``FixResult`` is ``FixApplied | FixSkipped | FixRefused`` (values, not exceptions). Input that cannot
+be used at all (a missing path, a file instead of a folder, an unknown project, a read-only file)
+raises :class:`hlo_doctor.errors.InputError` with one line, and nothing is changed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+from pathlib import Path
+from typing import Protocol
+
+from hlo_doctor import __version__
+from hlo_doctor.errors import HloDoctorError, InputError
+from hlo_doctor.fixes.bf16_greedy_sampler import Bf16GreedySampler, Plan
+from hlo_doctor.fixes.results import ElementStatus, FixApplied, FixRefused, FixResult, FixSkipped
+from hlo_doctor.fixes.targets import Target, detect_target
+from hlo_doctor.fixes.transaction import manifest_path, read_manifest, revert_files, write_files
+
+__all__ = [
+    "ElementStatus",
+    "Fix",
+    "FixApplied",
+    "FixRefused",
+    "FixResult",
+    "FixSkipped",
+    "Target",
+    "apply_fix",
+    "available_fixes",
+    "detect_target",
+    "get_fix",
+    "patched_copy",
+    "revert_fix",
+]
+
+
+class Fix(Protocol):
+    """A bundled fix: an id, a title, its variants and a planner over a detected target."""
+
+    fix_id: str
+    title: str
+    variants: tuple[str, ...]
+
+    def plan(self, target: Target, sources: dict[str, str], variant: str) -> Plan:
+        """Analyse ``sources`` (role -> text) and compute the patched texts for ``variant``."""
+        ...
+
+
+_REGISTRY: dict[str, Fix] = {fix.fix_id: fix for fix in (Bf16GreedySampler(),)}
+
+
+def available_fixes() -> tuple[str, ...]:
+    """The ids of the bundled fixes."""
+    return tuple(sorted(_REGISTRY))
+
+
+def get_fix(fix_id: str) -> Fix:
+    """The fix ``fix_id``; :class:`InputError` naming the known ones when there is no such fix."""
+    try:
+        return _REGISTRY[fix_id]
+    except KeyError:
+        raise InputError(f"unknown fix '{fix_id}'", f"available: {', '.join(available_fixes())}") from None
+
+
+def _read_sources(target: Target) -> dict[str, str]:
+    sources: dict[str, str] = {}
+    for role, path in target.files:
+        try:
+            sources[role] = path.read_bytes().decode("utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read {path} ({exc.strerror})", "check the permissions of the target") from exc
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path} is not UTF-8 text", "the target does not look like Python source") from exc
+    return sources
+
+
+def _unified_diff(target: Target, path: Path, old: str, new: str) -> str:
+    rel = target.rel(path)
+    return "".join(
+        difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{rel}", f"b/{rel}")
+    )
+
+
+def _half_fixed_diagnosis(plan: Plan, variant: str) -> str:
+    states = {e.element: e.state for e in plan.elements}
+    done, pending = set(plan.done), set(plan.pending)
+    if states.get("runner.eager_widening") == "fixed" and states.get("precompile.sampling_dtype") == "original":
+        lead = (
+            "half-fixed: the runner's eager float32 widening is gone but the precompile menu is still keyed on "
+            "float32, so every decode step misses the precompiled sample() and compiles at run time "
+            "(the by-hand attempt on 0.24.0: throughput -26%, batch TTFT x4.4)"
+        )
+    elif states.get("runner.eager_widening") == "original" and states.get("precompile.sampling_dtype") == "fixed":
+        lead = (
+            "half-fixed: the precompile menu is keyed on the model dtype but the runner still widens to float32 "
+            "before sample(), so every decode step misses the precompiled sample()"
+        )
+    elif variant == "full" and pending == {"sampler.logprobs_gated_output"}:
+        lead = (
+            "the upstream variant is applied; the full variant also drops the float32 logits output of sample() "
+            "when logprobs are off"
+        )
+    else:
+        lead = "half-fixed: some elements of the fix are present and others are not"
+    return (
+        f"{lead}. Present: {', '.join(sorted(done)) or 'none'}; missing: {', '.join(sorted(pending))}. "
+        "Run again with --complete to finish it."
+    )
+
+
+def apply_fix(
+    fix_id: str,
+    target: Path,
+    *,
+    variant: str = "full",
+    dry_run: bool = False,
+    complete: bool = False,
+) -> FixResult:
+    """Apply ``fix_id`` to the tree at ``target``: every file or none.
+
+    Returns ``FixApplied`` (with the unified diff; nothing written when ``dry_run``), ``FixSkipped``
+    (already applied, or the release does not have the pattern) or ``FixRefused`` (anchors not found;
+    a half-fixed tree without ``complete``; the full variant's precondition does not hold).
+    """
+    fix = get_fix(fix_id)
+    if variant not in fix.variants:
+        raise InputError(f"unknown variant '{variant}' for {fix_id}", f"choose one of: {', '.join(fix.variants)}")
+    tree = detect_target(Path(target))
+    sources = _read_sources(tree)
+    plan = fix.plan(tree, sources, variant)
+    common = {"target_kind": tree.kind, "release": tree.release, "fix_id": fix_id, "elements": plan.elements}
+    if plan.not_affected:
+        return FixSkipped(f"not affected: {plan.not_affected}", kind="not-affected", **common)  # type: ignore[arg-type]
+    if plan.missing:
+        return FixRefused(
+            f"the code does not match the fix: {len(plan.missing)} anchor(s) not found; nothing was changed",
+            missing_anchors=plan.missing,
+            kind="anchors-missing",
+            **common,  # type: ignore[arg-type]
+        )
+    if plan.unsafe:
+        return FixRefused(
+            "the full variant returns no logits from sample() without logprobs, but: " + "; ".join(plan.unsafe)
+            + " - use --variant upstream",
+            kind="unsafe",
+            **common,  # type: ignore[arg-type]
+        )
+    if not plan.pending:
+        applied_by = read_manifest(tree.root, fix_id)
+        how = f" (by hlo-doctor, variant {applied_by.get('variant')})" if applied_by else ""
+        return FixSkipped(f"already applied{how}: every element of the {variant} variant is present", **common)  # type: ignore[arg-type]
+    half_fixed = bool(plan.done)
+    if half_fixed and not complete:
+        return FixRefused(_half_fixed_diagnosis(plan, variant), kind="half-fixed", **common)  # type: ignore[arg-type]
+
+    paths = dict(tree.files)
+    changes: dict[Path, tuple[bytes, bytes]] = {}
+    diffs: list[str] = []
+    for role, new_text in plan.new_sources:
+        old_text = sources[role]
+        if new_text == old_text:
+            continue
+        path = paths[role]
+        changes[path] = (old_text.encode("utf-8"), new_text.encode("utf-8"))
+        diffs.append(_unified_diff(tree, path, old_text, new_text))
+    notes = plan.notes + (("completed a half-fixed tree",) if half_fixed else ())
+    result_common = {
+        "files": tuple(changes),
+        "diff": "".join(diffs),
+        "target_kind": tree.kind,
+        "release": tree.release,
+        "fix_id": fix_id,
+        "variant": variant,
+        "completed_partial": half_fixed,
+        "elements": plan.elements,
+        "notes": notes,
+        "applied": plan.pending,
+    }
+    if dry_run:
+        return FixApplied(manifest_path=None, dry_run=True, **result_common)  # type: ignore[arg-type]
+    manifest = write_files(
+        tree.root,
+        fix_id,
+        changes,
+        {
+            "tool": f"hlo-doctor {__version__}",
+            "variant": variant,
+            "target_kind": tree.kind,
+            "release": tree.release,
+            "elements_applied": list(plan.pending),
+        },
+    )
+    return FixApplied(manifest_path=manifest, **result_common)  # type: ignore[arg-type]
+
+
+def revert_fix(fix_id: str, target: Path) -> FixResult:
+    """Put back the exact original bytes recorded by an earlier :func:`apply_fix` on ``target``."""
+    get_fix(fix_id)
+    tree = detect_target(Path(target))
+    manifest = read_manifest(tree.root, fix_id)
+    common = {"target_kind": tree.kind, "release": tree.release, "fix_id": fix_id}
+    if manifest is None:
+        return FixSkipped(
+            f"nothing to revert: no manifest at {manifest_path(tree.root, fix_id)}",
+            kind="nothing-to-revert",
+            **common,  # type: ignore[arg-type]
+        )
+    before = {tree.root / e["path"]: (tree.root / e["path"]).read_text(encoding="utf-8") for e in manifest["files"]}
+    restored, problems = revert_files(tree.root, fix_id, manifest)
+    if problems:
+        return FixRefused("cannot revert, nothing was changed: " + "; ".join(problems), kind="modified", **common)  # type: ignore[arg-type]
+    diff = "".join(_unified_diff(tree, p, before[p], p.read_text(encoding="utf-8")) for p in restored)
+    return FixApplied(
+        files=tuple(restored),
+        diff=diff,
+        manifest_path=None,
+        target_kind=tree.kind,
+        release=tree.release,
+        fix_id=fix_id,
+        variant=str(manifest.get("variant", "")),
+        reverted=True,
+    )
+
+
+def patched_copy(fix_id: str, source_tree: Path, dest: Path, *, variant: str = "full") -> Path:
+    """Copy ``source_tree`` to ``dest`` and apply ``fix_id`` to the copy; return ``dest``.
+
+    ``dest`` must not exist (or be an empty folder). A source that already carries the fix is copied
+    as is. Raises :class:`HloDoctorError` when the fix is refused on the copy.
+    """
+    source_tree, dest = Path(source_tree), Path(dest)
+    if not source_tree.is_dir():
+        raise InputError(f"source tree {source_tree} is not a directory", "pass the engine or tpu-inference tree")
+    if dest.exists() and any(dest.iterdir()):
+        raise InputError(f"destination {dest} is not empty", "pass a new folder for the patched copy")
+    if dest.exists():
+        dest.rmdir()
+    shutil.copytree(source_tree, dest, ignore=shutil.ignore_patterns("__pycache__", ".hlo-doctor"))
+    result = apply_fix(fix_id, dest, variant=variant)
+    if isinstance(result, FixRefused):
+        raise HloDoctorError(f"{fix_id} cannot be applied to a copy of {source_tree}: {result.reason}",
+                             "; ".join(result.missing_anchors))
+    return dest
