@@ -353,8 +353,10 @@ def _steps_from_executions(ev: pd.DataFrame) -> tuple[np.ndarray, list[float], i
         if main["run_id"].ge(0).all():
             exec_starts = np.sort(main.groupby("run_id")["start_ns"].min().to_numpy())
         else:
-            # No execution ids: every event of the main module's most frequent op starts one run.
-            first_op = main["op"].astype(str).value_counts().idxmax()
+            # No execution ids: each event of the main module's most frequent op marks one run
+            # (ties: the op that starts first, i.e. the head of the program).
+            per_op = main.groupby(main["op"].astype(str))["start_ns"].agg(["size", "min"])
+            first_op = per_op.sort_values(["size", "min"], ascending=[False, True]).index[0]
             exec_starts = np.sort(main[main["op"].astype(str) == first_op]["start_ns"].to_numpy())
         if len(exec_starts) == 0:
             continue
