@@ -12,8 +12,9 @@ and renumbering; rows that share a key within one run are summed.
 
 Noise. Where both runs have per-step samples (step wall times; per-op times per step), a change is
 judged with :func:`hlo_doctor.statistics.compare_samples`: a regression needs a significant test *and*
-an effect beyond the policy's limit. A change that is neither shown nor ruled out is "within noise":
-it passes, except under ``strict``, where it makes the verdict ``inconclusive`` (exit 1). Per-op tests
+an effect beyond the policy's limit. A slowdown that is neither shown nor ruled out is "within
+noise": it passes, except under ``strict``, where it makes the verdict ``inconclusive`` (exit 1). An
+undecided comparison in which the candidate is not slower is no suspected regression and never does. Per-op tests
 share one ``alpha`` (Bonferroni), so judging 50 ops does not multiply the false alarms by 50. Without
 per-step samples (a table export without them) the point estimates are compared with the limits.
 
@@ -414,8 +415,9 @@ class OpDiff:
     bytes_written: int
     source: str
     judgement: str
-    """``regressed``, ``improved``, ``no change``, ``within noise``, ``inconclusive`` (strict),
-    ``below floor``, ``ignored``, ``new``, ``new: fails the gate``, ``vanished``."""
+    """``regressed``, ``improved``, ``no change``, ``within noise`` (slower, undecided; ``inconclusive``
+    under strict), ``not slower, within noise``, ``below floor``, ``ignored``, ``new``,
+    ``new: fails the gate``, ``vanished``."""
     comparison: SampleComparison | None = None
 
     @property
@@ -552,10 +554,21 @@ def _is_ignored(key: str, policy: GatePolicy) -> bool:
     return any(fnmatch.fnmatchcase(key, pattern) for pattern in policy.ignore)
 
 
-def _judgement(outcome: Outcome, strict: bool) -> str:
-    if outcome is Outcome.INCONCLUSIVE:
+def _undecided_slowdown(cmp: SampleComparison) -> bool:
+    """An inconclusive comparison in which the candidate is slower: a regression not ruled out.
+
+    An inconclusive comparison with the candidate no slower (identical captures, a faster op) is no
+    suspected regression, so it never makes a strict gate inconclusive.
+    """
+    return cmp.outcome is Outcome.INCONCLUSIVE and cmp.ratio > 1.0
+
+
+def _judgement(cmp: SampleComparison, strict: bool) -> str:
+    if cmp.outcome is Outcome.INCONCLUSIVE:
+        if not _undecided_slowdown(cmp):
+            return "not slower, within noise"
         return "inconclusive" if strict else "within noise"
-    return str(outcome)
+    return str(cmp.outcome)
 
 
 def gate(
@@ -603,14 +616,14 @@ def gate(
     else:
         step = None
         notes.append("no step time in at least one run: step time not judged")
-    step_judgement = _judgement(step.outcome, strict) if step else "not judged"
+    step_judgement = _judgement(step, strict) if step else "not judged"
     if step and step.outcome is Outcome.REGRESSED:
         violations.append(Violation(
             "step-time", "step",
             f"step time {step.baseline_median:,.0f} -> {step.candidate_median:,.0f} us (median): {step.reason}",
             step.candidate_median,
         ))
-    elif step and step.outcome is Outcome.INCONCLUSIVE:
+    elif step and _undecided_slowdown(step):
         within_noise.append("step")
 
     # Ops present in both runs: judged above the floor, with per-step samples where both runs have them.
@@ -653,7 +666,7 @@ def gate(
             )
         else:
             cmp = compare_point_estimates(b_us, c_us, min_effect=op_effect)
-        diffs.append(make(key, row, "matched", b_us, c_us, _judgement(cmp.outcome, strict), cmp))
+        diffs.append(make(key, row, "matched", b_us, c_us, _judgement(cmp, strict), cmp))
         if cmp.outcome is Outcome.REGRESSED:
             failing.add(key)
             violations.append(Violation(
@@ -661,7 +674,7 @@ def gate(
                 f"{_describe(row, key)}: {b_us:,.1f} -> {c_us:,.1f} us/step (mean): {cmp.reason}",
                 c_us,
             ))
-        elif cmp.outcome is Outcome.INCONCLUSIVE:
+        elif _undecided_slowdown(cmp):
             within_noise.append(key)
 
     # Ops only in the candidate: the waste that came back.
@@ -724,8 +737,11 @@ def _us(x: float | None) -> str:
 
 
 def _pct(d: OpDiff) -> str:
+    """The change the judgement is about: of the per-step medians when tested, else of the means."""
     if d.baseline_us is None or d.candidate_us is None:
         return "new" if d.baseline_us is None else "gone"
+    if d.comparison is not None and d.comparison.tested and math.isfinite(d.comparison.ratio):
+        return f"{d.comparison.change_pct:+.1f}%"
     if d.baseline_us == 0:
         return "-"
     return f"{(d.candidate_us / d.baseline_us - 1) * 100:+.1f}%"
