@@ -17,11 +17,13 @@ from __future__ import annotations
 import datetime as _dt
 import importlib
 import importlib.util
+import io
 import json
 import os
 import platform
 import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -295,12 +297,17 @@ def attach_run(
         if progress:
             progress("capture", 0, 1)
         options = {"host_tracer_level": 2, "device_tracer_level": 1, "python_tracer_level": 1}
-        try:
-            _pywrap_profiler_plugin.trace(address, str(tmp), "", True, int(duration_ms), 3, options)
-        except Exception as exc:  # noqa: BLE001 - the client raises plain errors for a dead server
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError(f"cannot capture from {address}: {first}",
-                             "is the program running and did it call jax.profiler.start_server(PORT)?") from exc
+        with _captured_fds() as chatter:
+            try:
+                _pywrap_profiler_plugin.trace(address, str(tmp), "", True, int(duration_ms), 3, options)
+                error = None
+            except Exception as exc:  # noqa: BLE001 - the client raises plain errors for a dead server
+                error = exc
+        if error is not None:
+            reason = _connect_reason(chatter.getvalue()) or (
+                str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
+            raise InputError(f"cannot capture from {address}: {reason}",
+                             "is the program running and did it call jax.profiler.start_server(PORT)?")
         if progress:
             progress("capture", 1, 1)
         run = RunInfo(target=f"attach:{address}", backend="", device_kind="", steps=0, warmup=0,
@@ -308,3 +315,35 @@ def attach_run(
                       config=(("duration_ms", int(duration_ms)),))
         stats = _finish(tmp, final, run, progress)
     return final, stats
+
+
+@contextmanager
+def _captured_fds() -> Iterator[io.StringIO]:
+    """Collect what C++ code writes to file descriptors 1 and 2 (the profiler client prints its
+    retries there, which would corrupt machine output on stdout)."""
+    sink = io.StringIO()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 1)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield sink
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            tmp.seek(0)
+            sink.write(tmp.read().decode("utf-8", errors="replace"))
+
+
+def _connect_reason(text: str) -> str:
+    """The most telling line of the profiler client's output (why it got no trace)."""
+    for marker in ("failed to connect", "Connection refused", "DEADLINE_EXCEEDED", "No trace event"):
+        for line in text.splitlines():
+            if marker in line:
+                # Log lines carry a "file.cc:123] " prefix: keep the message.
+                return line.split("] ", 1)[-1].strip()
+    return ""
