@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from hlo_doctor.errors import ExitCode, HloDoctorError
 
@@ -22,7 +23,8 @@ console = Console(stderr=True, highlight=False)
 
 def fail(error: HloDoctorError) -> None:
     """Print the one-line error and exit with its code."""
-    console.print(f"[bold red]error:[/] {error.one_line()}", soft_wrap=True)
+    # Escaped: messages quote TOML tables ([gate]) and shapes, which rich would read as markup.
+    console.print(f"[bold red]error:[/] {escape(error.one_line())}", soft_wrap=True)
     sys.exit(int(error.exit_code))
 
 
