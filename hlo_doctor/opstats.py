@@ -207,16 +207,19 @@ def _categorize_name(name: str) -> str:
     for words, category in (
         (("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective", "send", "recv"),
          "collective"),
-        (("dot", "matmul", "convolution", "conv"), "matmul"),
+        (("dot", "matmul", "convolution", "conv", "gemm", "cublas"), "matmul"),
         (("argmax", "argmin", "reduce"), "reduce"),
         (("custom-call", "custom_call"), "custom-call"),
         (("convert",), "convert"),
         (("copy",), "copy"),
         (("transpose", "broadcast", "slice", "concatenate", "gather", "scatter", "pad"), "data-movement"),
-        (("add", "multiply", "subtract", "divide", "exponential", "select", "compare", "maximum"),
+        (("add", "multiply", "subtract", "divide", "exponential", "select", "compare", "maximum", "loop"),
          "elementwise"),
     ):
-        if any(w in base for w in words):
+        # Multi-word names match as substrings, single words as whole tokens ("conv" is not
+        # "convert").
+        tokens = set(re.split(r"[_.\-]", base))
+        if any((w in base) if "-" in w else (w in tokens) for w in words):
             return category
     return "other"
 
