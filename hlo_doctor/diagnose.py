@@ -549,10 +549,35 @@ def _from_opstats_json(folder: Path, source_root: Path | None) -> Context:
     return _context_from_stats(stats, tuple(modules), folder, "opstats", source_root)
 
 
+def executed_modules(modules: Sequence[HloModule], table: pd.DataFrame | None) -> tuple[HloModule, ...]:
+    """The modules that ran in the traced window (have op-stats rows).
+
+    A trace's metadata plane also keeps modules compiled before the window (set-up, warm-up,
+    initialisation); rules look only at what ran. When no module matches the table at all (names
+    spelled differently), all are kept.
+    """
+    if table is None or not len(table):
+        return tuple(modules)
+    pairs = {(str(m), None if pd_isna(p) else int(p)) for m, p in zip(table["module"], table["program_id"],
+                                                                          strict=False)}
+    names = {m for m, _ in pairs}
+    kept = tuple(m for m in modules
+                 if (m.name, m.program_id) in pairs or (m.name in names and
+                                                        (m.program_id is None or (m.name, None) in pairs)))
+    return kept if kept else tuple(modules)
+
+
+def pd_isna(v: Any) -> bool:
+    try:
+        return bool(v is None or v != v or str(v) == "<NA>")
+    except (TypeError, ValueError):
+        return False
+
+
 def _context_from_stats(stats: Any, modules: tuple[HloModule, ...], origin: Path, kind: str,
                         source_root: Path | None) -> Context:
     return Context(
-        modules=modules, table=stats.table, step_time_us=float(stats.step_time_us or 0) or None,
+        modules=executed_modules(modules, stats.table), table=stats.table, step_time_us=float(stats.step_time_us or 0) or None,
         num_steps=int(stats.num_steps or 0),
         compile_events=tuple(_compile_event(e) for e in stats.compile_events or ()),
         source_root=source_root, backend=str(stats.backend or ""), origin=str(origin), kind=kind,

@@ -103,7 +103,7 @@ class AliasingCopy(Rule):
     name = "copy.aliasing-input"
     severity = Severity.HIGH
     requires = ("hlo",)
-    fix = ""
+    fix = "bf16-greedy-sampler"
 
     VALID = (
         Example(hlo=(_DONATED,), note="donated parameter"),
@@ -141,8 +141,10 @@ class AliasingCopy(Rule):
                     f"{dtype_shape(param.shape)}, {fmt_bytes(inst.shape.nbytes)}) into output {where}: "
                     f"the program returns its input without donation",
                     recoverable_fraction=1.0,
-                    source_inst=param if param.source else None,
-                    evidence=(param.raw, inst.raw, m.entry.root.raw),
+                    # The copy has no metadata of its own: point at the program's first sourced op.
+                    source_inst=param if param.source else next(
+                        (i for i in m.entry.instructions if i.source), None),
+                    evidence=tuple(dict.fromkeys((param.raw, inst.raw, m.entry.root.raw))),
                     fix="bf16-greedy-sampler" if sampler else "",
                     extra=(("parameter", param.parameter_number), ("parameter_name", param.name),
                            ("output_indices", tuple(outputs))),

@@ -78,7 +78,7 @@ class StandaloneConvertProgram(Rule):
     name = "convert.standalone-program"
     severity = Severity.HIGH
     requires = ("hlo", "opstats")
-    fix = ""
+    fix = "bf16-greedy-sampler"
 
     VALID = (
         Example(hlo=(_EAGER_CONVERT,), opstats=_rows(1), num_steps=10, step_time_us=1000.0,

@@ -1,15 +1,90 @@
-"""CLI: rules (not available in this build yet)."""
+"""CLI: ``rules`` (list the rules) and ``rules explain CODE`` (one rule's documentation)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import click
+from rich.markdown import Markdown
+from rich.table import Table
 
-from hlo_doctor.cli.common import not_available
+from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.errors import InputError
+from hlo_doctor.rulebook import LoadedRule, RuleBook, load_rulebook
+
+_RULES_OPTION = click.option("--rules", "rules_dirs", multiple=True, type=click.Path(path_type=Path),
+                             help="Also load the rule files of this folder; repeatable.")
 
 
-@click.command("rules", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def rules_cmd() -> None:
-    """(Not available in this build yet.)"""
-    not_available("rules", "this command has not been built yet")
+def _row(r: LoadedRule) -> dict[str, object]:
+    return {"code": r.code, "name": r.rule.name, "severity": str(r.rule.severity),
+            "requires": list(r.rule.requires), "fix": r.rule.fix, "summary": r.rule.summary(),
+            "bundled": r.bundled, "path": str(r.path),
+            "examples": {"valid": len(r.rule.VALID), "invalid": len(r.rule.INVALID)}}
+
+
+def _print_errors(book: RuleBook) -> None:
+    for e in book.errors:
+        console.print(f"[bold red]rule file not loaded:[/] {e.path}: {e.reason}", soft_wrap=True)
+
+
+@click.group("rules", invoke_without_command=True)
+@_RULES_OPTION
+@click.option("--format", "fmt", type=click.Choice(["rich", "json", "md"]), default="rich", show_default=True)
+@click.pass_context
+@handle_errors
+def rules_cmd(ctx: click.Context, rules_dirs: tuple[Path, ...], fmt: str) -> None:
+    """List the rules (bundled, plus those of --rules folders). 'rules explain CODE' shows one."""
+    ctx.obj = rules_dirs
+    if ctx.invoked_subcommand is not None:
+        return
+    book = load_rulebook(rules_dirs)
+    rows = [_row(r) for r in book.rules]
+    if fmt == "json":
+        write_output(json.dumps({"rules": rows, "errors": [{"path": str(e.path), "reason": e.reason}
+                                                           for e in book.errors]}, indent=1) + "\n", None)
+    elif fmt == "md":
+        lines = ["| Code | Name | Severity | Requires | Fix | What it flags |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['code']} | `{r['name']}` | {r['severity']} | {', '.join(r['requires'])} "  # type: ignore[arg-type]
+                  f"| {r['fix'] or '-'} | {r['summary']} |" for r in rows]
+        write_output("\n".join(lines) + "\n", None)
+    else:
+        t = Table(header_style="bold")
+        for col in ("code", "name", "severity", "requires", "fix"):
+            t.add_column(col, no_wrap=True)
+        t.add_column("what it flags", overflow="fold", min_width=30)
+        for r in book.rules:
+            t.add_row(r.code, r.rule.name, str(r.rule.severity), ", ".join(r.rule.requires),
+                      r.rule.fix or "-", r.rule.summary().replace("``", "") + ("" if r.bundled else f" [dim]({r.path})[/]"))
+        console.print(t)
+    _print_errors(book)
+
+
+@rules_cmd.command("explain")
+@click.argument("code")
+@_RULES_OPTION
+@click.pass_context
+@handle_errors
+def explain_cmd(ctx: click.Context, code: str, rules_dirs: tuple[Path, ...]) -> None:
+    """Print one rule's documentation (What it flags / Why it costs / Example / Fix) and its examples."""
+    book = load_rulebook(tuple(ctx.obj or ()) + rules_dirs)
+    rule = book.get(code)
+    if rule is None:
+        known = ", ".join(r.code for r in book.rules)
+        raise InputError(f"unknown rule id {code!r}", f"known rules: {known} ('hlo-doctor rules' lists them)")
+    cls = rule.rule
+    md = [f"# {cls.code} {cls.name}", "",
+          f"severity **{cls.severity}** · requires {', '.join(cls.requires)}"
+          + (f" · fix `{cls.fix}`" if cls.fix else "") + f" · {rule.path}", "", cls.summary(), ""]
+    for title, body in cls.doc_sections().items():
+        md += [f"## {title}", "", body, ""]
+    md += ["## Examples (each is a test)", ""]
+    for kind, examples in (("valid (no finding)", cls.VALID), ("invalid", cls.INVALID)):
+        for e in examples:
+            expect = f" -> {', '.join(e.expect)}" if e.expect else ""
+            md.append(f"- {kind}: {e.note or 'example'}{expect}")
+    console.print(Markdown("\n".join(md)))
+
 
 COMMANDS = [rules_cmd]

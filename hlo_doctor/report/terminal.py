@@ -1,0 +1,67 @@
+"""The report people read: a rich table of findings, the details, and the summary line."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from hlo_doctor.model import Severity
+from hlo_doctor.report.common import fmt_pct, fmt_us, short_path
+
+if TYPE_CHECKING:
+    from hlo_doctor.diagnose import Diagnosis
+
+_STYLE = {Severity.ERROR: "bold red", Severity.HIGH: "red", Severity.MEDIUM: "yellow",
+          Severity.LOW: "cyan", Severity.INFO: "dim"}
+
+
+def render_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType:
+    """A rich renderable: findings table, then (with ``details``) message, evidence and fix per finding."""
+    parts: list[RenderableType] = []
+    head = Text(f"hlo-doctor diagnose {diagnosis.origin}", style="bold")
+    meta = [diagnosis.kind] + ([diagnosis.backend] if diagnosis.backend else [])
+    if diagnosis.num_steps:
+        meta.append(f"{diagnosis.num_steps} steps")
+    if diagnosis.step_time_us:
+        meta.append(f"step {fmt_us(diagnosis.step_time_us)}")
+    meta.append(f"{len(diagnosis.modules)} modules")
+    head.append("  (" + ", ".join(meta) + ")", style="dim")
+    parts.append(head)
+    if diagnosis.findings:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        for col, justify in (("code", "left"), ("sev", "left"), ("module", "left"), ("op", "left"),
+                             ("shape", "left"), ("time/step", "right"), ("% step", "right"),
+                             ("recoverable", "right"), ("source", "left"), ("fix", "left")):
+            table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        for f in diagnosis.findings:
+            table.add_row(
+                f.code, Text(str(f.severity), style=_STYLE.get(f.severity, "")), f.module, f.op,
+                f.shape, fmt_us(f.time_per_step_us), fmt_pct(f.pct_of_step), fmt_us(f.recoverable_us),
+                short_path(f.source, 2) if f.source else "", f.fix,
+            )
+        parts.append(table)
+        if details:
+            for f in diagnosis.findings:
+                line = Text()
+                line.append(f"{f.code} ", style=_STYLE.get(f.severity, "bold"))
+                line.append(f"{f.name}", style="bold")
+                if f.op:
+                    line.append(f"  {f.module}/{f.op}", style="dim")
+                parts.append(line)
+                parts.append(Text("  " + f.message))
+                for ev in f.evidence[:4]:
+                    parts.append(Text("    " + (ev if len(ev) <= 160 else ev[:157] + "..."), style="dim"))
+                if f.source:
+                    parts.append(Text(f"  at {f.source}", style="dim"))
+                if f.fix:
+                    parts.append(Text(f"  fix: hlo-doctor apply-fix {f.fix} --target PATH", style="green"))
+    if diagnosis.rules_skipped:
+        parts.append(Text("skipped: " + "; ".join(f"{c} ({r})" for c, r in diagnosis.rules_skipped),
+                          style="dim"))
+    style = "bold green" if not diagnosis.findings else "bold"
+    parts.append(Text(diagnosis.summary_line(), style=style))
+    return Group(*parts)
