@@ -196,12 +196,14 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
         with _progress() as progress:
             run_dir, stats = attach_run(attach, duration_ms=duration_ms, out_dir=out_dir, progress=progress)
     else:
+        config: dict[str, Any] = {}
+        warmup_fn: Callable[[], Any] | None = None
         if target is not None:
             if engine_path is not None or batch is not None or vocab is not None:
                 raise InputError("--engine/--batch/--vocab apply to the bundled engine only",
                                  "drop them, or drop TARGET to profile the engine")
             step_fn = resolve_target(target)
-            name, config, warmup_fn = target, {}, None
+            name = target
         else:
             engine_target, name, config = _engine_target(engine_path, {"batch": batch, "vocab": vocab})
             step_fn, warmup_fn = engine_target.step, engine_target.warmup
