@@ -255,7 +255,7 @@ def test_donated_update_is_clean() -> None:
 
 def test_widening_fused_into_argmax_on_cpu() -> None:
     x = jnp.zeros((8, 1024), jnp.bfloat16)
-    text = jax.jit(lambda l: jnp.argmax(l.astype(jnp.float32), -1)).lower(x).compile().as_text()
+    text = jax.jit(lambda v: jnp.argmax(v.astype(jnp.float32), -1)).lower(x).compile().as_text()
     result = diagnose(Context(modules=(parse_module(text),)), BOOK)
     assert [(f.code, f.severity) for f in result.findings] == [("HD001", Severity.LOW)]
     assert "convert_element_type" in result.findings[0].evidence[0]
