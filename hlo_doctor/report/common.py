@@ -11,6 +11,8 @@ def fmt_us(us: float | None) -> str:
     """``1,562 us`` / ``3.1 ms`` / ``-`` when unknown."""
     if us is None:
         return "-"
+    if us == 0:
+        return "0 us"
     if us >= 10_000:
         return f"{us / 1000:,.1f} ms"
     return f"{us:,.0f} us" if us >= 10 else f"{us:.1f} us"
