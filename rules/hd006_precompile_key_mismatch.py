@@ -134,7 +134,8 @@ class PrecompileKeyMismatch(Rule):
             runtime = _runtime_dtypes(rfunc, rpath)
             if runtime is None or not menus:
                 continue
-            mpath, mfunc = max(menus, key=lambda m: _common_depth(m[0], rpath))
+            # The compilation manager nearest the runner (same package), shallowest on a tie.
+            mpath, mfunc = max(menus, key=lambda m: (_common_depth(m[0], rpath), -len(m[0].parts)))
             menu = _menu_dtypes(mfunc, mpath)
             if not menu:
                 continue
@@ -173,7 +174,9 @@ def _python_files(root: Path) -> Iterator[Path]:
         yield root
         return
     for path in sorted(root.rglob("*.py")):
-        if not _SKIP_DIRS.intersection(path.relative_to(root).parts):
+        parts = path.relative_to(root).parts[:-1]
+        # Hidden folders hold backups and tool state (apply-fix keeps the original files there).
+        if not _SKIP_DIRS.intersection(parts) and not any(p.startswith(".") for p in parts):
             yield path
 
 
