@@ -473,7 +473,7 @@ def build_opstats(
         r["rank"] = rank
     table = _typed(pd.DataFrame(rows, columns=list(COLUMN_NAMES)) if rows else empty_table())
 
-    per_step = _per_step(ev, rows, num_steps)
+    per_step = _per_step(ev, rows)
     return OpStats(
         table=table, step_time_us=step_time_us, step_times_us=tuple(float(t) for t in step_times),
         num_steps=int(num_steps), step_source=step_source, per_step=per_step, modules=parsed,
@@ -482,29 +482,35 @@ def build_opstats(
     )
 
 
-def _per_step(ev: pd.DataFrame, rows: list[dict[str, Any]], num_steps: int) -> pd.DataFrame:
+def _per_step(ev: pd.DataFrame, rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Per-step op time (per device) for every op of the table and every step; 0 where it did not run."""
+    dtypes = {"step": "int64", "module": "string", "program_id": "Int64", "op": "string",
+              "canonical_key": "string", "time_us": "float64"}
     in_step = ev[ev["step"] >= 0]
     if in_step.empty or not rows:
-        return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in zip(
-            PER_STEP_COLUMNS, ("int64", "string", "Int64", "string", "string", "float64"), strict=True)})
-    sums = in_step.groupby(["step", "module", "program_id", "op"], observed=True)["duration_ns"].sum()
-    steps = sorted(int(s) for s in in_step["step"].unique())
-    records = []
-    for r in rows:
-        pid = r["program_id"] if r["program_id"] is not None else -1
-        devices = r["devices"]
-        for s in steps:
-            value = sums.get((s, r["module"], pid, r["op"]), 0.0)
-            records.append((s, r["module"], r["program_id"], r["op"], r["canonical_key"],
-                            float(value) / 1e3 / devices))
-    frame = pd.DataFrame.from_records(records, columns=list(PER_STEP_COLUMNS))
-    frame["step"] = frame["step"].astype("int64")
-    frame["program_id"] = frame["program_id"].astype("Int64")
-    for c in ("module", "op", "canonical_key"):
-        frame[c] = frame[c].astype("string")
-    del num_steps
-    return frame
+        return pd.DataFrame({c: pd.Series([], dtype=dtypes[c]) for c in PER_STEP_COLUMNS})
+    sums = (in_step.assign(module=in_step["module"].astype(str), op=in_step["op"].astype(str))
+            .groupby(["step", "module", "program_id", "op"], observed=True)["duration_ns"].sum()
+            .reset_index())
+    ops = pd.DataFrame({
+        "module": [r["module"] for r in rows],
+        "program_id": [r["program_id"] if r["program_id"] is not None else -1 for r in rows],
+        "op": [r["op"] for r in rows],
+        "canonical_key": [r["canonical_key"] for r in rows],
+        "devices": [r["devices"] for r in rows],
+        "order": range(len(rows)),
+    })
+    steps = pd.DataFrame({"step": sorted(int(s) for s in in_step["step"].unique())})
+    # Every (op, step) pair, so a step in which an op did not run counts as 0 for the statistics.
+    grid = ops.merge(steps, how="cross").merge(sums, how="left", on=["step", "module", "program_id", "op"])
+    grid = grid.sort_values(["order", "step"], kind="stable")
+    grid["time_us"] = grid["duration_ns"].fillna(0.0) / 1e3 / grid["devices"]
+    frame = grid[list(PER_STEP_COLUMNS)].reset_index(drop=True)
+    raw = frame["program_id"].to_numpy(dtype=np.int64)
+    pid = pd.array(raw, dtype="Int64")
+    pid[raw < 0] = pd.NA
+    frame["program_id"] = pid
+    return frame.astype({c: t for c, t in dtypes.items() if c != "program_id"})
 
 
 def _typed(table: pd.DataFrame) -> pd.DataFrame:

@@ -37,6 +37,9 @@ COMPILE_MARKERS: tuple[str, ...] = (
     "lower_sharding_computation", "XlaCompile", "PjRtCpuClient::Compile", "PjRtStreamExecutorClient::Compile",
     "TfrtCpuClient::Compile",
 )
+# Host events that are neither ops, steps nor compile work (thread-pool bookkeeping, thunk ends).
+_NOISE_PREFIXES = ("ThreadpoolListener::", "end: ")
+_COMPILE_RE = re.compile("|".join(re.escape(m) for m in COMPILE_MARKERS))
 _MODULE_WITH_ID = re.compile(r"^(.*)\((\d+)\)$")
 
 
@@ -460,7 +463,10 @@ def _read_host_plane(
         line_ops: list[tuple[float, float, str, str, int, int]] = []
         for ev in line.events:
             name = ev.name
-            stats = ev.stats
+            # Python-tracer events ("$file.py:12 func") carry no stats worth reading.
+            if name.startswith(_NOISE_PREFIXES):
+                continue
+            stats = ev.stats if not name.startswith("$") else None
             if stats:
                 sd = dict(stats)
                 op = sd.get("hlo_op")
@@ -479,7 +485,7 @@ def _read_host_plane(
                         num = -1
                     steps.append(StepMark(host, name, num, ev.start_ns, ev.duration_ns))
                     continue
-            if any(marker in name for marker in COMPILE_MARKERS):
+            if _COMPILE_RE.search(name):
                 module = ""
                 if stats:
                     sd = dict(stats)
