@@ -402,3 +402,12 @@ def test_rules_list_and_explain() -> None:
         assert heading in r.output  # type: ignore[attr-defined]
     r = _invoke("rules", "explain", "HD999")
     assert r.exit_code == 2 and "unknown rule id" in r.output  # type: ignore[attr-defined]
+
+
+def test_round_trip_and_ineffective_donation_compiled() -> None:
+    x = jnp.zeros((8, 1024), jnp.float32)
+    round_trip = jax.jit(lambda v: v.astype(jnp.bfloat16).astype(jnp.float32)).lower(x).compile().as_text()
+    twice = jax.jit(lambda v: (v, v), donate_argnums=0).lower(x).compile().as_text()
+    result = diagnose(Context(modules=(parse_module(round_trip), parse_module(twice))), BOOK)
+    assert {(f.code, f.op) for f in result.findings} == {("HD007", "convert_convert_fusion"),
+                                                        ("HD008", "copy.2")}
