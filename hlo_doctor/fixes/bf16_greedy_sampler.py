@@ -22,12 +22,14 @@ that is what tells a clean tree, a fixed one, a half-fixed one and one that does
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
 import libcst as cst
 
+from hlo_doctor.errors import InputError
 from hlo_doctor.fixes.cst import (
     Located,
     assigned_name,
@@ -55,6 +57,8 @@ MODEL_DTYPE_EXPRESSIONS = (
     "self.runner.dtype",
     "self.model_config.dtype",
     "self.model_dtype",
+    "runner.model_config.dtype",
+    "runner.dtype",
 )
 
 ELEMENT_TITLES = {
@@ -259,12 +263,18 @@ def _is_argmax_of(stmt: cst.CSTNode, logits: str) -> bool:
     return dotted(call.func) in ("jnp.argmax", "jax.numpy.argmax") and bool(args) and dotted(args[0].value) == logits
 
 
+def _mentions_jit(decorator: cst.BaseExpression) -> bool:
+    """``@jax.jit``, ``@jax.jit(...)``, ``@functools.partial(jax.jit, ...)`` and the like."""
+    names = [decorator] + [c.func for c in calls_in(decorator)] + [a.value for c in calls_in(decorator) for a in c.args]
+    return any((dotted(n) or "").split(".")[-1] == "jit" for n in names)
+
+
 def _analyze_sampler(module: cst.Module) -> tuple[_SamplerFacts | None, list[str], bool]:
     """Facts about ``sample()``; the bool says "not affected" (sample never widens)."""
     func = find_function(module, "sample", method=False)
     if func is None:
         return None, ["function sample"], False
-    if not any("jit" in (dotted(d.decorator) or dotted(getattr(d.decorator, "func", None)) or "") for d in func.decorators):
+    if not any(_mentions_jit(d.decorator) for d in func.decorators):
         return None, ["@jax.jit on sample"], False
     params = [p.name.value for p in func.params.params]
     if len(params) < 4:
@@ -373,9 +383,22 @@ def _analyze_precompile(module: cst.Module, source: str) -> tuple[_PrecompileFac
     if dtype_arg is None or dtype_stmt is None:
         return None, [f"`{logits_var} = self._create_dummy_tensor(shape, dtype, ...)` in _precompile_sampling"]
     current = dotted(dtype_arg.value)
-    # The model dtype expression: one the file already uses outside the sampling menu.
+    # The model dtype expression: one the file already uses outside the sampling menu, whose root
+    # name is in scope here (``self``, or a local such as ``runner = self.runner``).
+    local_names = {
+        assigned_name(a)
+        for block in iter_blocks(func)
+        for stmt in block.body
+        if (a := single_assign(stmt)) is not None
+    }
     model_dtype = next(
-        (e for e in MODEL_DTYPE_EXPRESSIONS if source.count(e) > (1 if current == e else 0)),
+        (
+            e
+            for e in MODEL_DTYPE_EXPRESSIONS
+            if re.search(rf"(?<![\w.]){re.escape(e)}\b", source) is not None
+            and len(re.findall(rf"(?<![\w.]){re.escape(e)}\b", source)) > (1 if current == e else 0)
+            and (e.startswith("self.") or e.split(".")[0] in local_names)
+        ),
         None,
     )
     if model_dtype is None:
@@ -432,7 +455,15 @@ class Bf16GreedySampler:
     def plan(self, target: Target, sources: dict[str, str], variant: str) -> Plan:
         """Analyse the three files of ``target`` and build the patched sources for ``variant``."""
         analysis = Analysis()
-        located = {role: Located.parse(text) for role, text in sources.items()}
+        located: dict[str, Located] = {}
+        for role, text in sources.items():
+            try:
+                located[role] = Located.parse(text)
+            except cst.ParserSyntaxError as exc:
+                raise InputError(
+                    f"{target.file(role)} does not parse as Python (line {exc.raw_line}: {exc.message})",
+                    "fix the syntax error first; nothing was changed",
+                ) from exc
         rel = {role: target.rel(target.file(role)) for role in sources}
 
         runner, runner_missing = _analyze_runner(located["runner"].module)
@@ -452,7 +483,12 @@ class Bf16GreedySampler:
             )
 
         if runner is not None:
-            line = located["runner"].line
+            runner_func = find_function(located["runner"].module, "_sample_from_logits", method=True)
+            assert runner_func is not None
+
+            def line(node: cst.CSTNode) -> int:
+                return located["runner"].line_in(runner_func, node)
+
             if runner.eager is not None:
                 analysis.set("runner.eager_widening", "original", f"{rel['runner']}:{line(runner.eager)}",
                              f"`{runner.logits_var} = {runner.logits_var}.astype(jnp.float32)` before sample()")
@@ -474,7 +510,11 @@ class Bf16GreedySampler:
                     for name in runner.unsafe_uses
                 )
         if sampler is not None:
-            line = located["sampler"].line
+            sampler_func = sampler.func
+
+            def line(node: cst.CSTNode) -> int:  # noqa: F811 - one helper per file
+                return located["sampler"].line_in(sampler_func, node)
+
             body = list(sampler.func.body.body)
             in_order = body.index(sampler.argmax) < body.index(sampler.widening)
             analysis.set("sampler.argmax_on_input", "fixed" if in_order else "original",
@@ -485,7 +525,12 @@ class Bf16GreedySampler:
                          "returns no logits without logprobs" if sampler.gate is not None
                          else "returns float32 logits whatever logprobs")
         if precompile is not None:
-            line = located["precompile"].line
+            precompile_func = find_function(located["precompile"].module, "_precompile_sampling", method=True)
+            assert precompile_func is not None
+
+            def line(node: cst.CSTNode) -> int:  # noqa: F811 - one helper per file
+                return located["precompile"].line_in(precompile_func, node)
+
             analysis.set("precompile.sampling_dtype", "original" if precompile.is_f32 else "fixed",
                          f"{rel['precompile']}:{line(precompile.dtype_stmt)}",
                          f"dummy logits {dotted(precompile.dtype_arg.value)}")
@@ -541,9 +586,28 @@ def _edit(module: cst.Module, edit: Callable[[cst.Module], cst.Module]) -> cst.M
     return edit(module)
 
 
-def _replace(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Module:
-    """``module`` with ``old`` (by identity) replaced by ``new``."""
-    return cast(cst.Module, module.deep_replace(old, new))  # type: ignore[arg-type]
+def _replace(module: cst.Module, func_name: str, old: cst.CSTNode, new: cst.CSTNode) -> cst.Module:
+    """``module`` with ``old`` (by identity, inside function ``func_name``) replaced by ``new``.
+
+    Only that function is walked (a whole-module ``deep_replace`` walks every node of a 3,000-line
+    file per edit); the function is then swapped into its class or the module.
+    """
+    body: list[cst.BaseStatement] = []
+    for stmt in module.body:
+        if isinstance(stmt, cst.ClassDef) and any(
+            isinstance(m, cst.FunctionDef) and m.name.value == func_name for m in stmt.body.body
+        ):
+            members = [
+                cast(cst.FunctionDef, m.deep_replace(old, new))  # type: ignore[arg-type]
+                if isinstance(m, cst.FunctionDef) and m.name.value == func_name
+                else m
+                for m in stmt.body.body
+            ]
+            stmt = stmt.with_changes(body=stmt.body.with_changes(body=members))
+        elif isinstance(stmt, cst.FunctionDef) and stmt.name.value == func_name:
+            stmt = cast(cst.FunctionDef, stmt.deep_replace(old, new))  # type: ignore[arg-type]
+        body.append(stmt)
+    return module.with_changes(body=body)
 
 
 def _drop_eager_widening(module: cst.Module) -> cst.Module:
@@ -561,7 +625,7 @@ def _drop_eager_widening(module: cst.Module) -> cst.Module:
         ]
     )
     new_body = body[: facts.with_index - 1] + [new_with] + body[facts.with_index + 1 :]
-    return _replace(module, facts.with_block, facts.with_block.with_changes(body=new_body))
+    return _replace(module, "_sample_from_logits", facts.with_block, facts.with_block.with_changes(body=new_body))
 
 
 def _gate_post_widening(module: cst.Module) -> cst.Module:
@@ -577,7 +641,7 @@ def _gate_post_widening(module: cst.Module) -> cst.Module:
             comment_line(f"{_MARK}: only the logprobs consumers need float32 logits."),
         ],
     )
-    return _replace(module, stmt, gated)
+    return _replace(module, "_sample_from_logits", stmt, gated)
 
 
 def _move_argmax_first(module: cst.Module) -> cst.Module:
@@ -586,7 +650,7 @@ def _move_argmax_first(module: cst.Module) -> cst.Module:
     body = [s for s in facts.func.body.body if s is not facts.argmax]
     at = body.index(facts.widening)
     body.insert(at, facts.argmax)
-    return _replace(module, facts.func.body, facts.func.body.with_changes(body=body))
+    return _replace(module, "sample", facts.func.body, facts.func.body.with_changes(body=body))
 
 
 def _gate_returned_logits(module: cst.Module) -> cst.Module:
@@ -603,7 +667,7 @@ def _gate_returned_logits(module: cst.Module) -> cst.Module:
     body = list(facts.func.body.body)
     at = body.index(facts.ret)
     body.insert(at, gate)
-    return _replace(module, facts.func.body, facts.func.body.with_changes(body=body))
+    return _replace(module, "sample", facts.func.body, facts.func.body.with_changes(body=body))
 
 
 def _rekey_menu(module: cst.Module, source: str) -> cst.Module:
@@ -620,4 +684,4 @@ def _rekey_menu(module: cst.Module, source: str) -> cst.Module:
             comment_line(f"{_MARK}: the menu is keyed on the logits dtype; sample() now receives the model dtype."),
         ]
     )
-    return _replace(module, stmt, new_stmt)
+    return _replace(module, "_precompile_sampling", stmt, new_stmt)
