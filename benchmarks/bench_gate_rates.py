@@ -9,10 +9,11 @@ candidate apart from the committed baseline):
   standalone ``convert_element_type`` program) and the sampler returns its f32 input, so XLA puts
   the aliasing copy of the logits back.
 
-Then it gates ``N`` A/A pairs (a failure is a false alarm) and ``N`` A/B pairs (a failure is a
-detection), with the default policy, under ``--strict``, and with a timing-only policy
-(``fail_on_new = []``: what the statistics alone catch), and prints the rates with 95% Wilson
-intervals.
+Then it gates each A/A pair in both orders (``2N`` comparisons; a failure is a false alarm) and B
+against both A's captured beside it (``2N`` comparisons; a failure is a detection), with the default
+policy, under ``--strict``, and with a timing-only policy (``fail_on_new = []``: what the statistics
+alone catch), and prints the rates with 95% Wilson intervals. ``--reuse`` gates captures already in
+``--workdir`` again instead of capturing (to compare policies on the same captures).
 
 Usage::
 
@@ -146,7 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3, help="untraced warm-up steps (default 3)")
     parser.add_argument("--workdir", type=Path, help="keep the captures here (default: a temp dir)")
     parser.add_argument("--json", type=Path, help="write the figures and every pair's outcome here")
+    parser.add_argument("--reuse", action="store_true", help="gate the captures already in --workdir")
     args = parser.parse_args(argv)
+
+    import numpy as np
 
     from hlo_doctor.gate import GatePolicy, gate
     from hlo_doctor.opstats import load_opstats
@@ -162,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(n):
         for func, runs, name in (("step_fixed", a_runs, f"a{2 * i}"), ("step_fixed", a_runs, f"a{2 * i + 1}"),
                                  ("step_regressed", b_runs, f"b{i}")):
-            seconds.append(_capture(func, work / name, args.steps, args.warmup))
+            if not (args.reuse and (work / name / "run.json").is_file()):
+                seconds.append(_capture(func, work / name, args.steps, args.warmup))
             runs.append(work / name)
         print(f"  {3 * (i + 1)}/{3 * n} captures ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
 
@@ -174,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     records: list[dict[str, Any]] = []
     for i in range(n):
-        pairs = (("A/A", a_runs[2 * i], a_runs[2 * i + 1]), ("A/B", a_runs[2 * i], b_runs[i]))
+        # Both orders of each A/A pair: a capture-level speed difference must not hide behind the order.
+        pairs = (("A/A", a_runs[2 * i], a_runs[2 * i + 1]), ("A/A", a_runs[2 * i + 1], a_runs[2 * i]),
+                 ("A/B", a_runs[2 * i], b_runs[i]), ("A/B", a_runs[2 * i + 1], b_runs[i]))
         for kind, base, cand in pairs:
             for pname, (policy, strict) in policies.items():
                 r = gate(stats[base], stats[cand], policy, strict=strict,
@@ -194,9 +201,14 @@ def main(argv: list[str] | None = None) -> int:
         return sum(x["exit_code"] == 1 for x in rows), len(rows)
 
     print()
+    took = f"; captures took {min(seconds):.1f}-{max(seconds):.1f} s each" if seconds else ""
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end "
-          f"(shared with other test runs); captures took {min(seconds):.1f}-{max(seconds):.1f} s each")
-    print(f"{'policy':<12} {'false alarms (A/A)':<28} {'detections (A/B)':<28}")
+          f"(shared with other test runs){took}")
+    medians = {p.name: float(np.median(s.step_times_us)) for p, s in stats.items() if s.step_times_us}
+    if medians:
+        print(f"median step time per capture: {min(medians.values()) / 1e3:.1f}-{max(medians.values()) / 1e3:.1f} ms "
+              f"({max(medians.values()) / min(medians.values()):.1f}x apart)")
+    print(f"{'policy':<12} {'false alarms (A/A, both orders)':<32} {'detections (A/B)':<28}")
     figures: dict[str, Any] = {}
     for pname in policies:
         fa, fn_ = rate("A/A", pname)
@@ -204,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         fa_ci, de_ci = _wilson(fa, fn_), _wilson(de, dn)
         figures[pname] = {"false_alarms": fa, "aa_pairs": fn_, "detections": de, "ab_pairs": dn,
                           "false_alarm_ci95": fa_ci, "detection_ci95": de_ci}
-        print(f"{pname:<12} {f'{fa}/{fn_} = {fa / fn_:.0%} [{fa_ci[0]:.0%}, {fa_ci[1]:.0%}]':<28} "
+        print(f"{pname:<12} {f'{fa}/{fn_} = {fa / fn_:.0%} [{fa_ci[0]:.0%}, {fa_ci[1]:.0%}]':<32} "
               f"{f'{de}/{dn} = {de / dn:.0%} [{de_ci[0]:.0%}, {de_ci[1]:.0%}]':<28}")
     aa = [x for x in records if x["kind"] == "A/A" and x["policy"] == "default" and x["step_ratio"]]
     ratios = sorted(x["step_ratio"] for x in aa)

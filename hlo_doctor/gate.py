@@ -75,6 +75,8 @@ __all__ = [
 ]
 
 JSON_SCHEMA = "hlo-doctor.gate/1"
+MIN_OPS_FOR_SPEED = 3
+"""Fewest ops in common (above the floor) from which the machine-speed factor is estimated."""
 POLICY_TABLE = "tool.hlo-doctor.gate"
 
 
@@ -112,6 +114,12 @@ class GatePolicy:
     min_matched_fraction: float = 0.25
     """Below this share of the baseline's op time matched in the candidate, the runs are taken to be
     different programs and the gate refuses them (exit 2) instead of reporting everything as new."""
+    normalize_speed: bool = True
+    """Judge step and op times relative to the machine's speed in each capture, estimated as the median
+    ratio of the ops in common (at least ``MIN_OPS_FOR_SPEED`` of them above the floor). Captures made at
+    different times on a shared machine differ by whole factors; this keeps that out of the verdict, at
+    the price of not seeing a slowdown that hits every op alike. Turn it off on a quiet, dedicated
+    machine."""
     source: str = "defaults"
     """Where the policy came from (files and flags); not a TOML key."""
 
@@ -134,6 +142,7 @@ _POLICY_KEYS: dict[str, tuple[type, Any, str]] = {
     "alpha": (float, lambda v: 0 < v < 1, "a number between 0 and 1"),
     "min_samples": (int, lambda v: v >= 2, "an integer >= 2"),
     "min_matched_fraction": (float, lambda v: 0 <= v <= 1, "a number between 0 and 1"),
+    "normalize_speed": (bool, lambda v: True, "true or false"),
 }
 
 
@@ -145,7 +154,9 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         raise PolicyError(f"{where}: unknown key '{key}'", hint)
     kind, check, requirement = _POLICY_KEYS[key]
     ok_type: bool
-    if kind is float:
+    if kind is bool:
+        ok_type = isinstance(value, bool)
+    elif kind is float:
         ok_type = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         value = float(value) if ok_type else value
     elif kind is int:
@@ -469,6 +480,10 @@ class GateResult:
     """What could not be decided: ``step`` and/or canonical keys."""
     matched_fraction: float
     """Share of the baseline's op time whose keys the candidate also has."""
+    speed_factor: float = 1.0
+    """Candidate over baseline machine speed (median op ratio); 1.0 when not normalized."""
+    speed_ops: int = 0
+    """Ops the speed factor was estimated from; 0 when not normalized."""
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -502,6 +517,7 @@ class GateResult:
                 "within_noise": len(self.within_noise),
                 "matched_fraction": self.matched_fraction,
             },
+            "speed": {"factor": self.speed_factor, "ops": self.speed_ops},
             "violations": [v.to_dict() for v in self.violations],
             "within_noise": list(self.within_noise),
             "notes": list(self.notes),
@@ -601,32 +617,7 @@ def gate(
     within_noise: list[str] = []
     notes: list[str] = []
 
-    # Step time.
-    b_steps = np.asarray(list(getattr(baseline, "step_times_us", ()) or ()), dtype=float)
-    c_steps = np.asarray(list(getattr(candidate, "step_times_us", ()) or ()), dtype=float)
-    step_effect = policy.max_step_regression_pct / 100.0
-    step: SampleComparison | None
-    if b_steps.size and c_steps.size:
-        step = compare_samples(
-            b_steps, c_steps, min_effect=step_effect, alpha=policy.alpha, min_samples=policy.min_samples
-        )
-    elif base_sum.step_time_us > 0 and cand_sum.step_time_us > 0:
-        step = compare_point_estimates(base_sum.step_time_us, cand_sum.step_time_us, min_effect=step_effect)
-        notes.append("no per-step wall times in at least one run: step time judged on the mean alone")
-    else:
-        step = None
-        notes.append("no step time in at least one run: step time not judged")
-    step_judgement = _judgement(step, strict) if step else "not judged"
-    if step and step.outcome is Outcome.REGRESSED:
-        violations.append(Violation(
-            "step-time", "step",
-            f"step time {step.baseline_median:,.0f} -> {step.candidate_median:,.0f} us (median): {step.reason}",
-            step.candidate_median,
-        ))
-    elif step and _undecided_slowdown(step):
-        within_noise.append("step")
-
-    # Ops present in both runs: judged above the floor, with per-step samples where both runs have them.
+    # Ops present in both runs are judged above the floor, with per-step samples where both have them.
     b_samples, c_samples = _per_op_samples(baseline), _per_op_samples(candidate)
     if not (b_samples and c_samples):
         notes.append("no per-op per-step samples in at least one run: op times judged on their means alone")
@@ -635,6 +626,59 @@ def gate(
         if not _is_ignored(k, policy)
         and max(base_agg.at[k, "time_per_step_us"], cand_agg.at[k, "time_per_step_us"]) >= policy.op_floor_us
     ]
+
+    def typical(key: str, samples: dict[str, np.ndarray], agg: pd.DataFrame) -> float:
+        if key in b_samples and key in c_samples:
+            return float(np.median(samples[key]))
+        return float(agg.at[key, "time_per_step_us"])
+
+    speed, speed_ops = 1.0, 0
+    if policy.normalize_speed:
+        ratios = [
+            c / b for c, b in ((typical(k, c_samples, cand_agg), typical(k, b_samples, base_agg)) for k in judged)
+            if b > 0 and c > 0
+        ]
+        if len(ratios) >= MIN_OPS_FOR_SPEED:
+            # The median op ratio: how much faster or slower the candidate's machine ran the same ops.
+            # One op (or a few) that really regressed moves it little; a busier machine moves all.
+            speed, speed_ops = float(np.median(ratios)), len(ratios)
+            notes.append(
+                f"machine speed: the {speed_ops} ops in common ran x{speed:.3f} their baseline time (median "
+                "ratio); step and op times are judged relative to that (normalize_speed)"
+            )
+        else:
+            notes.append(
+                f"only {len(ratios)} op(s) in common above the floor (need {MIN_OPS_FOR_SPEED}) to estimate the "
+                "machine speed: times compared as captured"
+            )
+
+    # Step time.
+    b_steps = np.asarray(list(getattr(baseline, "step_times_us", ()) or ()), dtype=float) * speed
+    c_steps = np.asarray(list(getattr(candidate, "step_times_us", ()) or ()), dtype=float)
+    step_effect = policy.max_step_regression_pct / 100.0
+    step: SampleComparison | None
+    if b_steps.size and c_steps.size:
+        step = compare_samples(
+            b_steps, c_steps, min_effect=step_effect, alpha=policy.alpha, min_samples=policy.min_samples
+        )
+    elif base_sum.step_time_us > 0 and cand_sum.step_time_us > 0:
+        step = compare_point_estimates(base_sum.step_time_us * speed, cand_sum.step_time_us, min_effect=step_effect)
+        notes.append("no per-step wall times in at least one run: step time judged on the mean alone")
+    else:
+        step = None
+        notes.append("no step time in at least one run: step time not judged")
+    step_judgement = _judgement(step, strict) if step else "not judged"
+    if step and step.outcome is Outcome.REGRESSED:
+        adjusted = " (baseline adjusted for machine speed)" if speed != 1.0 else ""
+        violations.append(Violation(
+            "step-time", "step",
+            f"step time {step.baseline_median:,.0f} -> {step.candidate_median:,.0f} us (median{adjusted}): "
+            f"{step.reason}",
+            step.candidate_median,
+        ))
+    elif step and _undecided_slowdown(step):
+        within_noise.append("step")
+
     op_alpha = policy.alpha / max(1, len(judged))
     op_effect = policy.max_op_regression_pct / 100.0
     diffs: list[OpDiff] = []
@@ -661,11 +705,11 @@ def gate(
             continue
         if key in b_samples and key in c_samples:
             cmp = compare_samples(
-                b_samples[key], c_samples[key], min_effect=op_effect, alpha=op_alpha,
+                b_samples[key] * speed, c_samples[key], min_effect=op_effect, alpha=op_alpha,
                 min_samples=policy.min_samples,
             )
         else:
-            cmp = compare_point_estimates(b_us, c_us, min_effect=op_effect)
+            cmp = compare_point_estimates(b_us * speed, c_us, min_effect=op_effect)
         diffs.append(make(key, row, "matched", b_us, c_us, _judgement(cmp, strict), cmp))
         if cmp.outcome is Outcome.REGRESSED:
             failing.add(key)
@@ -719,7 +763,8 @@ def gate(
     return GateResult(
         verdict=verdict, strict=strict, policy=policy, baseline=base_sum, candidate=cand_sum,
         step=step, step_judgement=step_judgement, ops=tuple(diffs), violations=tuple(violations),
-        within_noise=tuple(within_noise), matched_fraction=matched_fraction, notes=tuple(notes),
+        within_noise=tuple(within_noise), matched_fraction=matched_fraction, speed_factor=speed,
+        speed_ops=speed_ops, notes=tuple(notes),
     )
 
 

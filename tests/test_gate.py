@@ -161,6 +161,30 @@ def test_op_regression_beyond_limit_fails_and_below_floor_is_not_judged() -> Non
     assert gate(base, cand, GatePolicy(max_step_regression_pct=50.0, max_op_regression_pct=80.0)).verdict is Verdict.PASS
 
 
+def test_busier_machine_is_divided_out_but_one_slower_op_is_not() -> None:
+    base = _stats(FIXED, step_us=14000.0, seed=20)
+    everything = {str(r["canonical_key"]): 1.8 for r in FIXED}
+    busy = _stats(FIXED, step_us=14000.0, seed=21, scale=everything)
+    r = gate(base, busy)
+    assert r.verdict is Verdict.PASS and r.speed_factor == pytest.approx(1.8, rel=0.05) and r.speed_ops == 4
+    assert any(re.match(r"machine speed: the 4 ops in common ran x1\.[78]\d\d", n) for n in r.notes), r.notes
+    # Without the normalization, the same captures fail on step time and every op.
+    raw = gate(base, busy, GatePolicy(normalize_speed=False))
+    assert raw.verdict is Verdict.REGRESSION and raw.speed_factor == 1.0
+    assert {v.rule for v in raw.violations} == {"step-time", "op-time"}
+    # On the busy machine, the argmax got 60% slower than everything else: still caught.
+    slower = {**everything, "jit_sample|fusion|(f32[64], s32[64])": 1.8 * 1.6}
+    r2 = gate(base, _stats(FIXED, step_us=14000.0, seed=22, scale=slower), GatePolicy(max_step_regression_pct=50))
+    assert [v.key for v in r2.violations] == ["jit_sample|fusion|(f32[64], s32[64])"]
+
+
+def test_too_few_ops_for_a_speed_factor_compares_as_captured() -> None:
+    rows = FIXED[:2]
+    r = gate(_stats(rows, step_us=9400.0, seed=23), _stats(rows, step_us=9400.0, seed=24))
+    assert r.speed_factor == 1.0 and r.speed_ops == 0
+    assert any("need 3" in n for n in r.notes)
+
+
 def test_noisy_change_is_within_noise_and_inconclusive_under_strict() -> None:
     base = _stats(FIXED, step_us=14000.0, seed=12, spread=0.4)
     cand = _stats(FIXED, step_us=14000.0, seed=13, spread=0.4, scale={"jit_decode|fusion|bf16[64,256000]": 1.1})

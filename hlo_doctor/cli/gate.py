@@ -88,6 +88,9 @@ def _print_result(result: GateResult, max_rows: int) -> None:
               help="Glob on canonical keys module|opcode|shape to leave out (repeatable; replaces the "
                    "policy's list).")
 @click.option("--alpha", "alpha", type=float, help="Significance level (alpha).")
+@click.option("--normalize-speed/--no-normalize-speed", "normalize_speed", default=None,
+              help="Judge times relative to the machine speed of each capture (median op ratio); "
+                   "default on (normalize_speed).")
 @click.option("--rows", "max_rows", type=int, default=20, show_default=True, help="Ops shown on the terminal.")
 @handle_errors
 def gate_cmd(
@@ -95,7 +98,7 @@ def gate_cmd(
     md_file: Path | None, json_file: Path | None, junit_file: Path | None, strict: bool,
     max_step_regression_pct: float | None, max_op_regression_pct: float | None, op_floor_us: float | None,
     fail_on_new: tuple[str, ...], new_op_min_bytes: int | None, ignore: tuple[str, ...],
-    alpha: float | None, max_rows: int,
+    alpha: float | None, normalize_speed: bool | None, max_rows: int,
 ) -> None:
     """Compare CANDIDATE's op stats with BASELINE's; exit 1 on a regression.
 
@@ -113,7 +116,7 @@ def gate_cmd(
     policy = resolve_policy(policy_file, {
         "max_step_regression_pct": max_step_regression_pct, "max_op_regression_pct": max_op_regression_pct,
         "op_floor_us": op_floor_us, "fail_on_new": fail_on_new, "new_op_min_bytes": new_op_min_bytes,
-        "ignore": ignore, "alpha": alpha,
+        "ignore": ignore, "alpha": alpha, "normalize_speed": normalize_speed,
     })
     base_stats = _load(baseline, "baseline")
     cand_stats = _load(candidate, "candidate")
