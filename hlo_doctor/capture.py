@@ -223,7 +223,7 @@ def capture_run(
     if warmup < 0:
         raise InputError(f"--warmup {warmup}: cannot be negative", "pass --warmup 0 or more")
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    final = Path(out_dir).absolute()
+    final = Path(out_dir)  # as the user named it: that is how the table header shows it
     with staged_run_dir(final) as tmp:
         if progress:
             progress("warmup", 0, warmup)
@@ -292,7 +292,7 @@ def attach_run(
     except ImportError as exc:  # pragma: no cover - xprof is a dependency
         raise InputError("--attach needs xprof's profiler client", "pip install xprof") from exc
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    final = Path(out_dir).absolute()
+    final = Path(out_dir)
     with staged_run_dir(final) as tmp:
         if progress:
             progress("capture", 0, 1)
