@@ -35,6 +35,23 @@ ENTRY %main.1 (a: f32[]) -> f32[] {
 }
 """
 
+# bf16 rounding of a matmul result inside the activation's fusion: intended numerics, not waste.
+_FUSED_ROUNDING = """\
+HloModule jit_mlp, entry_computation_layout={(f32[8,1024]{1,0})->f32[8,1024]{1,0}}
+
+%fused_computation (param_0.1: f32[8,1024]) -> f32[8,1024] {
+  %param_0.1 = f32[8,1024]{1,0} parameter(0)
+  %convert_element_type.9 = bf16[8,1024]{1,0} convert(%param_0.1), metadata={op_name="jit(mlp)/convert_element_type"}
+  %convert_element_type.8 = f32[8,1024]{1,0} convert(%convert_element_type.9), metadata={op_name="jit(mlp)/convert_element_type"}
+  ROOT %tanh.0 = f32[8,1024]{1,0} tanh(%convert_element_type.8)
+}
+
+ENTRY %main.1 (v.1: f32[8,1024]) -> f32[8,1024] {
+  %v.1 = f32[8,1024]{1,0} parameter(0)
+  ROOT %multiply_convert_fusion = f32[8,1024]{1,0} fusion(%v.1), kind=kLoop, calls=%fused_computation
+}
+"""
+
 # Narrowed for a reason: the bf16 value is also returned.
 _STORED_NARROW = """\
 HloModule jit_store, entry_computation_layout={(f32[8,1024]{1,0})->(bf16[8,1024]{1,0}, f32[8,1024]{1,0})}
@@ -52,10 +69,13 @@ class PrecisionRoundTrip(Rule):
     """A value narrowed and widened straight back: ``f32 -> bf16 -> f32``.
 
     What it flags:
-        A convert that widens the result of a convert narrowing the same dtype (``f32 -> bf16
-        -> f32``, ``f32 -> f16 -> f32``), both written in the program (their HLO metadata names
-        ``convert_element_type``), where the narrow value has no other use. Converts that XLA
-        inserts itself (no metadata) are not flagged.
+        A program step (an entry-level op: a bare convert or a fusion of converts only) that
+        narrows a value and widens it straight back to the same dtype (``f32 -> bf16 -> f32``,
+        ``f32 -> f16 -> f32``), both converts written in the program (their HLO metadata names
+        ``convert_element_type``) and the narrow value used nowhere else. Converts that XLA
+        inserts itself (no metadata) are not flagged, and neither is a round trip fused into
+        real work (``gelu(dot(x, w).astype(bf16).astype(f32))``): there it is a rounding step
+        in registers, usually there on purpose to match bf16 storage numerics.
     Why it costs:
         Two converts of work for a value that ends up in the type it started in, minus the
         precision the narrow type dropped. Usually a leftover of mixed-precision plumbing (a cast
@@ -75,6 +95,7 @@ class PrecisionRoundTrip(Rule):
 
     VALID = (
         Example(hlo=(_XLA_REDUCER,), note="XLA's own reducer converts"),
+        Example(hlo=(_FUSED_ROUNDING,), note="rounding fused into real work"),
         Example(hlo=(_STORED_NARROW,), note="the narrow value is also returned"),
     )
     INVALID = (
@@ -82,6 +103,7 @@ class PrecisionRoundTrip(Rule):
     )
 
     def check(self, ctx: Context) -> Iterator[Finding]:
+        seen: set[tuple[str, str]] = set()
         for m in ctx.modules:
             for outer in m.instructions():
                 if outer.opcode != "convert" or "convert_element_type" not in outer.op_name:
@@ -96,13 +118,17 @@ class PrecisionRoundTrip(Rule):
                 if len(m.users_of(narrow)) != 1:
                     continue
                 op = ctx.entry_op(m, outer)
-                # Only when the fusion does nothing else is its whole time wasted.
-                standalone = op is outer or is_convert_only(m, op)
+                # Fused into real work, a round trip is a rounding step done in registers, often on
+                # purpose (matching bf16 storage numerics): only a program step that does nothing
+                # but the round trip is flagged.
+                if not (op is outer or is_convert_only(m, op)) or (m.name, op.name) in seen:
+                    continue
+                seen.add((m.name, op.name))
                 yield ctx.finding(
                     self, m, outer,
                     f"{dtype_shape(src[0].shape)} is narrowed to {narrow.dtype} by {narrow.name} and widened "
                     f"back by {outer.name}: two converts and lost precision for a value of the same type",
-                    recoverable_fraction=1.0 if standalone else 0.0, source_inst=narrow,
+                    recoverable_fraction=1.0, source_inst=narrow,
                     evidence=(narrow.raw, outer.raw),
                     extra=(("narrow_dtype", narrow.dtype), ("dtype", outer.dtype)),
                 )
