@@ -202,6 +202,31 @@ def test_stats_bad_inputs(sampler_run: tuple[Path, dict], tmp_path: Path) -> Non
     _assert_one_line_error(_invoke("stats", str(tmp_path / "bad.json")), "not an hlo-doctor opstats export")
 
 
+@pytest.mark.slow
+def test_profile_engine(tmp_path: Path) -> None:
+    """The default target: the bundled reference engine, small, through the CLI."""
+    import importlib.util
+
+    if importlib.util.find_spec("hlo_doctor.engines") is None:
+        pytest.skip("the reference engine is not in this build")
+    out = tmp_path / "engine"
+    result = _invoke("profile", "--batch", "8", "--vocab", "1024", "--steps", "2", "--warmup", "1",
+                     "--out", str(out), "--format", "json")
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    doc = json.loads(result.stdout)  # type: ignore[attr-defined]
+    run = json.loads((out / "run.json").read_text())
+    assert run["target"] == "engine" and run["steps"] == 2
+    assert run["config"]  # what the engine built, recorded after its warm-up
+    rows = doc["rows"]
+    # The engine's sampling tail: the greedy sampler's aliasing copy of the f32 logits.
+    assert any(r["category"] == "copy" and r["module"] == "jit_sample" and r["shape"].startswith("f32[")
+               and ",1024]" in r["shape"] for r in rows)
+    assert any(r["category"] == "matmul" for r in rows)
+    bad = _invoke("profile", "--vocab", "0", "--out", str(tmp_path / "bad"))
+    _assert_one_line_error(bad)
+    _assert_no_run_left(tmp_path / "bad")
+
+
 def test_profile_without_target_needs_the_engine(tmp_path: Path) -> None:
     import importlib.util
 

@@ -132,8 +132,18 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def _engine_target(engine_path: Path | None, overrides: dict[str, Any]) -> tuple[Any, str, dict[str, Any]]:
-    """The bundled reference engine's profile target (or the engine source tree at ``engine_path``)."""
+# CLI option -> EngineConfig field, passed through when the engine's config has the field.
+_ENGINE_OPTIONS = {"batch": "batch", "vocab": "vocab_size", "layers": "num_layers"}
+
+
+def _engine_target(
+    engine_path: Path | None, overrides: dict[str, Any],
+) -> tuple[Any, str, dict[str, Any], Callable[[], None]]:
+    """The bundled reference engine's profile target (or the engine source tree at ``engine_path``).
+
+    Returns the target, its name for run.json, the config dict (filled in after warm-up, when the
+    engine can describe its precompiled menu) and the warm-up function.
+    """
     try:
         engines = importlib.import_module("hlo_doctor.engines")
     except ModuleNotFoundError as exc:
@@ -141,20 +151,32 @@ def _engine_target(engine_path: Path | None, overrides: dict[str, Any]) -> tuple
             raise
         raise NotAvailableError("the reference engine is not available in this build",
                                 "pass a TARGET (path/to/file.py:func) or --attach HOST:PORT") from exc
-    eng = engines.load_engine(str(engine_path) if engine_path is not None else None)
-    config_cls = eng.EngineConfig
+    eng = engines.load_engine(engine_path)
     known: set[str] = set()
-    if dataclasses.is_dataclass(config_cls):
-        known = {f.name for f in dataclasses.fields(config_cls)}
-    given = {k: v for k, v in overrides.items() if v is not None}
-    unknown = sorted(set(given) - known) if known else []
-    if unknown:
-        raise InputError(f"the engine's config has no {', '.join('--' + u for u in unknown)}",
-                         f"it takes: {', '.join(sorted(known))}")
-    target = eng.profile_target(config_cls(**given))
+    if dataclasses.is_dataclass(eng.EngineConfig):
+        known = {f.name for f in dataclasses.fields(eng.EngineConfig)}
+    given: dict[str, Any] = {}
+    for option, value in overrides.items():
+        if value is None:
+            continue
+        field_name = _ENGINE_OPTIONS.get(option, option)
+        if known and field_name not in known:
+            raise InputError(f"--{option}: this engine's config has no {field_name}",
+                             f"its fields: {', '.join(sorted(known))}")
+        given[field_name] = value
+    config_obj = engines.checked_config(eng, **given) if hasattr(engines, "checked_config") \
+        else eng.EngineConfig(**given)
+    target = eng.profile_target(config_obj)
     name = "engine" + (f":{engine_path}" if engine_path is not None else "")
-    describe = target.describe() if hasattr(target, "describe") else {}
-    return target, name, dict(describe)
+    config: dict[str, Any] = {}
+
+    def warmup() -> None:
+        target.warmup()
+        # After warm-up the engine can say what it built (its precompiled menu): record that.
+        if hasattr(target, "describe"):
+            config.update(dict(target.describe()))
+
+    return target, name, config, warmup
 
 
 @click.command("profile")
@@ -170,16 +192,17 @@ def _engine_target(engine_path: Path | None, overrides: dict[str, Any]) -> tuple
               help="Engine source tree to profile (default: the bundled reference engine).")
 @click.option("--batch", type=int, default=None, help="Engine batch size (engine target only).")
 @click.option("--vocab", type=int, default=None, help="Engine vocabulary size (engine target only).")
+@click.option("--layers", type=int, default=None, help="Engine decoder layers (engine target only).")
 @_common
 @handle_errors
 def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, attach: str | None,
                 duration_ms: int, engine_path: Path | None, batch: int | None, vocab: int | None,
-                top: int, fmt: str, group_by: str, output: Path | None) -> None:
+                layers: int | None, top: int, fmt: str, group_by: str, output: Path | None) -> None:
     """Capture a trace of TARGET and print its op-stats table.
 
     \b
     TARGET:
-      (none)                 the bundled reference engine (--engine PATH, --batch, --vocab)
+      (none)                 the bundled reference engine (--engine PATH, --batch, --vocab, --layers)
       path/to/file.py:func   func() runs one step and returns JAX arrays
       package.module:func    the same, imported by name
       --attach HOST:PORT     a running program with jax.profiler.start_server(PORT)
@@ -199,14 +222,15 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
         config: dict[str, Any] = {}
         warmup_fn: Callable[[], Any] | None = None
         if target is not None:
-            if engine_path is not None or batch is not None or vocab is not None:
-                raise InputError("--engine/--batch/--vocab apply to the bundled engine only",
+            if engine_path is not None or batch is not None or vocab is not None or layers is not None:
+                raise InputError("--engine/--batch/--vocab/--layers apply to the bundled engine only",
                                  "drop them, or drop TARGET to profile the engine")
             step_fn = resolve_target(target)
             name = target
         else:
-            engine_target, name, config = _engine_target(engine_path, {"batch": batch, "vocab": vocab})
-            step_fn, warmup_fn = engine_target.step, engine_target.warmup
+            engine_target, name, config, warmup_fn = _engine_target(
+                engine_path, {"batch": batch, "vocab": vocab, "layers": layers})
+            step_fn = engine_target.step
         with _progress() as progress:
             run_dir, stats = capture_run(step_fn, steps=steps, warmup=warmup, out_dir=out_dir, target=name,
                                          config=config, warmup_fn=warmup_fn, progress=progress)
