@@ -80,3 +80,15 @@ def test_invalid_example_has_expected_findings(case: tuple[LoadedRule, Example],
     # Exactly the expected findings: as many findings as expectations.
     ctx_findings = {g for g in got if "@" not in g}
     assert len(ctx_findings) == len({e.split("@")[0] for e in example.expect}), sorted(got)
+
+
+def test_the_user_rule_in_the_docs_works(tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "rules.md").read_text()
+    code = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "xx100_copy_of_copy.py").write_text(code)
+    book = load_rulebook([tmp_path])
+    assert not book.errors, book.errors
+    rule = book.get("XX100")
+    assert rule is not None and not rule.bundled
+    for example in rule.rule.INVALID:
+        assert _run(rule, example, tmp_path) >= set(example.expect)
