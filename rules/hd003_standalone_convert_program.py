@@ -109,7 +109,10 @@ class StandaloneConvertProgram(Rule):
                 f"program {prog.module.name} only converts {prog.narrow} -> {dtype_shape(prog.shape)} "
                 f"({fmt_bytes(prog.shape.nbytes)} written) and runs {per_step:.1f}x per step{into}",
                 recoverable_fraction=1.0, source_inst=prog.convert,
-                evidence=(prog.convert.raw,),
+                # An eager convert program is compiled once and cached: its metadata names the call
+                # that compiled it first (often a warm-up), which may not be the per-step caller.
+                evidence=(prog.convert.raw,
+                          "(the source line is where this cached eager program was first traced)"),
                 fix="bf16-greedy-sampler" if feeds_argmax else "",
                 extra=(("launches_per_step", round(per_step, 2)), ("narrow_dtype", prog.narrow)),
             )
