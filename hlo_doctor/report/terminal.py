@@ -33,15 +33,17 @@ def render_terminal(diagnosis: Diagnosis, *, details: bool = True) -> Renderable
     parts.append(head)
     if diagnosis.findings:
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-        for col, justify in (("code", "left"), ("sev", "left"), ("module", "left"), ("op", "left"),
-                             ("shape", "left"), ("time/step", "right"), ("% step", "right"),
-                             ("recoverable", "right"), ("source", "left"), ("fix", "left")):
-            table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        # The fix id and full paths are in the details below; the table stays one line per finding.
+        for col, justify, wrap in (("code", "left", False), ("sev", "left", False), ("module", "left", True),
+                                   ("op", "left", True), ("shape", "left", True), ("time/step", "right", False),
+                                   ("% step", "right", False), ("recoverable", "right", False),
+                                   ("source", "left", True)):
+            table.add_column(col, justify=justify, no_wrap=not wrap, overflow="fold")  # type: ignore[arg-type]
         for f in diagnosis.findings:
             table.add_row(
                 f.code, Text(str(f.severity), style=_STYLE.get(f.severity, "")), f.module, f.op,
                 f.shape, fmt_us(f.time_per_step_us), fmt_pct(f.pct_of_step), fmt_us(f.recoverable_us),
-                short_path(f.source, 2) if f.source else "", f.fix,
+                short_path(f.source, 1) if f.source else "",
             )
         parts.append(table)
         if details:
@@ -54,7 +56,7 @@ def render_terminal(diagnosis: Diagnosis, *, details: bool = True) -> Renderable
                 parts.append(line)
                 parts.append(Text("  " + f.message))
                 for ev in f.evidence[:4]:
-                    parts.append(Text("    " + (ev if len(ev) <= 160 else ev[:157] + "..."), style="dim"))
+                    parts.append(Text("    " + ev, style="dim", no_wrap=True, overflow="ellipsis"))
                 if f.source:
                     parts.append(Text(f"  at {f.source}", style="dim"))
                 if f.fix:
