@@ -20,6 +20,8 @@ import numpy as np
 from .config import EngineConfig, validate
 from .recompilation import CompileWatch
 from .runner import ModelRunner, SamplerOutput
+from .sampling import compute_and_gather_logprobs, sample
+from .sampling_metadata import TPUSupportedSamplingMetadata
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)`` with stage ``warmup``, ``prefill`` or ``decode``."""
@@ -40,6 +42,14 @@ def _pad_rows(array: np.ndarray, rows: int) -> np.ndarray:
 
 
 def _warm_runner(config: EngineConfig) -> ModelRunner:
+    """A runner as after an engine start: parameters, the precompiled menu, an empty KV cache.
+
+    The module-level jitted functions keep their caches for the life of the process; they are
+    cleared first so that each run starts cold, as a freshly started engine does, and only its own
+    menu can serve its steps (a miss then shows in every run, not only in the process's first).
+    """
+    for jitted in (sample, compute_and_gather_logprobs):
+        jitted.clear_cache()  # type: ignore[attr-defined]
     runner = ModelRunner(config)
     runner.load_model()
     runner.capture_model()
@@ -79,14 +89,15 @@ class StepTarget:
         self.runner: ModelRunner | None = None
         self._tokens: jax.Array | None = None
         self._position = config.prompt_len
-        self._metadata = None
+        self._metadata: TPUSupportedSamplingMetadata | None = None
 
     def warmup(self) -> None:
         """Generate parameters, build the precompiled menu, and prefill the batch."""
         runner = _warm_runner(self.config)
         padded = self.config.padded_num_reqs
-        self._metadata = runner.sampling_metadata(padded)
-        out = runner.execute_prefill(_pad_rows(make_prompts(self.config), padded), self._metadata)
+        metadata = runner.sampling_metadata(padded)
+        out = runner.execute_prefill(_pad_rows(make_prompts(self.config), padded), metadata)
+        self._metadata = metadata
         self._tokens = jax.block_until_ready(out.next_tokens)
         self._position = self.config.prompt_len
         self.runner = runner

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -46,10 +47,10 @@ class _CompileLog:
                 jax.monitoring.register_event_duration_secs_listener(self._on_duration)
                 self._registered = True
 
-    def _on_duration(self, event: str, duration: float, **kwargs: object) -> None:
+    def _on_duration(self, event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event in _WATCHED_EVENTS:
             with self._lock:
-                self._events.append(CompileEvent(event, str(kwargs.get("fun_name", "?")), duration, time.time()))
+                self._events.append(CompileEvent(event, str(kwargs.get("fun_name", "?")), duration_secs, time.time()))
 
     def mark(self) -> int:
         with self._lock:
@@ -71,6 +72,45 @@ def _bare_name(fun_name: str) -> str:
     return match.group(1) if match else fun_name
 
 
+def _type_diff_from_jax_frame() -> str | None:
+    """The argument types that differ from the closest same-structure cache key, or None.
+
+    JAX's own explanation reports only its "closest" previous key, and it ranks a pytree-metadata
+    difference (another ``do_sampling``/``logprobs`` entry of the menu) before a dtype difference; the
+    entry that differs only in dtype is the one that says what went wrong. The log record is emitted
+    synchronously from JAX's ``explain`` function, whose locals hold the new and the previous keys.
+    This reads them when it can (an internal of jax 0.10) and otherwise gives up quietly.
+    """
+    frame = sys._getframe()
+    for _ in range(30):
+        frame = frame.f_back  # type: ignore[assignment]
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "explain" and {"in_avals", "keys", "debug_info"} <= frame.f_locals.keys():
+            break
+    else:
+        return None
+    try:
+        local = frame.f_locals
+        new = local["in_avals"]
+        names = local["debug_info"].arg_names or ()
+        best: tuple[int, int, list[str]] | None = None
+        for key in local["keys"]:
+            old = key[1][0]
+            if old.tree != new.tree or len(old.vals) != len(new.vals):
+                continue
+            pairs = [(name, a, b) for name, a, b in zip(names, new.vals, old.vals, strict=False) if a != b]
+            # Closest: fewest differing arguments, then fewest differing shapes (a dtype-only
+            # difference at the same bucket says more than one at another bucket).
+            score = (len(pairs), sum(getattr(a, "shape", None) != getattr(b, "shape", None) for _, a, b in pairs))
+            diffs = [f"at {name}, now {a.str_short(True)} and before {b.str_short(True)}" for name, a, b in pairs]
+            if diffs and (best is None or score < best[:2]):
+                best = (*score, diffs)
+        return "; ".join(best[2]) if best else None
+    except Exception:  # noqa: BLE001 - internals moved: fall back to JAX's message
+        return None
+
+
 class _MissExplanations(logging.Handler):
     """Keeps the detail lines of JAX's "TRACING CACHE MISS" explanations, by function name."""
 
@@ -86,12 +126,14 @@ class _MissExplanations(logging.Handler):
         if "CACHE MISS" not in message:
             return
         header = _MISS_HEADER.search(message)
-        name = header.group(1) if header else "?"
-        details = [line.strip(" *") for line in message.splitlines() if " now " in line or "never seen" in line]
-        # "never seen function" alone is the first trace of a nested function: no news.
-        details = [d for d in details if " now " in d]
-        if details:
-            self.reasons.append((name, "; ".join(details)))
+        if header is None:
+            # "never seen function": the first trace of a function nested in a traced one, no news.
+            return
+        detail = _type_diff_from_jax_frame()
+        if detail is None:
+            lines = [line.strip(" *") for line in message.splitlines()[3:] if line.strip()]
+            detail = "; ".join(lines) if lines else "cache miss"
+        self.reasons.append((header.group(1), detail))
 
 
 class CompileWatch:
@@ -109,7 +151,7 @@ class CompileWatch:
     def __enter__(self) -> CompileWatch:
         self._mark = COMPILE_LOG.mark()
         if self._explain:
-            self._previous_explain = bool(jax.config.jax_explain_cache_misses)
+            self._previous_explain = bool(jax.config.jax_explain_cache_misses)  # type: ignore[attr-defined]
             jax.config.update("jax_explain_cache_misses", True)
             logger = logging.getLogger("jax")
             logger.addHandler(self._handler)
@@ -167,10 +209,9 @@ class ForbidCompile:
         self._mark = COMPILE_LOG.mark()
         return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
             events = COMPILE_LOG.since(self._mark)
             if events:
                 names = sorted({e.fun_name for e in events})
                 raise RecompilationError(f"{self.message}: {', '.join(names)}")
-        return False

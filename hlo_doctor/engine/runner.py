@@ -18,7 +18,16 @@ import numpy as np
 
 from .compilation_manager import CompilationManager
 from .config import EngineConfig
-from .model import KVCaches, ModelDims, Params, compute_logits, decode_forward, init_kv_caches, init_params, prefill_forward
+from .model import (
+    KVCaches,
+    ModelDims,
+    Params,
+    compute_logits,
+    decode_forward,
+    init_kv_caches,
+    init_params,
+    prefill_forward,
+)
 from .recompilation import ForbidCompile
 from .sampling import LogprobsTensors, compute_and_gather_logprobs, sample
 from .sampling_metadata import TPUSupportedSamplingMetadata
