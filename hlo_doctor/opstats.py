@@ -30,20 +30,27 @@ import numpy as np
 import pandas as pd
 
 from hlo_doctor.errors import InputError
+
+# The shape/bracket helpers are the parser's own; op texts in device traces use the same syntax.
 from hlo_doctor.hlo import (
     HloInstruction,
     HloModule,
+    HloShape,
+    _find_closing,
+    _parse_shape_prefix,
+    _split_top_level,
     fused_opcodes,
     is_convert_only,
     module_text_from_proto,
     parse_module,
 )
 from hlo_doctor.model import RunInfo
-from hlo_doctor.trace import CompileEvent, Trace, find_xplanes, read_trace
+from hlo_doctor.trace import CompileEvent, Trace, find_xplanes, read_trace, xprof_hlo_stats
 
 __all__ = [
     "COLUMNS", "COLUMN_NAMES", "PER_STEP_COLUMNS", "Column", "CompileEvent", "OpStats", "build_opstats",
     "categorize", "empty_table", "from_json", "group_by_shape", "load_opstats", "modules_from_trace",
+    "parse_op_text",
     "to_json", "write_exports",
 ]
 
@@ -379,10 +386,13 @@ def build_opstats(
     run: RunInfo | None = None,
     source_path: str = "",
     warnings: Sequence[str] = (),
+    op_texts: Iterable[tuple[str, int, str, str]] = (),
 ) -> OpStats:
     """Build the op-stats table from a trace's op events and the HLO modules of that run.
 
-    ``modules`` default to the ones stored in the trace. Returns an :class:`OpStats` whose
+    ``modules`` default to the ones stored in the trace. ``op_texts`` adds (module, program id, op,
+    HLO text) entries (module may be empty) to the ones the trace carries: the shape of an op whose
+    module is not in the trace comes from its text. Returns an :class:`OpStats` whose
     ``table`` has the columns :data:`COLUMN_NAMES` and ``per_step`` the columns
     :data:`PER_STEP_COLUMNS`.
     """
@@ -396,6 +406,10 @@ def build_opstats(
     by_name: dict[str, HloModule] = {}
     for m in parsed:
         by_name.setdefault(m.name, m)
+
+    op_text: dict[tuple[str, int, str], str] = {}
+    for module_name, pid, op, text in (*trace.op_expressions, *op_texts):
+        op_text.setdefault((module_name, pid, op), text)
 
     ev = _events_frame(trace)
     if trace.steps:
@@ -435,17 +449,26 @@ def build_opstats(
         total_us = float(rec.total_ns) / 1e3
         devices = max(int(rec.devices), 1)
         per_step_us = total_us / num_steps / devices
-        shape = inst.shape.text() if inst is not None else ""
-        operands = module.operands_of(inst) if (module is not None and inst is not None) else []
-        operand_text = "; ".join(o.shape.text() for o in operands)
-        bytes_written = inst.shape.nbytes if inst is not None else 0
-        bytes_read = sum(o.shape.nbytes for o in operands)
+        if inst is not None:
+            opcode = inst.opcode
+            result_shape: HloShape | None = inst.shape
+            operand_list = [o.shape for o in module.operands_of(inst)] if module is not None else []
+            category = categorize(module, inst, op)
+        else:
+            # No module for this op: its HLO text from the device trace (or xprof) still has shapes.
+            text = op_text.get((module_name, pid, op)) or op_text.get(("", pid, op)) or ""
+            opcode, result_shape, operand_list = parse_op_text(text)
+            category = _categorize_set({opcode}) if opcode and opcode != "fusion" else categorize(None, None, op)
+        shape = result_shape.text() if result_shape is not None else ""
+        operand_text = "; ".join(o.text() for o in operand_list)
+        bytes_written = result_shape.nbytes if result_shape is not None else 0
+        bytes_read = sum(o.nbytes for o in operand_list)
         rows.append({
             "program_id": pid if pid >= 0 else None,
             "module": module_name,
             "op": op,
-            "opcode": inst.opcode if inst is not None else "",
-            "category": categorize(module, inst, op),
+            "opcode": opcode,
+            "category": category,
             "shape": shape,
             "operand_shapes": operand_text,
             "occurrences": int(rec.occurrences),
@@ -699,4 +722,47 @@ def load_opstats(path: str | Path) -> OpStats:
     trace = read_trace(xplanes)
     run_json = _run_json_for(xplanes, p)
     run = read_run_info(run_json) if run_json is not None else None
-    return build_opstats(trace, run=run, source_path=str(p))
+    texts: list[tuple[str, int, str, str]] = []
+    if trace.backend != "cpu" and not trace.module_protos:
+        # A device trace without its HLO modules: xprof's hlo_stats has each op's HLO text (it is
+        # empty for XLA:CPU traces, so it is not asked there).
+        for row in xprof_hlo_stats(xplanes):
+            try:
+                pid = int(str(row.get("program_id", "")).strip())
+            except ValueError:
+                continue
+            name, text = str(row.get("hlo_op_name", "")), str(row.get("hlo_op_expression", "") or "")
+            if name and text:
+                texts.append(("", pid, name, text))
+    return build_opstats(trace, run=run, source_path=str(p), op_texts=texts)
+
+
+def parse_op_text(text: str) -> tuple[str, HloShape | None, list[HloShape]]:
+    """(opcode, result shape, operand shapes) from one op's HLO text; ``("", None, [])`` if unreadable.
+
+    Device traces and xprof print ops as ``%fusion.1 = bf16[8,128]{1,0} fusion(bf16[8,128]{1,0} %p0)``:
+    operand shapes are printed inline, so bytes can be estimated without the module.
+    """
+    if "=" not in text:
+        return "", None, []
+    rest = text.split("=", 1)[1]
+    try:
+        shape, rest = _parse_shape_prefix(rest)
+    except ValueError:
+        return "", None, []
+    m = re.match(r"\s*([a-z][\w\-]*)\(", rest)
+    if not m:
+        return "", shape, []
+    opcode = m.group(1)
+    operands: list[HloShape] = []
+    try:
+        close = _find_closing(rest, m.end() - 1)
+    except ValueError:
+        return opcode, shape, []
+    for token in _split_top_level(rest[m.end():close]):
+        try:
+            operand, _ = _parse_shape_prefix(token)
+        except ValueError:
+            continue  # an operand printed without its shape
+        operands.append(operand)
+    return opcode, shape, operands

@@ -116,6 +116,9 @@ class Trace:
     module_protos: tuple[ModuleProto, ...]
     versions: tuple[tuple[str, str], ...]
     """``jax_version`` and friends, from the metadata plane's stats."""
+    op_expressions: tuple[tuple[str, int, str, str], ...] = ()
+    """(module, program id, op, HLO text of the op) that device traces carry in their event metadata
+    (or xprof's ``hlo_stats`` gives): the shape's source when the trace holds no HLO module."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,6 +303,131 @@ def module_protos_from_xspace(buf: bytes, host: str = "") -> list[ModuleProto]:
     return out
 
 
+def device_event_metadata(buf: bytes) -> dict[str, dict[str, tuple[str, dict[str, object]]]]:
+    """Event metadata of the device planes: plane name -> event name -> (display name, stats).
+
+    ``ProfileData`` hands out an event's name and its own stats only; on TPU the HLO op name is the
+    metadata's display name and stats such as ``program_id`` live on the metadata.
+    """
+    out: dict[str, dict[str, tuple[str, dict[str, object]]]] = {}
+    for number, _, start, end in _fields(buf):
+        if number != 1:
+            continue
+        plane_fields = list(_fields(buf, start, end))
+        name = next((_string(buf, s, e) for n, w, s, e in plane_fields if n == 2 and w == 2), "")
+        if not name.startswith("/device:"):
+            continue
+        stat_names: dict[int, str] = {}
+        for n, _, s, e in plane_fields:
+            if n != 5:
+                continue
+            for kn, _, ks, ke in _fields(buf, s, e):
+                if kn == 2:
+                    sid, sname = 0, ""
+                    for mn, mw, ms, me in _fields(buf, ks, ke):
+                        if mn == 1 and mw == 0:
+                            sid = ms
+                        elif mn == 2 and mw == 2:
+                            sname = _string(buf, ms, me)
+                    stat_names[sid] = sname
+        events: dict[str, tuple[str, dict[str, object]]] = {}
+        for n, _, s, e in plane_fields:
+            if n != 4:
+                continue
+            for kn, _, ks, ke in _fields(buf, s, e):
+                if kn != 2:
+                    continue
+                ev_name, display = "", ""
+                stats: dict[str, object] = {}
+                for mn, mw, ms, me in _fields(buf, ks, ke):
+                    if mn == 2 and mw == 2:
+                        ev_name = _string(buf, ms, me)
+                    elif mn == 4 and mw == 2:
+                        display = _string(buf, ms, me)
+                    elif mn == 5 and mw == 2:
+                        stat_id = 0
+                        value: object = None
+                        for sn, sw, ss, se in _fields(buf, ms, me):
+                            if sn == 1 and sw == 0:
+                                stat_id = ss
+                            elif sn == 3 and sw == 0:
+                                value = ss
+                            elif sn == 4 and sw == 0:
+                                value = ss - (1 << 64) if ss >= 1 << 63 else ss
+                            elif sn == 7 and sw == 0:
+                                # A ref_value names another stat metadata whose name is the value.
+                                value = stat_names.get(ss, "")
+                            elif sn == 5 and sw == 2:
+                                value = _string(buf, ss, se)
+                        if value is not None and stat_id in stat_names:
+                            stats[stat_names[stat_id]] = value
+                if ev_name:
+                    events[ev_name] = (display, stats)
+        out[name] = events
+    return out
+
+
+_OP_TEXT = re.compile(r"^\s*%?([\w.\-]+)\s*=\s*\S")
+
+
+def split_op_text(text: str) -> tuple[str, str]:
+    """``("fusion.1", text)`` for an op's HLO text (``%fusion.1 = bf16[8]{0} fusion(...)``), else
+    ``(text, "")``."""
+    m = _OP_TEXT.match(text)
+    if m:
+        return m.group(1), text.strip()
+    return text, ""
+
+
+def xprof_hlo_stats(paths: list[Path]) -> list[dict[str, object]]:
+    """xprof's ``hlo_stats`` rows for these xplanes, each as {column id: value}.
+
+    Runs xprof's conversion on copies in a temporary directory (it writes cache files beside its
+    input). Columns are looked up by ``id`` because their order changes between releases. Empty for
+    XLA:CPU traces, and when xprof cannot convert the trace.
+    """
+    import json
+    import shutil
+    import tempfile
+
+    try:
+        from xprof.convert import raw_to_tool_data
+    except ImportError:  # pragma: no cover - xprof is a dependency
+        return []
+    with tempfile.TemporaryDirectory(prefix="hlo-doctor-xprof-") as tmp:
+        copies = []
+        for p in paths:
+            copy = Path(tmp) / p.name
+            shutil.copy(p, copy)
+            copies.append(str(copy))
+        try:
+            data, _ = raw_to_tool_data.xspace_to_tool_data(copies, "hlo_stats", {})
+        except Exception:  # noqa: BLE001 - xprof's converter raises anything on traces it dislikes
+            return []
+    if not data:
+        return []
+    try:
+        doc = json.loads(data)
+    except (TypeError, ValueError):
+        return []
+    return datatable_rows(doc)
+
+
+def datatable_rows(doc: object) -> list[dict[str, object]]:
+    """Rows of a Google DataTable JSON (``cols`` with ids, ``rows`` of ``{"c": [{"v": ...}]}``)."""
+    if isinstance(doc, list):
+        doc = doc[0] if doc else {}
+    if not isinstance(doc, dict):
+        return []
+    ids = [str(c.get("id", "")) for c in doc.get("cols", []) if isinstance(c, dict)]
+    rows = []
+    for row in doc.get("rows", []) or []:
+        cells = row.get("c", []) if isinstance(row, dict) else []
+        rows.append({ids[i]: (cell.get("v") if isinstance(cell, dict) else None)
+                     for i, cell in enumerate(cells) if i < len(ids)})
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading events
 # ---------------------------------------------------------------------------------------------
@@ -326,6 +454,7 @@ def read_trace(paths: list[Path]) -> Trace:
     dur_cols: list[float] = []
     self_cols: list[float] = []
     run_cols: list[int] = []
+    expressions: dict[tuple[str, int, str], str] = {}
     steps: list[StepMark] = []
     compiles: list[CompileEvent] = []
     protos: list[ModuleProto] = []
@@ -348,6 +477,7 @@ def read_trace(paths: list[Path]) -> Trace:
                              "the file may be truncated or corrupt; capture again") from exc
         try:
             protos.extend(module_protos_from_xspace(buf, host))
+            device_meta = device_event_metadata(buf)
         except ValueError as exc:
             raise InputError(f"{origin}: corrupt metadata plane ({exc})", "capture again") from exc
         del buf
@@ -369,7 +499,8 @@ def read_trace(paths: list[Path]) -> Trace:
         for plane in device_planes:
             kind = _device_plane_backend(plane.name)
             n_before = len(op_cols)
-            _read_device_plane(plane, host, host_cols, device_cols, module_cols, pid_cols, op_cols,
+            _read_device_plane(plane, device_meta.get(plane.name, {}), expressions,
+                               host, host_cols, device_cols, module_cols, pid_cols, op_cols,
                                start_cols, dur_cols, self_cols, run_cols)
             if len(op_cols) > n_before:
                 backends.add(kind)
@@ -400,6 +531,7 @@ def read_trace(paths: list[Path]) -> Trace:
                      self_cols, run_cols),
         steps=tuple(steps), compile_events=tuple(compiles), module_protos=tuple(protos),
         versions=tuple(sorted(versions.items())),
+        op_expressions=tuple((m, p, o, e) for (m, p, o), e in sorted(expressions.items())),
     )
 
 
@@ -499,7 +631,8 @@ def _read_host_plane(
 
 
 def _read_device_plane(
-    plane: object, host: str, host_cols: list[str], device_cols: list[str], module_cols: list[str],
+    plane: object, metadata: dict[str, tuple[str, dict[str, object]]],
+    expressions: dict[tuple[str, int, str], str], host: str, host_cols: list[str], device_cols: list[str], module_cols: list[str],
     pid_cols: list[int], op_cols: list[str], start_cols: list[float], dur_cols: list[float],
     self_cols: list[float], run_cols: list[int],
 ) -> None:
@@ -531,12 +664,19 @@ def _read_device_plane(
             continue
         line_ops: list[tuple[float, float, str, str, int, int]] = []
         for ev in ln.events:
-            sd = dict(ev.stats) if ev.stats else {}
+            name = ev.name
+            display, meta_stats = metadata.get(name, ("", {}))
+            own = dict(ev.stats) if ev.stats else {}
+            sd = {**meta_stats, **own} if meta_stats else own
             op = sd.get("hlo_op")
             if op is None:
                 if not xla_ops:
                     continue
-                op = ev.name
+                # On TPU the op name is the metadata's display name; the name may be its HLO text.
+                op = display or name
+            op, text = split_op_text(str(op))
+            if not text:
+                text = split_op_text(name)[1] or str(sd.get("long_name", "") or "")
             module = str(sd.get("hlo_module", ""))
             pid_value = sd.get("program_id")
             pid = int(pid_value) if pid_value is not None else -1
@@ -550,7 +690,9 @@ def _read_device_plane(
             module, suffix_pid = _split_module(module)
             if pid < 0 and suffix_pid is not None:
                 pid = suffix_pid
-            line_ops.append((ev.start_ns, ev.duration_ns, module, str(op), pid, run))
+            if text:
+                expressions.setdefault((module, pid, op), text)
+            line_ops.append((ev.start_ns, ev.duration_ns, module, op, pid, run))
         if line_ops:
             _append_line_ops(line_ops, host, pname, host_cols, device_cols, module_cols, pid_cols,
                              op_cols, start_cols, dur_cols, self_cols, run_cols)

@@ -181,9 +181,11 @@ class _Plane:
         kind = 4 if isinstance(value, int) else (5 if isinstance(value, str) else 6)
         return _field(1, sid) + _field(kind, value)
 
-    def event_metadata(self, name: str, **stats: int | str | bytes) -> int:
+    def event_metadata(self, name: str, display: str = "", **stats: int | str | bytes) -> int:
         mid = self.events.setdefault(name, len(self.events) + 1)
         self.event_stats[mid] = b"".join(_field(5, self._stat(k, v)) for k, v in stats.items())
+        if display:
+            self.event_stats[mid] += _field(4, display)
         return mid
 
     def line(self, line_id: int, name: str, events: list[tuple[str, float, float, dict[str, int | str]]]) -> None:
@@ -305,3 +307,60 @@ def test_gpu_stream_kernels(tmp_path: Path) -> None:
     # Step 0 runs from the first execution's start to the second's; the last one to the end of
     # the last op event (the memcpy is not an HLO op).
     assert stats.step_times_us == pytest.approx((50.0, 27.0))
+
+
+def test_tpu_op_names_and_shapes_from_event_metadata(tmp_path: Path) -> None:
+    """TPU op events named by their HLO text, the op name in the metadata's display name, the
+    program id as a metadata stat, and no HLO module in the trace: shapes come from the text."""
+    dev = _Plane(10, "/device:TPU:0")
+    copy_text = "%copy.2 = f32[512,256000]{1,0:T(8,128)} copy(f32[512,256000]{1,0:T(8,128)} %param.1)"
+    convert_text = ("%convert_element_type.1 = f32[512,256000]{1,0} convert(bf16[512,256000]{1,0} "
+                    "%Arg_0.1)")
+    dev.event_metadata(copy_text, display="copy.2", program_id=41)
+    dev.event_metadata(convert_text, display="convert_element_type.1", program_id=40)
+    dev.line(1, "XLA Modules", [("jit_sample(41)", 0.0, 10.0, {}), ("jit_convert_element_type(40)", 20.0, 5.0, {}),
+                                ("jit_sample(41)", 100.0, 10.0, {}),
+                                ("jit_convert_element_type(40)", 120.0, 5.0, {})])
+    dev.line(2, "XLA Ops", [(copy_text, 1.0, 8.0, {}), (convert_text, 21.0, 3.0, {}),
+                            (copy_text, 101.0, 8.0, {}), (convert_text, 121.0, 3.0, {})])
+    path = tmp_path / "tpu.xplane.pb"
+    path.write_bytes(_xspace(_Plane(1, "/host:metadata"), dev))
+    stats = load_opstats(path)
+    table = stats.table.set_index("op")
+    assert set(table.index) == {"copy.2", "convert_element_type.1"}
+    copy = table.loc["copy.2"]
+    assert copy["module"] == "jit_sample" and copy["program_id"] == 41
+    assert copy["opcode"] == "copy" and copy["category"] == "copy"
+    assert copy["shape"] == "f32[512,256000]{1,0}" and copy["canonical_key"] == "jit_sample|copy|f32[512,256000]"
+    assert copy["bytes_read"] == copy["bytes_written"] == 512 * 256000 * 4
+    convert = table.loc["convert_element_type.1"]
+    assert convert["category"] == "convert" and convert["operand_shapes"] == "bf16[512,256000]{1,0}"
+    assert convert["bytes_read"] == 512 * 256000 * 2 and convert["program_id"] == 40
+    assert stats.step_source == "module-executions" and stats.num_steps == 2
+
+
+def test_xprof_hlo_stats_columns_by_id(tmp_path: Path, real_module: tuple[str, int, bytes, list[str]]) -> None:
+    """xprof's hlo_stats on a device trace: columns are found by id, whatever their order."""
+    import json
+
+    from xprof.convert import raw_to_tool_data
+
+    from hlo_doctor.trace import datatable_rows, xprof_hlo_stats
+
+    path = tmp_path / "tpu-host.xplane.pb"
+    path.write_bytes(_tpu_trace(real_module, with_metadata=False))
+    assert xprof_hlo_stats([path]) == []  # xprof finds no TPU core details in a built trace
+    assert [p.name for p in tmp_path.iterdir()] == ["tpu-host.xplane.pb"]  # nothing written beside it
+    copy = tmp_path / "copy" / path.name
+    copy.parent.mkdir()
+    shutil.copy(path, copy)
+    data, _ = raw_to_tool_data.xspace_to_tool_data([str(copy)], "hlo_stats", {})
+    cols = json.loads(data)["cols"]  # this xprof release's real columns
+    ids = [c["id"] for c in cols]
+    assert {"program_id", "hlo_op_name", "hlo_op_expression", "category"} <= set(ids)
+    values = {"program_id": "7", "hlo_op_name": "copy.2", "category": "data formatting",
+              "hlo_op_expression": "%copy.2 = f32[8]{0} copy(f32[8]{0} %p)"}
+    reordered = list(reversed(cols))
+    doc = {"cols": reordered, "rows": [{"c": [{"v": values.get(c["id"])} for c in reordered]}]}
+    (row,) = datatable_rows(doc)
+    assert {k: row[k] for k in values} == values
