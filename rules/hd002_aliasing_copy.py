@@ -41,39 +41,52 @@ ENTRY %main.3 (logits.1: f32[8,1024]) -> (s32[8], f32[8,1024]) {
 """
 
 _IDENTITY = """\
-HloModule jit_identity, entry_computation_layout={(f32[4,16]{1,0})->f32[4,16]{1,0}}
+HloModule jit_identity, entry_computation_layout={(f32[64,64]{1,0})->f32[64,64]{1,0}}
 
-ENTRY %main.1 (x.1: f32[4,16]) -> f32[4,16] {
-  %x.1 = f32[4,16]{1,0} parameter(0)
-  ROOT %copy.1 = f32[4,16]{1,0} copy(%x.1)
+ENTRY %main.1 (x.1: f32[64,64]) -> f32[64,64] {
+  %x.1 = f32[64,64]{1,0} parameter(0)
+  ROOT %copy.1 = f32[64,64]{1,0} copy(%x.1)
 }
 """
 
 _DONATED = """\
-HloModule jit_step, is_scheduled=true, input_output_alias={ {}: (0, {}, may-alias) }, entry_computation_layout={(f32[4,16]{1,0})->f32[4,16]{1,0}}
+HloModule jit_step, is_scheduled=true, input_output_alias={ {}: (0, {}, may-alias) }, entry_computation_layout={(f32[64,64]{1,0})->f32[64,64]{1,0}}
 
-ENTRY %main.1 (x.1: f32[4,16]) -> f32[4,16] {
-  %x.1 = f32[4,16]{1,0} parameter(0)
-  ROOT %copy.1 = f32[4,16]{1,0} copy(%x.1)
+ENTRY %main.1 (x.1: f32[64,64]) -> f32[64,64] {
+  %x.1 = f32[64,64]{1,0} parameter(0)
+  ROOT %copy.1 = f32[64,64]{1,0} copy(%x.1)
 }
 """
 
 _TRANSPOSING_COPY = """\
-HloModule jit_t, entry_computation_layout={(f32[4,16]{1,0})->f32[4,16]{0,1}}
+HloModule jit_t, entry_computation_layout={(f32[64,64]{1,0})->f32[64,64]{0,1}}
 
-ENTRY %main.1 (x.1: f32[4,16]) -> f32[4,16] {
-  %x.1 = f32[4,16]{1,0} parameter(0)
-  ROOT %copy.1 = f32[4,16]{0,1} copy(%x.1)
+ENTRY %main.1 (x.1: f32[64,64]) -> f32[64,64] {
+  %x.1 = f32[64,64]{1,0} parameter(0)
+  ROOT %copy.1 = f32[64,64]{0,1} copy(%x.1)
 }
 """
 
 _COPY_NOT_RETURNED = """\
-HloModule jit_c, entry_computation_layout={(f32[4,16]{1,0})->f32[4,16]{1,0}}
+HloModule jit_c, entry_computation_layout={(f32[64,64]{1,0})->f32[64,64]{1,0}}
 
-ENTRY %main.1 (x.1: f32[4,16]) -> f32[4,16] {
-  %x.1 = f32[4,16]{1,0} parameter(0)
-  %copy.1 = f32[4,16]{1,0} copy(%x.1)
-  ROOT %n = f32[4,16]{1,0} negate(%copy.1)
+ENTRY %main.1 (x.1: f32[64,64]) -> f32[64,64] {
+  %x.1 = f32[64,64]{1,0} parameter(0)
+  %copy.1 = f32[64,64]{1,0} copy(%x.1)
+  ROOT %n = f32[64,64]{1,0} negate(%copy.1)
+}
+"""
+
+
+# Below this a copy is noise (scalars, small metadata arrays) next to the step's real work.
+MIN_BYTES = 4096
+
+_SCALAR = """\
+HloModule jit_convert_element_type, entry_computation_layout={(bf16[])->bf16[]}
+
+ENTRY %main.1 (args_0_.1: bf16[]) -> bf16[] {
+  %args_0_.1 = bf16[] parameter(0)
+  ROOT %copy = bf16[] copy(%args_0_.1)
 }
 """
 
@@ -85,7 +98,7 @@ class AliasingCopy(Rule):
         A ``copy`` in the entry computation whose operand is an entry parameter, whose layout is
         the same on both sides, and whose result is (part of) the program's output, while that
         parameter is not donated (not in ``input_output_alias``). The finding says which output
-        and which parameter.
+        and which parameter. Copies under 4 KiB (scalars, small metadata arrays) are ignored.
     Why it costs:
         A jitted function that returns its input without donation cannot hand back the caller's
         buffer, so XLA's copy insertion materialises a full copy of it: one read and one write of
@@ -109,6 +122,7 @@ class AliasingCopy(Rule):
         Example(hlo=(_DONATED,), note="donated parameter"),
         Example(hlo=(_TRANSPOSING_COPY,), note="layout-changing copy"),
         Example(hlo=(_COPY_NOT_RETURNED,), note="copy that is not an output"),
+        Example(hlo=(_SCALAR,), note="a scalar copy"),
     )
     INVALID = (
         Example(hlo=(_RETURNS_INPUT,), expect=("HD002 copy",), note="sampler returning its input"),
@@ -124,7 +138,7 @@ class AliasingCopy(Rule):
         for m in ctx.modules:
             donated = m.aliased_parameters()
             for inst in m.entry.instructions:
-                if inst.opcode != "copy" or not m.is_live_out(inst):
+                if inst.opcode != "copy" or not m.is_live_out(inst) or inst.shape.nbytes < MIN_BYTES:
                     continue
                 param = _entry_parameter(m, inst)
                 if param is None or param.parameter_number in donated:

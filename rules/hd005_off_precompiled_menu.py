@@ -70,6 +70,11 @@ class OffPrecompiledMenu(Rule):
         for outer, nested in compiles:
             by_module.setdefault(_module_of(outer, nested), []).append((outer, nested))
         steps = max(ctx.num_steps, 1)
+        recompiled = _recompiled_modules(ctx)
+        if "" in by_module and len(recompiled) == 1:
+            # The trace did not name the compiled program; one module ran as several programs.
+            only = next(iter(recompiled))
+            by_module.setdefault(only, []).extend(by_module.pop(""))
         for module, group in sorted(by_module.items()):
             total_us = sum(o.duration_us for o, _ in group)
             shapes = sorted({s for o, n in group for e in (o, *n)
@@ -79,7 +84,14 @@ class OffPrecompiledMenu(Rule):
             pct = 100.0 * per_step / ctx.step_time_us if ctx.step_time_us else None
             msg = (f"{len(group)} compile{'s' if len(group) != 1 else ''} of {what} inside the measured "
                    f"window ({total_us / 1000:.1f} ms in all): calls that missed the precompiled menu")
-            if shapes:
+            signatures = recompiled.get(module, [])
+            if module == "" and recompiled:
+                msg += "; modules that ran as several programs: " + ", ".join(
+                    f"{name} ({len(sigs)})" for name, sigs in sorted(recompiled.items()))
+            if signatures:
+                msg += f"; {module} ran as {len(signatures)} programs with inputs " + " / ".join(
+                    sig for _, sig in signatures[:4]) + (" / ..." if len(signatures) > 4 else "")
+            elif shapes:
                 msg += f"; inputs seen: {', '.join(shapes)}"
             yield Finding(
                 code=self.code, name=self.name, severity=self.severity, message=msg, module=module,
@@ -89,6 +101,20 @@ class OffPrecompiledMenu(Rule):
                                for o, n in group for e in (o, *n))[:8],
                 extra=(("compiles", len(group)), ("compile_time_us", total_us), ("input_shapes", tuple(shapes))),
             )
+
+
+def _recompiled_modules(ctx: Context) -> dict[str, list[tuple[int | None, str]]]:
+    """Module name -> (program id, entry parameter types) for names that ran as several programs.
+
+    Each compile of a jitted function gets a new program id; a name that ran under several ids in
+    the window, with different parameter types, is the same function called off its first graph.
+    """
+    out: dict[str, list[tuple[int | None, str]]] = {}
+    for m in ctx.modules:
+        sig = "(" + ", ".join(p.shape.text(with_layout=False) for p in m.entry.parameters) + ")"
+        out.setdefault(m.name, []).append((m.program_id, sig))
+    return {name: sorted(set(sigs), key=lambda x: (x[0] is None, x[0] or 0))
+            for name, sigs in out.items() if len({s for _, s in sigs}) > 1}
 
 
 def _outermost(events: tuple[CompileEvent, ...]) -> list[tuple[CompileEvent, list[CompileEvent]]]:

@@ -39,11 +39,11 @@ ENTRY %main.1 (v.1: f32[8,1024]) -> f32[8,1024] {
 """
 
 _NOT_DONATED = """\
-HloModule jit_identity, entry_computation_layout={(f32[4,16]{1,0})->f32[4,16]{1,0}}
+HloModule jit_identity, entry_computation_layout={(f32[64,64]{1,0})->f32[64,64]{1,0}}
 
-ENTRY %main.1 (x.1: f32[4,16]) -> f32[4,16] {
-  %x.1 = f32[4,16]{1,0} parameter(0)
-  ROOT %copy.1 = f32[4,16]{1,0} copy(%x.1)
+ENTRY %main.1 (x.1: f32[64,64]) -> f32[64,64] {
+  %x.1 = f32[64,64]{1,0} parameter(0)
+  ROOT %copy.1 = f32[64,64]{1,0} copy(%x.1)
 }
 """
 
@@ -56,6 +56,7 @@ class DonationWithoutEffect(Rule):
         although the parameter is donated (it appears in the module's ``input_output_alias`` or
         ``buffer_donor``). Typically the function returns the donated array twice, or returns it
         next to an output that already took its buffer. (Without donation, HD002 reports the copy.)
+        Copies under 4 KiB are ignored.
     Why it costs:
         Donation was asked for to avoid exactly this copy: the caller gave its buffer away, and
         the program still reads and writes the whole tensor once more per call.
@@ -91,7 +92,7 @@ class DonationWithoutEffect(Rule):
             if not donors:
                 continue
             for inst in m.entry.instructions:
-                if inst.opcode != "copy" or not m.is_live_out(inst):
+                if inst.opcode != "copy" or not m.is_live_out(inst) or inst.shape.nbytes < 4096:
                     continue
                 ops = m.operands_of(inst)
                 if len(ops) != 1 or ops[0].opcode != "parameter" or ops[0].computation != m.entry_name:

@@ -411,3 +411,30 @@ def test_round_trip_and_ineffective_donation_compiled() -> None:
     result = diagnose(Context(modules=(parse_module(round_trip), parse_module(twice))), BOOK)
     assert {(f.code, f.op) for f in result.findings} == {("HD007", "convert_convert_fusion"),
                                                         ("HD008", "copy.2")}
+
+
+OFF_MENU_STEP = """
+import jax, jax.numpy as jnp
+
+@jax.jit
+def sample(logits):
+    return jnp.argmax(logits, axis=-1)
+
+_n = [0]
+
+def step():
+    _n[0] += 1
+    # A new vocabulary size every call: each traced step compiles sample() again.
+    return sample(jnp.zeros((8, 1024 + _n[0]), jnp.bfloat16))
+"""
+
+
+def test_compiles_inside_the_window_are_named(tmp_path: Path) -> None:
+    run = _profile(tmp_path, "off_menu", OFF_MENU_STEP)
+    result = diagnose(load_context(run), BOOK)
+    hd005 = [f for f in result.findings if f.code == "HD005"]
+    assert len(hd005) == 1, [f.message for f in result.findings]
+    f = hd005[0]
+    assert f.module == "jit_sample" and "bf16[8,102" in f.message
+    assert f.time_per_step_us and f.recoverable_us == f.time_per_step_us
+    assert [x.code for x in result.findings] == ["HD005"]

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from hlo_doctor.cli.common import console, handle_errors, write_output
 from hlo_doctor.diagnose import diagnose, load_context
-from hlo_doctor.errors import ExitCode, InputError
+from hlo_doctor.errors import ExitCode
 from hlo_doctor.model import Severity
 from hlo_doctor.report import FORMATS, render_terminal, render_text
 from hlo_doctor.rulebook import load_rulebook
@@ -71,8 +71,6 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
         threshold = Severity.parse(fail_on)
         if result.at_or_above(threshold):
             sys.exit(int(ExitCode.FINDINGS))
-    if ctx.kind in ("hlo", "xla-dump") and not ctx.modules:
-        raise InputError(f"{run}: no HLO modules", "pass optimized HLO text")
 
 
 COMMANDS = [diagnose_cmd]
