@@ -196,6 +196,9 @@ def test_stats_bad_inputs(sampler_run: tuple[Path, dict], tmp_path: Path) -> Non
     _assert_one_line_error(_invoke("stats", str(tmp_path / "cut.xplane.pb")), "cut.xplane.pb", "truncated")
     (tmp_path / "empty.xplane.pb").write_bytes(b"")
     _assert_one_line_error(_invoke("stats", str(tmp_path / "empty.xplane.pb")), "empty file")
+    # A well-formed XSpace that holds no planes at all (field 4: one host name).
+    (tmp_path / "noplanes.xplane.pb").write_bytes(b"\x22\x04host")
+    _assert_one_line_error(_invoke("stats", str(tmp_path / "noplanes.xplane.pb")), "holds no planes")
     (tmp_path / "dir").mkdir()
     _assert_one_line_error(_invoke("stats", str(tmp_path / "dir")), "no plugins/profile")
     (tmp_path / "bad.json").write_text("{}")
