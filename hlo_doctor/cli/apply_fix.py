@@ -44,9 +44,9 @@ def _print_summary(result: FixResult, show_diff: bool) -> None:
     if elements:
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         table.add_column("part", justify="right")
-        table.add_column("element")
-        table.add_column("found")
-        table.add_column("where")
+        table.add_column("element", max_width=40)
+        table.add_column("found", no_wrap=True)
+        table.add_column("where", min_width=20, overflow="fold")
         for element in elements:
             style = _STATE_STYLE.get(element.state, "")
             table.add_row(str(element.part), element.title, f"[{style}]{element.state}[/]", element.where)
@@ -68,8 +68,10 @@ def _print_summary(result: FixResult, show_diff: bool) -> None:
     elif isinstance(result, FixSkipped):
         console.print(f"[green]{result.kind}[/]: {result.reason}")
     else:
-        label = "half-fixed" if result.kind == "half-fixed" else f"refused ({result.kind})"
-        console.print(f"[bold red]{label}:[/] {result.reason}", soft_wrap=True)
+        if result.kind == "half-fixed":
+            console.print(f"[bold yellow]{result.reason}[/]", soft_wrap=True)
+        else:
+            console.print(f"[bold red]refused ({result.kind}):[/] {result.reason}", soft_wrap=True)
         for anchor in result.missing_anchors:
             console.print(f"  [red]not found:[/] {anchor}", soft_wrap=True)
 
