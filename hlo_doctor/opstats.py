@@ -443,9 +443,6 @@ def build_opstats(
         module = by_key.get((module_name, pid if pid >= 0 else None)) or (
             by_name.get(module_name) if pid < 0 else None)
         inst = module.instruction(op) if module is not None else None
-        if module is not None and inst is None:
-            # Thunk names may carry a suffix the instruction does not (rare); try the entry only.
-            inst = next((i for i in module.entry_instructions() if i.name == op), None)
         total_us = float(rec.total_ns) / 1e3
         devices = max(int(rec.devices), 1)
         per_step_us = total_us / num_steps / devices
@@ -486,7 +483,8 @@ def build_opstats(
         })
         digests.append(_body_digest(module, inst, operand_text))
     missing = sorted({(r["module"], r["program_id"]) for r in rows
-                      if not r["shape"] and (r["module"], r["program_id"]) not in by_key})
+                      if not r["shape"] and (r["module"], r["program_id"]) not in by_key},
+                     key=lambda mp: (mp[0], mp[1] if mp[1] is not None else -1))
     if missing and parsed:
         notes.append("no HLO module in the trace for " + ", ".join(f"{m}({p})" for m, p in missing[:5]))
     assign_canonical_keys(rows, digests)
