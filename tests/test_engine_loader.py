@@ -96,6 +96,12 @@ def test_dropping_the_runner_convert_alone_misses_the_menu(tmp_path: Path, origi
     np.testing.assert_array_equal(result.tokens, original_tokens)
     with pytest.raises(patched.RecompilationError, match=r"jit\(sample\)"):
         patched.run_offline_batch(patched.EngineConfig(**SMALL, check_recompilation=True))
+    # A long-lived engine pays the miss in its first batch; later batches hit the jit cache.
+    engine = patched.OfflineEngine(patched.EngineConfig(**SMALL))
+    engine.warmup()
+    first, second = engine.run_batch(), engine.run_batch()
+    assert first.steady_state_compiles >= 1 and second.steady_state_compiles == 0
+    np.testing.assert_array_equal(second.tokens, original_tokens)
 
 
 def test_dropping_the_convert_and_rekeying_the_menu_compiles_nothing(

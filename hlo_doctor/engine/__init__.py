@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from .compilation_manager import CompilationManager, MenuEntry
 from .config import EngineConfig, EngineConfigError, validate
-from .driver import BatchResult, StepTarget, describe_engine, make_prompts, profile_target, run_offline_batch
+from .driver import (
+    BatchResult,
+    OfflineEngine,
+    StepTarget,
+    describe_engine,
+    make_prompts,
+    profile_target,
+    run_offline_batch,
+)
 from .recompilation import CompileWatch, ForbidCompile, RecompilationError
 from .runner import ModelRunner, SamplerOutput
 from .sampling import compute_and_gather_logprobs, sample
@@ -26,6 +34,7 @@ __all__ = [
     "ForbidCompile",
     "MenuEntry",
     "ModelRunner",
+    "OfflineEngine",
     "RecompilationError",
     "SamplerOutput",
     "StepTarget",

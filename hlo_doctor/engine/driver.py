@@ -1,8 +1,9 @@
 """The two ways the rest of hlo-doctor drives the engine: a step target and an offline batch.
 
 * :func:`profile_target` -> :class:`StepTarget`: ``warmup()`` once, then ``step()`` per decode step.
-* :func:`run_offline_batch` -> :class:`BatchResult`: prefill a batch, decode ``max_tokens`` tokens,
-  and report throughput, batch TTFT, TPOT and the compiles seen after warm-up.
+* :func:`run_offline_batch` -> :class:`BatchResult`: start cold, prefill a batch, decode
+  ``max_tokens`` tokens, and report throughput, batch TTFT, TPOT and the compiles seen after warm-up.
+* :class:`OfflineEngine`: ``warmup()`` once, then ``run_batch()`` per batch (what A/B rounds use).
 """
 
 from __future__ import annotations
@@ -177,53 +178,84 @@ def _sha256(array: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
 
 
+class OfflineEngine:
+    """An engine started once (``warmup()``) that serves any number of offline batches (``run_batch()``).
+
+    Each batch starts from an empty KV cache and the seed's sampling key, so batches are
+    reproducible; the precompiled menu and the jit caches persist between batches, as in a serving
+    process (a menu miss therefore compiles in the first batch only).
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = validate(config)
+        self.runner: ModelRunner | None = None
+        self.warmup_s = 0.0
+        self._initial_rng: jax.Array | None = None
+
+    def warmup(self) -> None:
+        """Parameters and the precompiled menu (timed as ``warmup_s``)."""
+        start = time.perf_counter()
+        self.runner = _warm_runner(self.config)
+        self._initial_rng = self.runner.rng_params_for_sampling
+        self.warmup_s = time.perf_counter() - start
+
+    def run_batch(self, progress: Progress | None = None) -> BatchResult:
+        """Prefill ``config.batch`` seeded prompts, decode ``config.max_tokens`` tokens each."""
+        if self.runner is None:
+            raise RuntimeError("call warmup() before run_batch()")
+        runner, config = self.runner, self.config
+        report = progress or (lambda stage, done, total: None)
+        batch, padded = config.batch, config.padded_num_reqs
+        runner.initialize_kv_cache(padded)
+        assert self._initial_rng is not None
+        runner.rng_params_for_sampling = self._initial_rng
+        metadata = runner.sampling_metadata(padded)
+        prompts = _pad_rows(make_prompts(config), padded)
+        tokens = np.zeros((batch, config.max_tokens), dtype=np.int32)
+        logprobs = np.zeros((batch, config.max_tokens), dtype=np.float32) if config.logprobs else None
+        step_times: list[float] = []
+
+        def collect(out: SamplerOutput, index: int) -> None:
+            tokens[:, index] = np.asarray(out.next_tokens)[:batch]
+            if logprobs is not None and out.logprobs is not None:
+                logprobs[:, index] = np.asarray(out.logprobs.logprobs)[:batch, 0]
+
+        with CompileWatch() as watch:
+            report("prefill", 0, 1)
+            t0 = time.perf_counter()
+            out = runner.execute_prefill(prompts, metadata)
+            collect(out, 0)
+            ttft_s = time.perf_counter() - t0
+            report("prefill", 1, 1)
+            next_input = out.next_tokens
+            for index in range(1, config.max_tokens):
+                t = time.perf_counter()
+                out = runner.execute_decode(next_input, config.prompt_len + index - 1, metadata)
+                collect(out, index)
+                step_times.append(time.perf_counter() - t)
+                next_input = out.next_tokens
+                report("decode", index, config.max_tokens - 1)
+        total_s = ttft_s + sum(step_times)
+        return BatchResult(
+            tokens=tokens,
+            logprobs=logprobs,
+            throughput_tok_s=batch * config.max_tokens / total_s,
+            batch_ttft_ms=ttft_s * 1e3,
+            tpot_ms=float(np.mean(step_times) * 1e3) if step_times else 0.0,
+            step_times_ms=tuple(s * 1e3 for s in step_times),
+            steady_state_compiles=len(watch.compiles()),
+            compile_reasons=watch.reasons(),
+            warmup_s=self.warmup_s,
+            config=config,
+        )
+
+
 def run_offline_batch(config: EngineConfig, progress: Progress | None = None) -> BatchResult:
-    """Warm up, prefill ``config.batch`` seeded prompts, decode ``config.max_tokens`` tokens each."""
+    """Start an engine cold (parameters + precompiled menu) and serve one offline batch with it."""
     validate(config)
     report = progress or (lambda stage, done, total: None)
+    engine = OfflineEngine(config)
     report("warmup", 0, 1)
-    start = time.perf_counter()
-    runner = _warm_runner(config)
-    warmup_s = time.perf_counter() - start
+    engine.warmup()
     report("warmup", 1, 1)
-
-    batch, padded = config.batch, config.padded_num_reqs
-    metadata = runner.sampling_metadata(padded)
-    prompts = _pad_rows(make_prompts(config), padded)
-    tokens = np.zeros((batch, config.max_tokens), dtype=np.int32)
-    logprobs = np.zeros((batch, config.max_tokens), dtype=np.float32) if config.logprobs else None
-    step_times: list[float] = []
-
-    def collect(out: SamplerOutput, index: int) -> None:
-        tokens[:, index] = np.asarray(out.next_tokens)[:batch]
-        if logprobs is not None and out.logprobs is not None:
-            logprobs[:, index] = np.asarray(out.logprobs.logprobs)[:batch, 0]
-
-    with CompileWatch() as watch:
-        report("prefill", 0, 1)
-        t0 = time.perf_counter()
-        out = runner.execute_prefill(prompts, metadata)
-        collect(out, 0)
-        ttft_s = time.perf_counter() - t0
-        report("prefill", 1, 1)
-        next_input = out.next_tokens
-        for index in range(1, config.max_tokens):
-            t = time.perf_counter()
-            out = runner.execute_decode(next_input, config.prompt_len + index - 1, metadata)
-            collect(out, index)
-            step_times.append(time.perf_counter() - t)
-            next_input = out.next_tokens
-            report("decode", index, config.max_tokens - 1)
-    total_s = ttft_s + sum(step_times)
-    return BatchResult(
-        tokens=tokens,
-        logprobs=logprobs,
-        throughput_tok_s=batch * config.max_tokens / total_s,
-        batch_ttft_ms=ttft_s * 1e3,
-        tpot_ms=float(np.mean(step_times) * 1e3) if step_times else 0.0,
-        step_times_ms=tuple(s * 1e3 for s in step_times),
-        steady_state_compiles=len(watch.compiles()),
-        compile_reasons=watch.reasons(),
-        warmup_s=warmup_s,
-        config=config,
-    )
+    return engine.run_batch(progress)
