@@ -36,6 +36,14 @@ def _exit_code(result: FixResult) -> int:
     return int(ExitCode.OK)
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it lies under it (shorter to read)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _print_summary(result: FixResult, show_diff: bool) -> None:
     kind = getattr(result, "target_kind", "")
     release = getattr(result, "release", "")
@@ -55,14 +63,14 @@ def _print_summary(result: FixResult, show_diff: bool) -> None:
         verb = "reverted" if result.reverted else ("would change" if result.dry_run else "changed")
         console.print(f"[green]{verb}[/] {len(result.files)} file(s):")
         for path in result.files:
-            console.print(f"  {path}")
+            console.print(f"  {_shown(path)}")
         if not result.reverted:
             console.print(f"parts applied: {', '.join(str(p) for p in result.parts_applied) or 'none'} "
                           f"(variant {result.variant})")
         for note in result.notes:
             console.print(f"[dim]note:[/] {note}")
         if result.manifest_path is not None:
-            console.print(f"manifest: {result.manifest_path} (revert with --revert)")
+            console.print(f"manifest: {_shown(result.manifest_path)} (revert with --revert)")
         if show_diff and result.diff:
             console.print(Syntax(result.diff, "diff", theme="ansi_dark", word_wrap=True))
     elif isinstance(result, FixSkipped):
