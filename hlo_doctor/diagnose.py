@@ -558,7 +558,7 @@ def executed_modules(modules: Sequence[HloModule], table: pd.DataFrame | None) -
     """
     if table is None or not len(table):
         return tuple(modules)
-    pairs = {(str(m), None if pd_isna(p) else int(p)) for m, p in zip(table["module"], table["program_id"],
+    pairs = {(str(m), None if _isna(p) else int(p)) for m, p in zip(table["module"], table["program_id"],
                                                                           strict=False)}
     names = {m for m, _ in pairs}
     kept = tuple(m for m in modules
@@ -567,7 +567,7 @@ def executed_modules(modules: Sequence[HloModule], table: pd.DataFrame | None) -
     return kept if kept else tuple(modules)
 
 
-def pd_isna(v: Any) -> bool:
+def _isna(v: Any) -> bool:
     try:
         return bool(v is None or v != v or str(v) == "<NA>")
     except (TypeError, ValueError):
