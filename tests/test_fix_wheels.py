@@ -254,3 +254,25 @@ def test_target_kinds_and_releases(pristine: dict[str, Path], tmp_path: Path) ->
     payload = json.loads(result.stdout)
     assert payload["status"] == "applied" and payload["release"] == "0.24.0"
     assert payload["parts_applied"] == [1, 2, 3] and payload["diff"].startswith("--- a/tpu_inference/")
+
+
+def test_syntax_error_in_a_target_file_is_a_clear_error(pristine: dict[str, Path], tmp_path: Path) -> None:
+    tree = _copy(pristine, "0.24.0", tmp_path)
+    sampler = tree / SAMPLER
+    sampler.write_text(sampler.read_text() + "\ndef broken(:\n")
+    before = tree_bytes(tree)
+    result = CliRunner().invoke(main, ["apply-fix", FIX, "--target", str(tree)])
+    assert result.exit_code == 2, result.output
+    assert "does not parse as Python" in result.stderr and "sampling.py" in result.stderr
+    assert tree_bytes(tree) == before
+
+
+def test_patched_copy_refuses_a_non_empty_destination(pristine: dict[str, Path], tmp_path: Path) -> None:
+    from hlo_doctor.fixes import patched_copy
+
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "keep.txt").write_text("mine\n")
+    with pytest.raises(InputError, match="not empty"):
+        patched_copy(FIX, pristine["0.24.0"], dest)
+    assert [p.name for p in dest.iterdir()] == ["keep.txt"]
