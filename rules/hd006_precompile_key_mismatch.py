@@ -244,9 +244,14 @@ def _logits_arg(call: ast.Call) -> ast.expr | None:
 def _runtime_dtypes(func: ast.FunctionDef, path: Path) -> tuple[set[str], _Site] | None:
     """The logits dtype kinds the runner can pass to ``sample()``, and the line that decides it."""
     lines = path.read_text().splitlines()
-    call = next((n for n in ast.walk(func) if _is_sample_call(n)), None)
-    if call is None or not isinstance(call, ast.Call):
+    calls = [n for n in ast.walk(func) if isinstance(n, ast.Call) and _is_sample_call(n)]
+    if not calls:
         return None
+    # The plain (non-speculative) path: the call that passes the function's own logits argument,
+    # first in source order (tpu-inference's spec-decode branch samples ``bonus_logits`` later on).
+    params = {a.arg for a in func.args.args}
+    calls.sort(key=lambda c: (not _passes_own_logits(c, params), c.lineno))
+    call = calls[0]
     arg = _logits_arg(call)
     if arg is None:
         return None
@@ -282,6 +287,13 @@ def _runtime_dtypes(func: ast.FunctionDef, path: Path) -> tuple[set[str], _Site]
                 site = _site(path, lines, nested[0][0].lineno)
         body = next_body
     return state, site
+
+
+def _passes_own_logits(call: ast.Call, params: set[str]) -> bool:
+    arg = _logits_arg(call)
+    while isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute):
+        arg = arg.func.value  # logits.astype(...) passes the same array
+    return isinstance(arg, ast.Name) and arg.id in params and "logits" in arg.id
 
 
 def _assignment_widening(stmt: ast.stmt, var: str) -> str | None:

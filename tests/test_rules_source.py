@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fixtures_wheels import PINNED_RELEASES, unpack
 
 from hlo_doctor.cli import main
 from hlo_doctor.diagnose import Context, run_rule
@@ -79,3 +80,33 @@ def test_diagnose_cli_with_source(tmp_path: Path) -> None:
     assert '"code": "HD006"' in r.stdout
     r = CliRunner().invoke(main, ["diagnose", str(SEED), "--source", str(tmp_path / "missing")])
     assert r.exit_code == 2 and "--source" in r.output
+
+
+# -- the real tpu-inference releases (wheels from the package registry, cached) --------------------
+
+
+RUNNER_WIDEN = """        if spec_decode_metadata is None:
+            logits = logits.astype(jnp.float32)
+"""
+
+
+@pytest.mark.parametrize("version", PINNED_RELEASES)
+def test_tpu_inference_original_and_half_fixed(version: str, tmp_path: Path) -> None:
+    tree = unpack(version, tmp_path / version)
+    assert _hd006(tree) == []
+    runner = tree / "tpu_inference" / "runner" / "tpu_runner.py"
+    text = runner.read_text()
+    assert text.count(RUNNER_WIDEN) == 1, "the runner's non-spec widening moved"
+    # The 0.24.0 hand fix: drop the runner-side widening, leave the precompile menu at float32.
+    runner.write_text(text.replace(RUNNER_WIDEN, "        if spec_decode_metadata is None:\n"))
+    findings = _hd006(tree)
+    assert len(findings) == 1
+    assert findings[0].source.startswith("tpu_inference/runner/compilation_manager.py:")
+
+
+def test_tpu_inference_fully_fixed(tmp_path: Path) -> None:
+    tree = unpack("0.24.0", tmp_path / "fixed")
+    r = CliRunner().invoke(main, ["apply-fix", "bf16-greedy-sampler", "--target", str(tree)],
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert _hd006(tree) == []
