@@ -276,3 +276,25 @@ def test_patched_copy_refuses_a_non_empty_destination(pristine: dict[str, Path],
     with pytest.raises(InputError, match="not empty"):
         patched_copy(FIX, pristine["0.24.0"], dest)
     assert [p.name for p in dest.iterdir()] == ["keep.txt"]
+
+
+def test_widening_gated_on_do_sampling_is_named_and_not_completed(pristine: dict[str, Path], tmp_path: Path) -> None:
+    """The by-hand attempt on 0.23.0: sample()'s widening made conditional on do_sampling."""
+    tree = _copy(pristine, "0.23.0", tmp_path)
+    sampler = tree / SAMPLER
+    text = sampler.read_text()
+    widening = "    logits = logits.astype(jnp.float32)\n    if not tpu_sampling_metadata.do_sampling:\n"
+    assert text.count(widening) == 1
+    sampler.write_text(
+        text.replace(
+            widening,
+            "    if tpu_sampling_metadata.do_sampling:\n        logits = logits.astype(jnp.float32)\n"
+            "    if not tpu_sampling_metadata.do_sampling:\n",
+        )
+    )
+    before = tree_bytes(tree)
+    for extra in ([], ["--complete"]):
+        result = CliRunner().invoke(main, ["apply-fix", FIX, "--target", str(tree), *extra])
+        assert result.exit_code == 1, result.output
+        assert "conditional" in result.stderr and "0.23.0" in result.stderr
+        assert tree_bytes(tree) == before

@@ -139,6 +139,8 @@ def apply_fix(
     sources = _read_sources(tree)
     plan = fix.plan(tree, sources, variant)
     common = {"target_kind": tree.kind, "release": tree.release, "fix_id": fix_id, "elements": plan.elements}
+    if plan.unfinishable:
+        return FixRefused(plan.unfinishable, missing_anchors=plan.missing, kind="half-fixed", **common)  # type: ignore[arg-type]
     if plan.not_affected:
         return FixSkipped(f"not affected: {plan.not_affected}", kind="not-affected", **common)  # type: ignore[arg-type]
     if plan.missing:

@@ -85,6 +85,7 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     unsafe: list[str] = field(default_factory=list)
     not_affected: str = ""
+    unfinishable: str = ""
 
     def set(self, element: str, state: str, where: str = "", detail: str = "") -> None:
         """Record the state of one element."""
@@ -269,6 +270,27 @@ def _mentions_jit(decorator: cst.BaseExpression) -> bool:
     return any((dotted(n) or "").split(".")[-1] == "jit" for n in names)
 
 
+def _widening_gated_on_do_sampling(module: cst.Module) -> str | None:
+    """The ``if ...do_sampling:`` test guarding sample()'s widening, when it is guarded (else None)."""
+    func = find_function(module, "sample", method=False)
+    if func is None or len(func.params.params) < 3:
+        return None
+    logits = func.params.params[2].name.value
+
+    class _Ifs(cst.CSTVisitor):
+        found: str | None = None
+
+        def visit_If(self, node: cst.If) -> None:
+            test = cst.Module(body=[]).code_for_node(node.test)
+            inner = node.body.body if isinstance(node.body, cst.IndentedBlock) else []
+            if "do_sampling" in test and any(widening_of(s) == logits for s in inner):
+                self.found = test
+
+    visitor = _Ifs()
+    func.body.visit(visitor)
+    return visitor.found
+
+
 def _analyze_sampler(module: cst.Module) -> tuple[_SamplerFacts | None, list[str], bool]:
     """Facts about ``sample()``; the bool says "not affected" (sample never widens)."""
     func = find_function(module, "sample", method=False)
@@ -429,6 +451,7 @@ class Plan:
     notes: tuple[str, ...]
     unsafe: tuple[str, ...]
     not_affected: str
+    unfinishable: str
     new_sources: tuple[tuple[str, str], ...]
     relevant: tuple[str, ...]
 
@@ -476,6 +499,15 @@ class Bf16GreedySampler:
         for anchor in precompile_missing:
             analysis.miss("precompile.sampling_dtype", anchor, rel["precompile"])
 
+        gate_test = None if sampler is not None else _widening_gated_on_do_sampling(located["sampler"].module)
+        if gate_test is not None:
+            analysis.unfinishable = (
+                f"half-fixed by hand: sample()'s float32 widening is made conditional (`if {gate_test}:`) "
+                "instead of being the greedy output, so the greedy branch returns its input (the copy stays) "
+                "and the output dtype now depends on do_sampling (the by-hand attempt on 0.23.0: throughput "
+                "-14%, batch TTFT x5). --complete cannot finish this shape: put the widening back right "
+                "after the argmax (or revert that edit), then apply again"
+            )
         if sampler_unaffected and runner is not None and runner.eager is None:
             analysis.not_affected = (
                 "sample() never widens the logits and the runner passes them in the model dtype: there is "
@@ -554,6 +586,7 @@ class Bf16GreedySampler:
             notes=tuple(analysis.notes),
             unsafe=tuple(analysis.unsafe),
             not_affected=analysis.not_affected,
+            unfinishable=analysis.unfinishable,
             new_sources=tuple(sorted(new_sources.items())),
             relevant=tuple(relevant),
         )
