@@ -208,10 +208,6 @@ def test_stats_bad_inputs(sampler_run: tuple[Path, dict], tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_profile_engine(tmp_path: Path) -> None:
     """The default target: the bundled reference engine, small, through the CLI."""
-    import importlib.util
-
-    if importlib.util.find_spec("hlo_doctor.engines") is None:
-        pytest.skip("the reference engine is not in this build")
     out = tmp_path / "engine"
     result = _invoke("profile", "--batch", "8", "--vocab", "1024", "--steps", "2", "--warmup", "1",
                      "--out", str(out), "--format", "json")
@@ -228,11 +224,3 @@ def test_profile_engine(tmp_path: Path) -> None:
     bad = _invoke("profile", "--vocab", "0", "--out", str(tmp_path / "bad"))
     _assert_one_line_error(bad)
     _assert_no_run_left(tmp_path / "bad")
-
-
-def test_profile_without_target_needs_the_engine(tmp_path: Path) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("hlo_doctor.engines") is not None:
-        pytest.skip("the reference engine is present: test_profile_engine covers it")
-    _assert_one_line_error(_invoke("profile", "--out", str(tmp_path / "run")), "engine is not available")
