@@ -108,3 +108,14 @@ def test_capture_callable_with_warmup_fn_and_progress(tmp_path: Path) -> None:
         capture_callable(lambda: 1 / 0, steps=1, warmup=0, out_dir=path, target="broken")
     assert load_opstats(path).num_steps == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_resolve_target_by_module_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hlo_doctor.capture import resolve_target
+
+    monkeypatch.syspath_prepend(str(SERVE.parent))
+    step = resolve_target("sampler_step:step")
+    tokens, logits = step()
+    assert tokens.shape == (32,) and logits.dtype == jnp.float32
+    with pytest.raises(InputError, match="raised RuntimeError on import"):
+        resolve_target("import_error:step")
