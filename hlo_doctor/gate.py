@@ -77,6 +77,8 @@ __all__ = [
 JSON_SCHEMA = "hlo-doctor.gate/1"
 MIN_OPS_FOR_SPEED = 3
 """Fewest ops in common (above the floor) from which the machine-speed factor is estimated."""
+MIN_OPS_FOR_NOISE = 5
+"""Fewest ops in common (above the floor) from which the noise between two captures is estimated."""
 POLICY_TABLE = "tool.hlo-doctor.gate"
 
 
@@ -120,6 +122,11 @@ class GatePolicy:
     different times on a shared machine differ by whole factors; this keeps that out of the verdict, at
     the price of not seeing a slowdown that hits every op alike. Turn it off on a quiet, dedicated
     machine."""
+    noise_z: float = 3.0
+    """A timing regression must also exceed this many times the noise between the two captures: the
+    robust spread (1.4826 x MAD) of the log time ratios of the ops in common (at least
+    ``MIN_OPS_FOR_NOISE`` of them). Per-step samples within one capture cannot see how differently
+    two captures ran; the ops in common can. 0 turns this off."""
     source: str = "defaults"
     """Where the policy came from (files and flags); not a TOML key."""
 
@@ -143,6 +150,7 @@ _POLICY_KEYS: dict[str, tuple[type, Any, str]] = {
     "min_samples": (int, lambda v: v >= 2, "an integer >= 2"),
     "min_matched_fraction": (float, lambda v: 0 <= v <= 1, "a number between 0 and 1"),
     "normalize_speed": (bool, lambda v: True, "true or false"),
+    "noise_z": (float, lambda v: v >= 0, "a number >= 0"),
 }
 
 
@@ -481,9 +489,11 @@ class GateResult:
     matched_fraction: float
     """Share of the baseline's op time whose keys the candidate also has."""
     speed_factor: float = 1.0
-    """Candidate over baseline machine speed (median op ratio); 1.0 when not normalized."""
+    """Candidate over baseline machine speed (time-weighted median op ratio); 1.0 when not normalized."""
     speed_ops: int = 0
     """Ops the speed factor was estimated from; 0 when not normalized."""
+    capture_noise: float = 0.0
+    """Robust spread (log scale) of the time ratios of the ops in common; 0 when not estimated."""
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -518,6 +528,7 @@ class GateResult:
                 "matched_fraction": self.matched_fraction,
             },
             "speed": {"factor": self.speed_factor, "ops": self.speed_ops},
+            "capture_noise": self.capture_noise,
             "violations": [v.to_dict() for v in self.violations],
             "within_noise": list(self.within_noise),
             "notes": list(self.notes),
@@ -568,6 +579,14 @@ def _describe(row: pd.Series, key: str) -> str:
 
 def _is_ignored(key: str, policy: GatePolicy) -> bool:
     return any(fnmatch.fnmatchcase(key, pattern) for pattern in policy.ignore)
+
+
+def _weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
+    """The value at which the cumulative weight reaches half (the lower one on an exact tie)."""
+    order = np.argsort(values)
+    v = np.asarray(values, dtype=float)[order]
+    cum = np.cumsum(np.asarray(weights, dtype=float)[order])
+    return float(v[int(np.searchsorted(cum, cum[-1] / 2.0))])
 
 
 def _undecided_slowdown(cmp: SampleComparison) -> bool:
@@ -634,23 +653,52 @@ def gate(
 
     speed, speed_ops = 1.0, 0
     if policy.normalize_speed:
-        ratios = [
-            c / b for c, b in ((typical(k, c_samples, cand_agg), typical(k, b_samples, base_agg)) for k in judged)
-            if b > 0 and c > 0
-        ]
-        if len(ratios) >= MIN_OPS_FOR_SPEED:
-            # The median op ratio: how much faster or slower the candidate's machine ran the same ops.
-            # One op (or a few) that really regressed moves it little; a busier machine moves all.
-            speed, speed_ops = float(np.median(ratios)), len(ratios)
+        pairs = [(typical(k, b_samples, base_agg), typical(k, c_samples, cand_agg)) for k in judged]
+        pairs = [(b, c) for b, c in pairs if b > 0 and c > 0]
+        if len(pairs) >= MIN_OPS_FOR_SPEED:
+            # The time-weighted median op ratio: how much faster or slower the candidate's machine ran
+            # the same ops. Weighted by baseline time because contention slows the big, memory-bound
+            # ops more than the small ones; a median, so that ops holding less than half of the time
+            # that really regressed move it little.
+            speed, speed_ops = _weighted_median([c / b for b, c in pairs], [b for b, _ in pairs]), len(pairs)
             notes.append(
-                f"machine speed: the {speed_ops} ops in common ran x{speed:.3f} their baseline time (median "
+                f"machine speed: the {speed_ops} ops in common ran x{speed:.3f} their baseline time (time-weighted median "
                 "ratio); step and op times are judged relative to that (normalize_speed)"
             )
         else:
             notes.append(
-                f"only {len(ratios)} op(s) in common above the floor (need {MIN_OPS_FOR_SPEED}) to estimate the "
+                f"only {len(pairs)} op(s) in common above the floor (need {MIN_OPS_FOR_SPEED}) to estimate the "
                 "machine speed: times compared as captured"
             )
+
+    # How much the ops in common disagree about the candidate's speed: the noise between the captures.
+    ratios = [
+        c / b for b, c in ((typical(k, b_samples, base_agg), typical(k, c_samples, cand_agg)) for k in judged)
+        if b > 0 and c > 0
+    ]
+    capture_noise = 0.0
+    if policy.noise_z > 0 and len(ratios) >= MIN_OPS_FOR_NOISE:
+        # Spread around the speed the judgement assumes (1 when not normalized): ops that disagree
+        # with it, in either direction, are what one capture-to-capture difference looks like.
+        logs = np.log(ratios)
+        capture_noise = float(1.4826 * np.median(np.abs(logs - math.log(speed))))
+        notes.append(
+            f"noise between the captures: the {len(ratios)} ops in common disagree by +-{math.expm1(capture_noise):.0%} "
+            f"(robust spread of their time ratios); a timing regression must exceed "
+            f"+{math.expm1(policy.noise_z * capture_noise):.0%} (noise_z = {policy.noise_z:g})"
+        )
+
+    def within_capture_noise(cmp: SampleComparison) -> SampleComparison:
+        """A regression (or improvement) the per-step test found, demoted to inconclusive when the
+        captures disagree more than it."""
+        if cmp.outcome not in (Outcome.REGRESSED, Outcome.IMPROVED) or capture_noise <= 0:
+            return cmp
+        if abs(math.log(cmp.ratio)) > policy.noise_z * capture_noise:
+            return cmp
+        return replace(cmp, outcome=Outcome.INCONCLUSIVE, reason=(
+            f"{cmp.reason}; but within the noise between the two captures "
+            f"(+{math.expm1(policy.noise_z * capture_noise):.0%} needed)"
+        ))
 
     # Step time.
     b_steps = np.asarray(list(getattr(baseline, "step_times_us", ()) or ()), dtype=float) * speed
@@ -667,6 +715,7 @@ def gate(
     else:
         step = None
         notes.append("no step time in at least one run: step time not judged")
+    step = within_capture_noise(step) if step else None
     step_judgement = _judgement(step, strict) if step else "not judged"
     if step and step.outcome is Outcome.REGRESSED:
         adjusted = " (baseline adjusted for machine speed)" if speed != 1.0 else ""
@@ -710,6 +759,7 @@ def gate(
             )
         else:
             cmp = compare_point_estimates(b_us * speed, c_us, min_effect=op_effect)
+        cmp = within_capture_noise(cmp)
         diffs.append(make(key, row, "matched", b_us, c_us, _judgement(cmp, strict), cmp))
         if cmp.outcome is Outcome.REGRESSED:
             failing.add(key)
@@ -764,7 +814,7 @@ def gate(
         verdict=verdict, strict=strict, policy=policy, baseline=base_sum, candidate=cand_sum,
         step=step, step_judgement=step_judgement, ops=tuple(diffs), violations=tuple(violations),
         within_noise=tuple(within_noise), matched_fraction=matched_fraction, speed_factor=speed,
-        speed_ops=speed_ops, notes=tuple(notes),
+        speed_ops=speed_ops, capture_noise=capture_noise, notes=tuple(notes),
     )
 
 
