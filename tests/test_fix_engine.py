@@ -79,7 +79,7 @@ def test_compiled_sample_has_no_copy_and_reads_bf16(engines: dict[str, ModuleTyp
         for logprobs in (False, True):
             meta = engine.TPUSupportedSamplingMetadata(do_sampling=False, logprobs=logprobs)
             text = engine.sample.lower(jax.random.key(0), None, logits.astype(dtype), meta).compile().as_text()
-            facts = facts_of_shape(text, batch, vocab)
+            facts = facts_of(text, batch, vocab)
             if name == "original":
                 assert facts.aliasing_copy and facts.argmax_reads == f"f32[{batch},{vocab}]"
             else:
@@ -88,18 +88,6 @@ def test_compiled_sample_has_no_copy_and_reads_bf16(engines: dict[str, ModuleTyp
                     assert facts.logits_output is None and not facts.f32_logits_materialized
                 else:
                     assert facts.logits_output == f"f32[{batch},{vocab}]"
-
-
-def facts_of_shape(text: str, batch: int, vocab: int):  # noqa: ANN201 - the facts dataclass of test_fix_hlo
-    """:func:`test_fix_hlo.facts_of` for another (batch, vocab)."""
-    import test_fix_hlo
-
-    saved = (test_fix_hlo.B, test_fix_hlo.V)
-    test_fix_hlo.B, test_fix_hlo.V = batch, vocab
-    try:
-        return facts_of(text)
-    finally:
-        test_fix_hlo.B, test_fix_hlo.V = saved
 
 
 def _step_programs(engine: ModuleType, logprobs: bool) -> list[str]:

@@ -67,8 +67,8 @@ def _argmax_operand(module: HloModule) -> HloInstruction:
     raise AssertionError("no argmax reduce in the entry computation")
 
 
-def facts_of(text: str) -> SampleFacts:
-    """Read :class:`SampleFacts` from compiled HLO text."""
+def facts_of(text: str, batch: int = B, vocab: int = V) -> SampleFacts:
+    """Read :class:`SampleFacts` from compiled HLO text of a ``[batch, vocab]`` greedy sample."""
     module = parse_module(text)
     entry = module.entry_instructions()
     aliasing_copy = any(
@@ -79,13 +79,13 @@ def facts_of(text: str) -> SampleFacts:
     )
     root = module.entry.root
     outputs = module.operands_of(root) if root.opcode == "tuple" else [root]
-    logits_out = [o for o in outputs if o.shape.dims == (B, V)]
+    logits_out = [o for o in outputs if o.shape.dims == (batch, vocab)]
     return SampleFacts(
         aliasing_copy=aliasing_copy,
         argmax_reads=str(_argmax_operand(module).shape.text(with_layout=False)),
         logits_output=logits_out[0].shape.text(with_layout=False) if logits_out else None,
         f32_logits_materialized=any(
-            i.opcode != "parameter" and i.shape.dtype == "f32" and i.shape.dims == (B, V) for i in entry
+            i.opcode != "parameter" and i.shape.dtype == "f32" and i.shape.dims == (batch, vocab) for i in entry
         ),
     )
 
