@@ -42,6 +42,7 @@ __all__ = [
     "patched_copy",
     "revert_fix",
 ]
+# `apply_fix`, `revert_fix` and `patched_copy` take ``str`` paths as well as ``Path``.
 
 
 class Fix(Protocol):
@@ -234,11 +235,14 @@ def revert_fix(fix_id: str, target: Path) -> FixResult:
     )
 
 
-def patched_copy(fix_id: str, source_tree: Path, dest: Path, *, variant: str = "full") -> Path:
+def patched_copy(
+    fix_id: str, source_tree: Path, dest: Path, *, variant: str = "full", complete: bool = False
+) -> Path:
     """Copy ``source_tree`` to ``dest`` and apply ``fix_id`` to the copy; return ``dest``.
 
     ``dest`` must not exist (or be an empty folder). A source that already carries the fix is copied
-    as is. Raises :class:`HloDoctorError` when the fix is refused on the copy.
+    as is; a half-fixed source is finished only with ``complete``. Raises :class:`HloDoctorError`
+    when the fix is refused on the copy (the copy is then left in place, unpatched).
     """
     source_tree, dest = Path(source_tree), Path(dest)
     if not source_tree.is_dir():
@@ -248,7 +252,7 @@ def patched_copy(fix_id: str, source_tree: Path, dest: Path, *, variant: str = "
     if dest.exists():
         dest.rmdir()
     shutil.copytree(source_tree, dest, ignore=shutil.ignore_patterns("__pycache__", ".hlo-doctor"))
-    result = apply_fix(fix_id, dest, variant=variant)
+    result = apply_fix(fix_id, dest, variant=variant, complete=complete)
     if isinstance(result, FixRefused):
         raise HloDoctorError(f"{fix_id} cannot be applied to a copy of {source_tree}: {result.reason}",
                              "; ".join(result.missing_anchors))
