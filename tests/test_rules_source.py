@@ -102,6 +102,13 @@ def test_tpu_inference_original_and_half_fixed(version: str, tmp_path: Path) -> 
     findings = _hd006(tree)
     assert len(findings) == 1
     assert findings[0].source.startswith("tpu_inference/runner/compilation_manager.py:")
+    # The 0.23.0 hand fix: widen only when sampling; greedy calls then pass bf16 to an f32 menu.
+    runner.write_text(text.replace(RUNNER_WIDEN, """        if spec_decode_metadata is None:
+            if tpu_sampling_metadata.do_sampling:
+                logits = logits.astype(jnp.float32)
+"""))
+    findings = _hd006(tree)
+    assert len(findings) == 1 and "float32 or model-dtype" in findings[0].message
 
 
 def test_tpu_inference_fully_fixed(tmp_path: Path) -> None:
