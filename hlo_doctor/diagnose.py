@@ -54,7 +54,7 @@ class OpTiming:
     source: str = ""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class Context:
     """Everything a rule may look at. Built once per input; rules must not modify it.
 
@@ -72,6 +72,7 @@ class Context:
     origin: str = ""
     kind: str = ""
     """``run``, ``xplane``, ``opstats``, ``xla-dump``, ``hlo`` or ``example``."""
+    # A memo of :meth:`callers` per module (the one mutable part: a cache, never read by rules).
     _callers: dict[int, dict[str, HloInstruction]] = field(default_factory=dict, repr=False)
 
     # -- what is available ------------------------------------------------------------------------
