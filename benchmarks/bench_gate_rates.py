@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             if not (args.reuse and (work / name / "run.json").is_file()):
                 seconds.append(_capture(func, work / name, args.steps, args.warmup))
             runs.append(work / name)
-        print(f"  {3 * (i + 1)}/{3 * n} captures ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+        if not args.reuse:
+            print(f"  {3 * (i + 1)}/{3 * n} captures ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
 
     stats = {p: load_opstats(p) for p in [*a_runs, *b_runs]}
     policies = {
@@ -194,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                     "step_ratio": r.step.ratio if r.step else None,
                     "step_outcome": str(r.step.outcome) if r.step else None,
                     "within_noise": len(r.within_noise),
+                    "speed_factor": r.speed_factor,
+                    "capture_noise": r.capture_noise,
                 })
 
     def rate(kind: str, pname: str) -> tuple[int, int]:
@@ -221,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     aa = [x for x in records if x["kind"] == "A/A" and x["policy"] == "default" and x["step_ratio"]]
     ratios = sorted(x["step_ratio"] for x in aa)
     if ratios:
-        print(f"A/A step-time ratios (candidate/baseline median): min {ratios[0]:.3f}, "
+        print(f"A/A step-time ratios (candidate/baseline median, after the machine-speed factor): min {ratios[0]:.3f}, "
               f"median {ratios[len(ratios) // 2]:.3f}, max {ratios[-1]:.3f}")
     alarms = [x for x in records if x["kind"] == "A/A" and x["policy"] == "default" and x["exit_code"]]
     for x in alarms:
