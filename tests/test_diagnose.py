@@ -448,3 +448,11 @@ def test_default_size_fixed_engine_trace_is_clean() -> None:
     result = diagnose(load_context(run), BOOK)
     assert result.findings == (), [f.message for f in result.findings]
     assert result.step_time_us and "jit_sample" in " ".join(result.modules)
+
+
+def test_widening_before_top_k_compiled() -> None:
+    x = jnp.zeros((8, 1024), jnp.bfloat16)
+    text = jax.jit(lambda v: jax.lax.top_k(v.astype(jnp.float32), 4)[1]).lower(x).compile().as_text()
+    result = diagnose(Context(modules=(parse_module(text),)), BOOK)
+    assert {(f.code, f.op) for f in result.findings} == {("HD001", "wrapped_convert"), ("HD004", "custom-call")}
+    assert "top-k" in next(f for f in result.findings if f.code == "HD004").message
