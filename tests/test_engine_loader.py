@@ -145,3 +145,14 @@ def test_cli_engine_run_rejects_impossible_configs(args: list[str], needle: str)
     assert result.exit_code == 2
     assert needle in result.output
     assert "Traceback" not in result.output
+
+
+def test_cli_check_recompilation_fails_a_tree_that_misses_the_menu(tmp_path: Path) -> None:
+    tree = _copy_tree(tmp_path, "convert_removed_cli")
+    _patch(tree / "runner.py", RUNNER_CONVERT, "            with self.maybe_forbid_compile:\n")
+    args = ["engine", "run", "--engine", str(tree), "--vocab", "1024", "--hidden", "64", "--layers", "1",
+            "--batch", "8", "--max-num-reqs", "8", "--prompt-len", "4", "--max-tokens", "2",
+            "--check-recompilation"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert "recompilation after warm-up" in result.output and "jit(sample)" in result.output
