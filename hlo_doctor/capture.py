@@ -103,6 +103,21 @@ def _import_file(path: Path) -> Any:
     return module
 
 
+def keep_gpu_ops_visible() -> bool:
+    """Turn XLA:GPU command buffers off for this process unless the user set the flag already.
+
+    Command buffers replay whole sequences of kernels as one graph, which hides per-op events from
+    the trace. XLA reads ``XLA_FLAGS`` when the backend starts, so this must run before the first
+    JAX computation (before the target is imported). Returns True when it changed ``XLA_FLAGS``.
+    The flag is harmless on CPU and TPU.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_gpu_enable_command_buffer" in flags:
+        return False
+    os.environ["XLA_FLAGS"] = (flags + " --xla_gpu_enable_command_buffer=").strip()
+    return True
+
+
 # ---------------------------------------------------------------------------------------------
 # Run directories
 # ---------------------------------------------------------------------------------------------

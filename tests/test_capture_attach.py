@@ -119,3 +119,14 @@ def test_resolve_target_by_module_name(monkeypatch: pytest.MonkeyPatch) -> None:
     assert tokens.shape == (32,) and logits.dtype == jnp.float32
     with pytest.raises(InputError, match="raised RuntimeError on import"):
         resolve_target("import_error:step")
+
+
+def test_gpu_command_buffers_are_turned_off_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hlo_doctor.capture import keep_gpu_ops_visible
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    assert keep_gpu_ops_visible()
+    assert os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_gpu_enable_command_buffer="
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_command_buffer=FUSION")
+    assert not keep_gpu_ops_visible()
+    assert os.environ["XLA_FLAGS"] == "--xla_gpu_enable_command_buffer=FUSION"

@@ -210,9 +210,17 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
     Writes a run directory that xprof opens unchanged (plugins/profile/<run>/<host>.xplane.pb),
     run.json, opstats.csv and opstats.json.
     """
-    from hlo_doctor.capture import attach_run, capture_run, default_run_dir, resolve_target
+    from hlo_doctor.capture import (
+        attach_run,
+        capture_run,
+        default_run_dir,
+        keep_gpu_ops_visible,
+        resolve_target,
+    )
 
     out_dir = out if out is not None else default_run_dir()
+    if attach is None:
+        keep_gpu_ops_visible()
     if attach is not None:
         if target is not None:
             raise InputError("TARGET and --attach both given", "pass one of them")
