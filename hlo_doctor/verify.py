@@ -8,9 +8,9 @@ variant always runs first), with the backend compiles inside every round counted
 
 1. **compiles**: no backend compile inside any measured round, in either variant (with JAX's
    cache-miss reason when there is one). A compile there means a call missed the precompiled menu.
-2. **batch TTFT**: the treatment's batch TTFT over the baseline's, both on the first measured round
-   (the first batch after warm-up, which is where an off-menu program compiles) and on the medians
-   over all rounds, is at most ``ttft_bound`` (default 1.25).
+2. **batch TTFT**: the treatment's batch TTFT over the baseline's, both worst round against worst
+   round (an off-menu program compiles inside one round's prefill) and median against median, is
+   at most ``ttft_bound`` (default 1.25).
 3. **tokens**: greedy tokens identical between variants in every round; logprobs (when requested)
    bit-identical and float32.
 4. **treatment HLO**: the treatment's own captured trace, diagnosed by hlo-doctor's rules, has no
@@ -66,6 +66,9 @@ __all__ = [
     "VerifyReport",
     "VerifySettings",
     "argmax_reads",
+    "engine_config",
+    "failing_findings",
+    "metric_rows",
     "hlo_evidence",
     "render_json",
     "render_markdown",
@@ -116,10 +119,13 @@ class VerifySettings:
     out_dir: Path | None = None
     """Where run directories of check 4 and the patched treatment go; None = a temporary folder."""
     seed: int = 0
+    baseline_run: Path | None = None
+    """An existing capture of the baseline at the same sizes (``hlo-doctor doctor``'s profile): used for
+    the removed-ops figure instead of capturing the baseline again."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        for k in ("baseline", "treatment", "out_dir"):
+        for k in ("baseline", "treatment", "out_dir", "baseline_run"):
             d[k] = None if d[k] is None else str(d[k])
         return d
 
@@ -314,7 +320,7 @@ class _CompileCounter:
         self._names: list[str] = []
         self._armed = False
 
-    def _on_duration(self, event: str, duration: float, **kwargs: object) -> None:
+    def _on_duration(self, event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event == BACKEND_COMPILE_EVENT and self._armed:
             with self._lock:
                 self._names.append(str(kwargs.get("fun_name", "?")))
@@ -366,7 +372,7 @@ def engine_config(module: ModuleType, settings: VerifySettings) -> Any:
         raise InputError(f"engine {getattr(module, '__file__', module.__name__)} has no EngineConfig dataclass",
                          "see docs/verify.md for the driver interface an engine tree must expose")
     names = {f.name for f in dataclasses.fields(config_cls)}
-    defaults = config_cls()
+    defaults = config_cls()  # type: ignore[operator]
     wanted: dict[str, Any] = {"max_tokens": settings.max_tokens, "seed": settings.seed,
                               "logprobs": settings.logprobs, "do_sampling": False,
                               # Verify counts compiles itself; a guard that raises would hide the figures.
@@ -375,8 +381,9 @@ def engine_config(module: ModuleType, settings: VerifySettings) -> Any:
         wanted["vocab_size"] = settings.vocab
     if settings.batch is not None:
         wanted["batch"] = settings.batch
-        if "max_num_reqs" in names and settings.batch > getattr(defaults, "max_num_reqs", settings.batch):
-            wanted["max_num_reqs"] = settings.batch
+        # The menu is built for every num_reqs bucket up to max_num_reqs, but a measured batch only
+        # runs in its own bucket: stop the menu there (a smaller batch then warms up much faster).
+        wanted["max_num_reqs"] = max(8, 1 << (settings.batch - 1).bit_length())
     config = dataclasses.replace(defaults, **{k: v for k, v in wanted.items() if k in names})
     validate = getattr(module, "validate", None)
     if validate is not None:
@@ -512,7 +519,7 @@ def _check_hlo(evidence: HloEvidence | None) -> Check:
     if not evidence.argmax_reads:
         return Check(4, name, False, "no argmax in trace",
                      "no greedy argmax was found in the captured programs: nothing sampled?")
-    findings = [f for f in evidence.findings if f.code in HLO_RULES]
+    findings = failing_findings(evidence)
     reads = ", ".join(evidence.argmax_reads)
     wide = [r for r in evidence.argmax_reads if r.split(": ")[1].startswith(("f32[", "f64["))]
     if findings:
@@ -526,10 +533,26 @@ def _check_hlo(evidence: HloEvidence | None) -> Check:
                  "no aliasing copy, no standalone convert program, argmax reads the narrow dtype")
 
 
+def failing_findings(evidence: HloEvidence) -> list[Finding]:
+    """The findings that fail check 4: any aliasing copy (HD002) or standalone convert program (HD003),
+    and a widening convert or over-wide read (HD001, HD004) in a program that holds an argmax.
+
+    HD001/HD004 on other programs (the logprobs consumers, which do need float32) are reported but
+    are not what this check is about: the argmax reading the narrow dtype.
+    """
+    argmax_modules = {entry.split(": ", 1)[0] for entry in evidence.argmax_reads}
+    out = []
+    for f in evidence.findings:
+        if f.code in ("HD002", "HD003") or (f.code in ("HD001", "HD004") and f.module in argmax_modules):
+            out.append(f)
+    return out
+
+
 def _removed_ops(baseline: HloEvidence | None, treatment: HloEvidence | None) -> tuple[RemovedOp, ...]:
     if baseline is None or baseline.error or treatment is None or treatment.error:
         return ()
-    still = {f.code for f in treatment.findings}
+    # Op names change between two compiles of a program; the rule and the program say what it was.
+    still = {(f.code, f.module) for f in treatment.findings}
     seen: set[tuple[str, str]] = set()
     out: list[RemovedOp] = []
     for f in baseline.findings:
@@ -537,7 +560,7 @@ def _removed_ops(baseline: HloEvidence | None, treatment: HloEvidence | None) ->
             continue
         # Two rules can flag one op (HD001 and HD004 on the argmax): count its time once.
         seen.add((f.module, f.op))
-        out.append(RemovedOp(f.code, f.op, f.module, f.shape, f.time_per_step_us, f.code not in still))
+        out.append(RemovedOp(f.code, f.op, f.module, f.shape, f.time_per_step_us, (f.code, f.module) not in still))
     return tuple(out)
 
 
@@ -561,13 +584,17 @@ def _check_compiles(baseline: VariantSummary, treatment: VariantSummary) -> Chec
 
 
 def _check_ttft(baseline: VariantSummary, treatment: VariantSummary, bound: float) -> Check:
-    first = _ratio(treatment.rounds[0].batch_ttft_ms, baseline.rounds[0].batch_ttft_ms)
+    # An off-menu program compiles inside one round's prefill: the treatment's worst round shows it.
+    # Worst against worst (not round 1 against round 1) keeps one scheduler hiccup of either side on a
+    # shared machine from deciding the check; medians catch a latency that is up in every round.
+    t_worst = max(r.batch_ttft_ms for r in treatment.rounds)
+    b_worst = max(r.batch_ttft_ms for r in baseline.rounds)
+    worst = _ratio(t_worst, b_worst)
     median = _ratio(treatment.median("batch_ttft_ms"), baseline.median("batch_ttft_ms"))
-    worst = max(first, median)
-    figure = f"x{first:.2f} first round, x{median:.2f} median (bound {bound:.2f})"
-    detail = (f"first round {treatment.rounds[0].batch_ttft_ms:.1f} vs {baseline.rounds[0].batch_ttft_ms:.1f} ms; "
+    figure = f"x{worst:.2f} worst round, x{median:.2f} median (bound {bound:.2f})"
+    detail = (f"worst round {t_worst:.1f} vs {b_worst:.1f} ms; "
               f"median {treatment.median('batch_ttft_ms'):.1f} vs {baseline.median('batch_ttft_ms'):.1f} ms")
-    return Check(2, "batch TTFT ratio", worst <= bound, figure, detail)
+    return Check(2, "batch TTFT ratio", max(worst, median) <= bound, figure, detail)
 
 
 def _check_tokens(base: _Variant, treat: _Variant, logprobs: bool) -> Check:
@@ -584,9 +611,10 @@ def _check_tokens(base: _Variant, treat: _Variant, logprobs: bool) -> Check:
     shape = "x".join(str(d) for d in base.tokens[0].shape) if base.tokens else "0"
     figure = f"{shape} tokens identical in {len(pairs)}/{len(pairs)} rounds"
     if logprobs:
-        for i, (a, b) in enumerate(zip(base.logprobs, treat.logprobs, strict=True)):
-            if a is None or b is None:
+        for i, (lp_a, lp_b) in enumerate(zip(base.logprobs, treat.logprobs, strict=True)):
+            if lp_a is None or lp_b is None:
                 return Check(3, name, False, f"no logprobs in round {i + 1}", "logprobs were requested")
+            a, b = lp_a, lp_b
             if a.dtype != np.float32 or b.dtype != np.float32:
                 return Check(3, name, False, f"logprobs dtype {a.dtype}/{b.dtype}", "logprobs must be float32")
             if not np.array_equal(a, b):
@@ -633,6 +661,9 @@ def _validate_settings(settings: VerifySettings) -> None:
     if settings.fix is not None and settings.baseline is not None and settings.treatment is not None:
         raise InputError("--fix with both --baseline and --treatment: the fix would not be used",
                          "drop --fix, or drop --treatment to verify the fix applied to --baseline")
+    if settings.baseline_run is not None and not Path(settings.baseline_run).exists():
+        raise InputError(f"--baseline-run {settings.baseline_run} does not exist",
+                         "pass a run directory from 'hlo-doctor profile' of the baseline, or leave it out")
     for name, path in (("--baseline", settings.baseline), ("--treatment", settings.treatment)):
         if path is not None and not Path(path).is_dir():
             raise InputError(f"{name} {path} is not a directory", "pass an engine source tree (a copy of hlo_doctor/engine)")
@@ -749,7 +780,13 @@ def _measure(settings: VerifySettings, base: _Variant, treat: _Variant, work: Pa
     # Check 4 (and the baseline's wasteful ops for the "removed" figure): capture after the rounds so
     # that the profiler cannot disturb a measured window.
     treat_hlo = _capture_variant(treat, settings, work / "treatment-run", report)
-    base_hlo = _capture_variant(base, settings, work / "baseline-run", report)
+    if settings.baseline_run is not None:
+        try:
+            base_hlo = hlo_evidence(Path(settings.baseline_run))
+        except HloDoctorError as exc:
+            base_hlo = HloEvidence(str(settings.baseline_run), (), (), (), None, error=exc.one_line())
+    else:
+        base_hlo = _capture_variant(base, settings, work / "baseline-run", report)
 
     throughput = compare_samples([r.throughput_tok_s for r in b.rounds], [r.throughput_tok_s for r in t.rounds],
                                  min_effect=settings.min_effect, alpha=settings.alpha, lower_is_better=False,
@@ -795,18 +832,19 @@ def metric_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str, str
         rows.append((name, format(comparison.baseline_median, fmt), format(comparison.candidate_median, fmt),
                      f"x{comparison.ratio:.3f}", interval, str(comparison.outcome)))
 
-    cmp_row("throughput (tok/s, median of rounds)", report.throughput, ",.1f")
-    cmp_row("batch TTFT (ms, median of rounds)", report.ttft, ",.1f")
-    rows.append(("batch TTFT (ms, first round)", f"{b.rounds[0].batch_ttft_ms:,.1f}",
-                 f"{t.rounds[0].batch_ttft_ms:,.1f}",
-                 f"x{_ratio(t.rounds[0].batch_ttft_ms, b.rounds[0].batch_ttft_ms):.3f}", "-", ""))
-    rows.append(("TPOT (ms, median of rounds)", f"{b.median('tpot_ms'):,.1f}", f"{t.median('tpot_ms'):,.1f}",
+    cmp_row("throughput tok/s (median)", report.throughput, ",.1f")
+    cmp_row("batch TTFT ms (median)", report.ttft, ",.1f")
+    t_worst = max(r.batch_ttft_ms for r in t.rounds)
+    b_worst = max(r.batch_ttft_ms for r in b.rounds)
+    rows.append(("batch TTFT ms (worst round)", f"{b_worst:,.1f}", f"{t_worst:,.1f}",
+                 f"x{_ratio(t_worst, b_worst):.3f}", "-", ""))
+    rows.append(("TPOT ms (median)", f"{b.median('tpot_ms'):,.1f}", f"{t.median('tpot_ms'):,.1f}",
                  f"x{_ratio(t.median('tpot_ms'), b.median('tpot_ms')):.3f}", "-", ""))
-    cmp_row("decode step (ms, median of all steps)", report.step_time, ",.1f")
-    rows.append(("steady-state compiles", str(b.compiles), str(t.compiles), "-", "-", ""))
+    cmp_row("decode step ms (median)", report.step_time, ",.1f")
+    rows.append(("compiles in rounds", str(b.compiles), str(t.compiles), "-", "-", ""))
     removed = report.removed_time_per_step_us
     if removed is not None:
-        rows.append(("removed ops (ms/step, baseline trace)", f"{removed / 1000:,.2f}", "0", "-", "-", ""))
+        rows.append(("removed ops ms/step", f"{removed / 1000:,.3f}", "0", "-", "-", ""))
     return rows
 
 

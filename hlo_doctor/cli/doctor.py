@@ -1,15 +1,63 @@
-"""CLI: doctor (not available in this build yet)."""
+"""CLI: ``hlo-doctor doctor``: profile -> diagnose -> apply-fix (on a copy) -> verify -> report, in one go."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+from rich.text import Text
 
-from hlo_doctor.cli.common import not_available
+from hlo_doctor.cli.common import console, handle_errors
+from hlo_doctor.cli.verify import print_report, progress_display
+from hlo_doctor.doctor import DoctorSettings, run_doctor
+from hlo_doctor.verify import DEFAULT_MAX_TOKENS, DEFAULT_ROUNDS
 
 
-@click.command("doctor", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def doctor_cmd() -> None:
-    """(Not available in this build yet.)"""
-    not_available("doctor", "this command has not been built yet")
+@click.command("doctor")
+@click.option("--engine", type=click.Path(path_type=Path), help="Engine source tree [default: the bundled "
+              "reference engine]. It is never modified: the fix goes to a copy.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs/doctor"), show_default=True,
+              help="Folder for every artifact (replaced only if it holds an earlier doctor run).")
+@click.option("--variant", type=click.Choice(["full", "upstream"]), default="full", show_default=True,
+              help="Variant of the fix to apply and verify.")
+@click.option("--rounds", type=int, default=DEFAULT_ROUNDS, show_default=True, help="Measured rounds per variant.")
+@click.option("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, show_default=True,
+              help="Tokens per request in each measured round.")
+@click.option("--batch", type=int, help="Requests per batch [default: the engine's, 64].")
+@click.option("--vocab", type=int, help="Vocabulary size [default: the engine's, 256000].")
+@click.option("--steps", "profile_steps", type=int, default=5, show_default=True, help="Decode steps profiled.")
+@handle_errors
+def doctor_cmd(engine: Path | None, out_dir: Path, variant: str, rounds: int, max_tokens: int, batch: int | None,
+               vocab: int | None, profile_steps: int) -> None:
+    """Run the whole loop on the engine and write every artifact (and report.md) to --out.
+
+    \b
+    profile   capture decode steps of the engine (run directory: profile/)
+    diagnose  apply hlo-doctor's rules (diagnose.json, diagnose.md)
+    apply-fix the bundled fix for what was found, on a copy (fix.diff, treatment-engine/)
+    verify    same-session interleaved A/B with the five checks (verify.json, verify.md)
+    report    report.md: what was found, what the fix changed, what it measured, the verdict
+
+    \b
+    Exit codes: 0 verified (or nothing found), 1 a check failed or findings without a fix, 2 bad input.
+    """
+    settings = DoctorSettings(engine=engine, out_dir=out_dir, variant=variant, rounds=rounds,
+                              max_tokens=max_tokens, batch=batch, vocab=vocab, profile_steps=profile_steps)
+    with progress_display() as progress:
+        result = run_doctor(settings, progress=progress)
+    d = result.diagnosis
+    console.print(Text(f"found: {d.summary_line()}", style="bold"))
+    for f in d.findings:
+        tps = "-" if f.time_per_step_us is None else f"{f.time_per_step_us:,.0f} us/step"
+        console.print(f"  {f.code} {f.module}/{f.op} {f.shape}: {tps} {f.source}", soft_wrap=True)
+    if result.fix_id is not None:
+        console.print(Text(f"fixed: {result.fix_id} ({variant}) on a copy: {result.treatment_dir}", style="bold"))
+    if result.verify is not None:
+        print_report(result.verify)
+    colour = "green" if int(result.exit_code) == 0 else "red"
+    console.print(Text(f"doctor: {result.verdict} ({result.elapsed_s:.0f} s); report: "
+                       f"{Path(settings.out_dir) / 'report.md'}", style=f"bold {colour}"))
+    raise SystemExit(int(result.exit_code))
+
 
 COMMANDS = [doctor_cmd]

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -33,7 +33,7 @@ def progress_display() -> Iterator[Callable[[str, int, int], None]]:
     """A rich progress display on stderr driven by ``progress(stage, done, total)``."""
     with Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def update(stage: str, done: int, total: int) -> None:
             # Warm-up and profile stages get one bar each; measured rounds share one bar.
@@ -108,6 +108,8 @@ def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
               help="Smallest relative throughput change that counts (0.02 = 2%).")
 @click.option("--alpha", type=float, default=DEFAULT_ALPHA, show_default=True, help="Significance level.")
 @click.option("--require-improvement", is_flag=True, help="Check 5 fails on 'no change' too.")
+@click.option("--baseline-run", type=click.Path(path_type=Path), help="An existing capture of the baseline at the "
+              "same sizes (hlo-doctor profile): used for the removed-ops figure instead of capturing again.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default="table", show_default=True,
               help="table: for people (stderr); json / md: on stdout or --output.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the --format output to FILE.")
@@ -116,7 +118,7 @@ def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
 @handle_errors
 def verify_cmd(fix: str | None, variant: str, baseline: Path | None, treatment: Path | None, rounds: int,
                batch: int | None, max_tokens: int, vocab: int | None, logprobs: bool, ttft_bound: float,
-               min_effect: float, alpha: float, require_improvement: bool, fmt: str, output: Path | None,
+               min_effect: float, alpha: float, require_improvement: bool, baseline_run: Path | None, fmt: str, output: Path | None,
                out_dir: Path | None) -> None:
     """Measure baseline and treatment in one process and decide whether the treatment is safe and faster.
 
@@ -124,7 +126,7 @@ def verify_cmd(fix: str | None, variant: str, baseline: Path | None, treatment: 
     Both engine trees are warmed up with their own precompiled menus, then measured in interleaved
     rounds of the offline batch. Checks, each pass/fail with its figure:
       1 no compile inside any measured round (JAX's reason when there is one)
-      2 batch TTFT ratio treatment/baseline <= --ttft-bound (first round and median)
+      2 batch TTFT ratio treatment/baseline <= --ttft-bound (worst round and median)
       3 greedy tokens identical (and logprobs with --logprobs: bit-identical, f32)
       4 the treatment's own captured trace: no aliasing copy, no standalone convert program,
         argmax reads the narrow dtype (rules HD001-HD004)
@@ -140,7 +142,7 @@ def verify_cmd(fix: str | None, variant: str, baseline: Path | None, treatment: 
     settings = VerifySettings(
         fix=fix, variant=variant, baseline=baseline, treatment=treatment, rounds=rounds, batch=batch,
         max_tokens=max_tokens, vocab=vocab, logprobs=logprobs, ttft_bound=ttft_bound, min_effect=min_effect,
-        alpha=alpha, require_improvement=require_improvement, out_dir=out_dir,
+        alpha=alpha, require_improvement=require_improvement, out_dir=out_dir, baseline_run=baseline_run,
     )
     with progress_display() as progress:
         report = run_verify(settings, progress=progress)
