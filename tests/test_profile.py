@@ -106,6 +106,11 @@ def test_stats_table_and_group_by_shape(sampler_run: tuple[Path, dict]) -> None:
     text = result.stderr  # type: ignore[attr-defined]
     assert "steps from step annotations" in text and "% step" in text and "note:" not in text
     assert result.stdout == ""  # type: ignore[attr-defined]
+    _assert_one_line_error(_invoke("stats", str(out), "--output", str(out.parent / "t.txt")), "--format json")
+    written = out.parent / "table.csv"
+    assert _invoke("stats", str(out), "--format", "csv", "--output", str(written)).exit_code == 0  # type: ignore[attr-defined]
+    assert written.read_text().startswith("rank,program_id,module,op,")
+    written.unlink()
     csv = _invoke("stats", str(out), "--group-by", "shape", "--format", "csv").stdout  # type: ignore[attr-defined]
     header = csv.splitlines()[0].split(",")
     assert header[:4] == ["rank", "opcode", "shape", "category"]

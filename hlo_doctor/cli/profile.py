@@ -103,6 +103,12 @@ def _render_table(stats: OpStats, top: int, group_by: str) -> None:
         console.print(f"[yellow]note:[/] {w}")
 
 
+def _check_output(fmt: str, output: Path | None) -> None:
+    if output is not None and fmt == "table":
+        raise InputError("--output writes machine output: the table format is for the terminal",
+                         "add --format json or --format csv")
+
+
 def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None) -> None:
     if fmt == "table":
         _render_table(stats, top, group_by)
@@ -218,6 +224,7 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
         resolve_target,
     )
 
+    _check_output(fmt, output)
     out_dir = out if out is not None else default_run_dir()
     if attach is None:
         keep_gpu_ops_visible()
@@ -257,6 +264,7 @@ def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | No
     plugins/profile/<run>/*.xplane.pb from one or several hosts), an .xplane.pb file, or an
     opstats.json export.
     """
+    _check_output(fmt, output)
     stats = load_opstats(source)
     _emit(stats, fmt, top, group_by, output)
 
