@@ -718,10 +718,10 @@ def gate(
     step = within_capture_noise(step) if step else None
     step_judgement = _judgement(step, strict) if step else "not judged"
     if step and step.outcome is Outcome.REGRESSED:
-        adjusted = " (baseline adjusted for machine speed)" if speed != 1.0 else ""
+        adjusted = f", against the baseline x{speed:.3f} machine speed" if speed != 1.0 else ""
         violations.append(Violation(
             "step-time", "step",
-            f"step time {step.baseline_median:,.0f} -> {step.candidate_median:,.0f} us (median{adjusted}): "
+            f"step time {step.baseline_median / speed:,.0f} -> {step.candidate_median:,.0f} us (median{adjusted}): "
             f"{step.reason}",
             step.candidate_median,
         ))
@@ -832,10 +832,11 @@ def _us(x: float | None) -> str:
 
 
 def _pct(d: OpDiff) -> str:
-    """The change the judgement is about: of the per-step medians when tested, else of the means."""
+    """The change the judgement is about: of the per-step medians (of the means without samples),
+    against the baseline scaled by the machine-speed factor."""
     if d.baseline_us is None or d.candidate_us is None:
         return "new" if d.baseline_us is None else "gone"
-    if d.comparison is not None and d.comparison.tested and math.isfinite(d.comparison.ratio):
+    if d.comparison is not None and math.isfinite(d.comparison.ratio):
         return f"{d.comparison.change_pct:+.1f}%"
     if d.baseline_us == 0:
         return "-"
@@ -857,9 +858,11 @@ def _step_line(result: GateResult) -> str:
     if s is None:
         return "step time: not judged"
     ci = f", {1 - s.alpha:.0%} CI x{s.ci_low:.3f}..x{s.ci_high:.3f}, p={s.p_value:.2g}" if s.tested else ""
+    speed = result.speed_factor
+    against = f" against the baseline x{speed:.3f} machine speed" if speed != 1.0 else ""
     return (
-        f"step time: {s.baseline_median:,.0f} -> {s.candidate_median:,.0f} us ({s.change_pct:+.1f}%{ci}; "
-        f"n={s.n_baseline}/{s.n_candidate}): {result.step_judgement}"
+        f"step time (median): {s.baseline_median / speed:,.0f} -> {s.candidate_median:,.0f} us "
+        f"({s.change_pct:+.1f}%{against}{ci}; n={s.n_baseline}/{s.n_candidate}): {result.step_judgement}"
     )
 
 
@@ -910,6 +913,8 @@ def render_markdown(result: GateResult, *, max_rows: int = 15) -> str:
     table("Vanished ops", [d for d in result.ops if d.status == "vanished"])
     changed = [d for d in result.ops if d.status == "matched" and d.judgement not in ("below floor", "ignored")]
     table("Largest changes among matched ops", changed)
+    if result.ops:
+        lines += [f"<sub>{_legend(result)}</sub>", ""]
     for note in result.notes:
         lines.append(f"> {note}")
     p = result.policy
@@ -968,6 +973,14 @@ def render_junit(result: GateResult) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
+def _legend(result: GateResult) -> str:
+    scaled = f" x{result.speed_factor:.3f} (machine speed)" if result.speed_factor != 1.0 else ""
+    return (
+        "us: mean time per step; change: of the per-step median (of the mean without samples) against "
+        f"the baseline{scaled}"
+    )
+
+
 def render_text(result: GateResult, *, max_rows: int = 20) -> str:
     """Plain text for a log or ``--format table --output FILE``."""
     lines = [
@@ -987,5 +1000,6 @@ def render_text(result: GateResult, *, max_rows: int = 20) -> str:
                 f"{name:<28} {d.shape[:26]:<26} {d.module[:26]:<26} {_us(d.baseline_us):>10} "
                 f"{_us(d.candidate_us):>10} {_pct(d):>8}  {d.judgement}"
             )
+        lines.append(_legend(result))
     lines.extend(f"note: {n}" for n in result.notes)
     return "\n".join(lines) + "\n"

@@ -23,7 +23,7 @@ from hlo_doctor.gate import (
 _RENDERERS = {"json": render_json, "md": render_markdown, "junit": render_junit, "table": render_text}
 _STYLE = {
     "regressed": "bold red", "new: fails the gate": "bold red", "inconclusive": "yellow",
-    "within noise": "dim", "improved": "green", "vanished": "green", "new": "yellow",
+    "within noise": "dim", "not slower, within noise": "dim", "improved": "green", "vanished": "green", "new": "yellow",
 }
 
 
@@ -48,13 +48,13 @@ def _print_result(result: GateResult, max_rows: int) -> None:
         style = ""
         if line.startswith("  FAIL"):
             style = "bold red"
-        elif line.startswith("note:"):
+        elif line.startswith(("note:", "us: ")):
             style = "dim"
         else:
-            style = next((s for judgement, s in _STYLE.items() if line.endswith("  " + judgement)), "")
+            style = next((s for judgement, s in _STYLE.items() if line.endswith(" " + judgement)), "")
         console.print(Text(line, style=style), soft_wrap=True)
     hidden = sum(1 for d in result.ops if d.judgement == "below floor")
-    if hidden:
+    if hidden and max_rows > 0:
         console.print(Text(f"{hidden} matched op(s) below the {result.policy.op_floor_us:g} us/step floor "
                            "not shown", style="dim"))
 
@@ -89,7 +89,7 @@ def _print_result(result: GateResult, max_rows: int) -> None:
                    "policy's list).")
 @click.option("--alpha", "alpha", type=float, help="Significance level (alpha).")
 @click.option("--normalize-speed/--no-normalize-speed", "normalize_speed", default=None,
-              help="Judge times relative to the machine speed of each capture (median op ratio); "
+              help="Judge times relative to the machine speed of each capture (time-weighted median op ratio); "
                    "default on (normalize_speed).")
 @click.option("--rows", "max_rows", type=int, default=20, show_default=True, help="Ops shown on the terminal.")
 @handle_errors
@@ -132,7 +132,8 @@ def gate_cmd(
             write_output(render_text(result, max_rows=max_rows), output)
     else:
         write_output(_RENDERERS[fmt](result), output)
-        console.print(render_text(result, max_rows=0).splitlines()[0], markup=False)
+        # The verdict and its reasons still go to the log.
+        _print_result(result, 0)
     raise SystemExit(int(result.exit_code))
 
 
