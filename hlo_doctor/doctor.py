@@ -292,8 +292,9 @@ def render_report(result: DoctorResult) -> str:
         if v.removed_ops:
             lines += ["", "Wasteful ops of the baseline and what became of them in the treatment's own trace:", ""]
             for o in v.removed_ops:
+                now = "" if o.status == "gone" else f" ({_fmt_us(o.treatment_time_per_step_us)} per step)"
                 lines.append(f"- {o.code} `{o.module}/{o.op}` `{o.shape}`: {_fmt_us(o.time_per_step_us)} per step, "
-                             f"{'gone' if o.removed else 'still there'}")
+                             f"{o.status}{now}")
     lines += ["", "## 4. Verdict", ""]
     if v is None:
         lines.append(result.verdict)

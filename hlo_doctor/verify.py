@@ -210,14 +210,26 @@ class Check:
 
 @dataclass(frozen=True, slots=True)
 class RemovedOp:
-    """A wasteful op found in the baseline's trace, and whether the treatment's trace still has it."""
+    """A wasteful op found in the baseline's trace, and what became of it in the treatment's trace.
+
+    ``status``: ``gone`` (the op no longer runs: the aliasing copy, the convert program),
+    ``narrowed`` (the argmax still runs but no rule flags it: it reads the narrow dtype) or
+    ``still there``.
+    """
 
     code: str
     op: str
     module: str
     shape: str
     time_per_step_us: float | None
-    removed: bool
+    """Time per step in the baseline's trace."""
+    status: str
+    treatment_time_per_step_us: float | None = None
+    """The op's time per step in the treatment's trace (narrowed / still there), None when gone."""
+
+    @property
+    def removed(self) -> bool:
+        return self.status == "gone"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -235,12 +247,14 @@ class HloEvidence:
     step_time_us: float | None
     error: str = ""
     """Non-empty when the capture or the diagnosis failed (the check then fails with this reason)."""
+    argmax_times: tuple[tuple[str, float], ...] = ()
+    """(module, time per step in us) of the entry op holding each argmax, from the op stats."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_dir": self.run_dir, "findings": [f.to_dict() for f in self.findings],
             "rules_run": list(self.rules_run), "argmax_reads": list(self.argmax_reads),
-            "step_time_us": self.step_time_us, "error": self.error,
+            "argmax_times_us": dict(self.argmax_times), "step_time_us": self.step_time_us, "error": self.error,
         }
 
 
@@ -470,8 +484,22 @@ def hlo_evidence(run_dir: Path) -> HloEvidence:
     diagnosis = diagnose(ctx, load_rulebook(), select=HLO_RULES)
     return HloEvidence(
         run_dir=str(run_dir), findings=diagnosis.findings, rules_run=diagnosis.rules_run,
-        argmax_reads=argmax_reads(ctx), step_time_us=diagnosis.step_time_us,
+        argmax_reads=argmax_reads(ctx), step_time_us=diagnosis.step_time_us, argmax_times=argmax_times(ctx),
     )
+
+
+def argmax_times(ctx: Any) -> tuple[tuple[str, float], ...]:
+    """(module, time per step in us) of the entry op that runs each argmax/argmin, where timed."""
+    from hlo_doctor.diagnose import selection_reduces
+
+    out: dict[str, float] = {}
+    for module in ctx.modules:
+        for op, _, kind in selection_reduces(ctx, module):
+            if kind in ("argmax", "argmin") and module.name not in out:
+                timing = ctx.op_timing(module, op.name)
+                if timing is not None:
+                    out[module.name] = timing.time_per_step_us
+    return tuple(out.items())
 
 
 def _capture_variant(variant: _Variant, settings: VerifySettings, run_dir: Path,
@@ -552,15 +580,23 @@ def _removed_ops(baseline: HloEvidence | None, treatment: HloEvidence | None) ->
     if baseline is None or baseline.error or treatment is None or treatment.error:
         return ()
     # Op names change between two compiles of a program; the rule and the program say what it was.
-    still = {(f.code, f.module) for f in treatment.findings}
+    still = {(f.code, f.module): f for f in treatment.findings}
+    argmax = dict(treatment.argmax_times)
     seen: set[tuple[str, str]] = set()
     out: list[RemovedOp] = []
     for f in baseline.findings:
         if f.code not in HLO_RULES or (f.module, f.op) in seen:
             continue
-        # Two rules can flag one op (HD001 and HD004 on the argmax): count its time once.
+        # Two rules can flag one op (HD001 and HD003 on the convert program): count its time once.
         seen.add((f.module, f.op))
-        out.append(RemovedOp(f.code, f.op, f.module, f.shape, f.time_per_step_us, (f.code, f.module) not in still))
+        left = still.get((f.code, f.module))
+        if left is not None:
+            out.append(RemovedOp(f.code, f.op, f.module, f.shape, f.time_per_step_us, "still there",
+                                 left.time_per_step_us))
+        elif f.code in ("HD001", "HD004") and f.module in argmax:
+            out.append(RemovedOp(f.code, f.op, f.module, f.shape, f.time_per_step_us, "narrowed", argmax[f.module]))
+        else:
+            out.append(RemovedOp(f.code, f.op, f.module, f.shape, f.time_per_step_us, "gone"))
     return tuple(out)
 
 
@@ -737,9 +773,9 @@ def _measure(settings: VerifySettings, base: _Variant, treat: _Variant, work: Pa
     notes: list[str] = []
     with counter.listening():
         for i, v in enumerate((base, treat)):
-            report(f"warm-up {v.label}", i, 2)
+            report(f"warm-up {v.label}", 0, 1)
             v.warmup()
-        report("warm-up", 2, 2)
+            report(f"warm-up {v.label}", 1, 1)
         if base.rewarms or treat.rewarms:
             notes.append("an engine without OfflineEngine was driven by run_offline_batch: it re-warmed each round "
                          "(outside the measured window)")
@@ -844,7 +880,12 @@ def metric_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str, str
     rows.append(("compiles in rounds", str(b.compiles), str(t.compiles), "-", "-", ""))
     removed = report.removed_time_per_step_us
     if removed is not None:
-        rows.append(("removed ops ms/step", f"{removed / 1000:,.3f}", "0", "-", "-", ""))
+        rows.append(("removed ops ms/step", f"{removed / 1000:,.3f}", "0", "-", "-", "gone"))
+    for o in report.removed_ops:
+        if o.status == "narrowed" and o.time_per_step_us and o.treatment_time_per_step_us is not None:
+            rows.append((f"argmax ms/step ({o.module})", f"{o.time_per_step_us / 1000:,.3f}",
+                         f"{o.treatment_time_per_step_us / 1000:,.3f}",
+                         f"x{_ratio(o.treatment_time_per_step_us, o.time_per_step_us):.3f}", "-", "narrowed"))
     return rows
 
 
@@ -873,16 +914,24 @@ def render_markdown(report: VerifyReport) -> str:
         lines.append("| " + " | ".join(_md(x) for x in row) + " |")
     if report.removed_ops:
         lines += ["", "Wasteful ops in the baseline's trace (hlo-doctor rules) and in the treatment's:", "",
-                  "| rule | op | shape | baseline time/step | in treatment |", "|---|---|---|---:|---|"]
+                  "| rule | op | shape | baseline time/step | treatment time/step | in treatment |",
+                  "|---|---|---|---:|---:|---|"]
         for o in report.removed_ops:
-            tps = "-" if o.time_per_step_us is None else f"{o.time_per_step_us:,.0f} us"
-            lines.append(f"| {o.code} | {o.module}/{o.op} | `{o.shape}` | {tps} | {'gone' if o.removed else 'still there'} |")
+            lines.append(f"| {o.code} | {o.module}/{o.op} | `{o.shape}` | {fmt_us(o.time_per_step_us)} | "
+                         f"{fmt_us(o.treatment_time_per_step_us) if o.status != 'gone' else '0 (gone)'} | {o.status} |")
     for note in report.notes:
         lines += ["", f"Note: {note}"]
     if report.fix_diff:
         lines += ["", "<details><summary>What the fix changed</summary>", "", "```diff", report.fix_diff.rstrip(),
                   "```", "</details>"]
     return "\n".join(lines) + "\n"
+
+
+def fmt_us(us: float | None) -> str:
+    """Microseconds for people: ``72.53 ms`` or ``480 us``; ``-`` for unknown."""
+    if us is None:
+        return "-"
+    return f"{us / 1000:,.2f} ms" if us >= 1000 else f"{us:,.0f} us"
 
 
 def _md(text: str) -> str:

@@ -21,6 +21,7 @@ from hlo_doctor.verify import (
     DEFAULT_TTFT_BOUND,
     VerifyReport,
     VerifySettings,
+    fmt_us,
     metric_rows,
     render_json,
     render_markdown,
@@ -68,9 +69,9 @@ def print_report(report: VerifyReport) -> None:
         table.add_row(*row)
     console.print(table)
     for op in report.removed_ops:
-        tps = "-" if op.time_per_step_us is None else f"{op.time_per_step_us:,.0f} us/step"
-        console.print(Text(f"  {op.code} {op.module}/{op.op} {op.shape}: {tps} in baseline, "
-                           f"{'gone' if op.removed else 'still there'} in treatment", style="dim"))
+        now = "" if op.status == "gone" else f" ({fmt_us(op.treatment_time_per_step_us)}/step)"
+        console.print(Text(f"  {op.code} {op.module}/{op.op} {op.shape}: {fmt_us(op.time_per_step_us)}/step in "
+                           f"baseline, {op.status} in treatment{now}", style="dim"), soft_wrap=True)
     for note in report.notes:
         console.print(Text(f"note: {note}", style="dim"))
 
