@@ -88,20 +88,22 @@ def test_dropping_the_runner_convert_alone_misses_the_menu(tmp_path: Path, origi
     tree = _copy_tree(tmp_path, "convert_removed")
     _patch(tree / "runner.py", RUNNER_CONVERT, "            with self.maybe_forbid_compile:\n")
     patched = load_engine(tree)
-    result = patched.run_offline_batch(patched.EngineConfig(**SMALL))
-    assert result.steady_state_compiles >= 1
-    assert any(r.startswith("jit(sample): ") and "now bf16[8,1024]" in r and "before f32[8,1024]" in r
-               for r in result.compile_reasons), result.compile_reasons
-    # Widening is exact: the greedy tokens do not change, only the compile does.
-    np.testing.assert_array_equal(result.tokens, original_tokens)
-    with pytest.raises(patched.RecompilationError, match=r"jit\(sample\)"):
-        patched.run_offline_batch(patched.EngineConfig(**SMALL, check_recompilation=True))
     # A long-lived engine pays the miss in its first batch; later batches hit the jit cache.
     engine = patched.OfflineEngine(patched.EngineConfig(**SMALL))
     engine.warmup()
     first, second = engine.run_batch(), engine.run_batch()
     assert first.steady_state_compiles >= 1 and second.steady_state_compiles == 0
+    assert any(r.startswith("jit(sample): ") and "now bf16[8,1024]" in r and "before f32[8,1024]" in r
+               for r in first.compile_reasons), first.compile_reasons
+    # Widening is exact: the greedy tokens do not change, only the compile does.
+    np.testing.assert_array_equal(first.tokens, original_tokens)
     np.testing.assert_array_equal(second.tokens, original_tokens)
+
+    # run_offline_batch starts cold every time: the miss shows again.
+    result = patched.run_offline_batch(patched.EngineConfig(**SMALL))
+    assert result.steady_state_compiles >= 1, result.compile_reasons
+    with pytest.raises(patched.RecompilationError, match=r"jit\(sample\)"):
+        patched.run_offline_batch(patched.EngineConfig(**SMALL, check_recompilation=True))
 
 
 def test_dropping_the_convert_and_rekeying_the_menu_compiles_nothing(

@@ -42,15 +42,18 @@ def _pad_rows(array: np.ndarray, rows: int) -> np.ndarray:
     return np.concatenate([array, pad])
 
 
-def _warm_runner(config: EngineConfig) -> ModelRunner:
-    """A runner as after an engine start: parameters, the precompiled menu, an empty KV cache.
+def _clear_sampler_caches() -> None:
+    """Forget every compiled ``sample``/``compute_and_gather_logprobs`` program of this engine tree.
 
-    The module-level jitted functions keep their caches for the life of the process; they are
-    cleared first so that each run starts cold, as a freshly started engine does, and only its own
-    menu can serve its steps (a miss then shows in every run, not only in the process's first).
+    These module-level jitted functions keep their caches for the life of the process, so without
+    this a second engine in the same process would be served by the first one's programs.
     """
     for jitted in (sample, compute_and_gather_logprobs):
         jitted.clear_cache()  # type: ignore[attr-defined]
+
+
+def _warm_runner(config: EngineConfig) -> ModelRunner:
+    """A runner as after an engine start: parameters, the precompiled menu, an empty KV cache."""
     runner = ModelRunner(config)
     runner.load_model()
     runner.capture_model()
@@ -251,9 +254,12 @@ class OfflineEngine:
 
 
 def run_offline_batch(config: EngineConfig, progress: Progress | None = None) -> BatchResult:
-    """Start an engine cold (parameters + precompiled menu) and serve one offline batch with it."""
+    """Start an engine cold (sampler caches cleared, parameters, precompiled menu) and serve one batch."""
     validate(config)
     report = progress or (lambda stage, done, total: None)
+    # Start cold, as a freshly started engine process does: only this run's menu can serve its
+    # steps, so a menu miss shows in every run, not only in the process's first.
+    _clear_sampler_caches()
     engine = OfflineEngine(config)
     report("warmup", 0, 1)
     engine.warmup()
