@@ -1,12 +1,14 @@
 """hlo-doctor gate on real captures of tiny JAX step programs (XLA:CPU), through the command line.
 
-The programs mirror the greedy sampler of the reference engine at a small size (batch 64, vocab 8192,
-so the f32 logits are 2 MiB, above the default 1 MiB size of the new-op rule):
+The programs mirror the reference engine's decode step at a small size (a two-block decoder to bf16
+logits, batch 64, vocab 8192, so the f32 logits are 2 MiB, above the default 1 MiB of the new-op
+rule), with three greedy samplers:
 
 * fixed: the sampler takes bf16 logits and widens them inside its own program (no copy);
 * original: the logits are widened eagerly (a standalone ``jit_convert_element_type`` program) and
   the sampler returns its f32 input, so XLA inserts an aliasing copy;
-* copy only: the sampler returns its f32 input (the logits copy put back, nothing else).
+* copy only: the decoder emits f32 logits and the sampler returns them (the logits copy put back,
+  no convert program).
 """
 
 from __future__ import annotations
@@ -28,8 +30,25 @@ from hlo_doctor.opstats import load_opstats
 BATCH, VOCAB = 64, 8192
 
 
-def _logits_bf16() -> jax.Array:
-    return jax.random.normal(jax.random.PRNGKey(0), (BATCH, VOCAB), jnp.float32).astype(jnp.bfloat16)
+def _decoder(out_dtype=jnp.bfloat16):
+    """A small decoder step to bf16 logits: enough ops in common for the gate to see the machine's speed."""
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    params = {
+        "embed": (jax.random.normal(keys[0], (VOCAB, 128)) * 0.02).astype(jnp.bfloat16),
+        "w_in": (jax.random.normal(keys[1], (128, 512)) * 0.02).astype(jnp.bfloat16),
+        "w_out": (jax.random.normal(keys[2], (512, 128)) * 0.02).astype(jnp.bfloat16),
+        "head": (jax.random.normal(keys[3], (128, VOCAB)) * 0.02).astype(jnp.bfloat16),
+    }
+    tokens = jnp.arange(BATCH, dtype=jnp.int32)
+
+    @jax.jit
+    def decode(params, tokens):
+        x = params["embed"][tokens]
+        x = x + jax.nn.gelu(x @ params["w_in"]) @ params["w_out"]
+        x = x + jax.nn.gelu(x @ params["w_in"]) @ params["w_out"]
+        return (x @ params["head"]).astype(out_dtype)
+
+    return lambda: decode(params, tokens)
 
 
 def _fixed_step():
@@ -37,8 +56,8 @@ def _fixed_step():
     def sample(logits):
         return jnp.argmax(logits, axis=-1), logits.astype(jnp.float32)
 
-    logits = _logits_bf16()
-    return lambda: sample(logits)
+    logits = _decoder()
+    return lambda: sample(logits())
 
 
 def _original_step():
@@ -46,8 +65,8 @@ def _original_step():
     def sample(logits):
         return jnp.argmax(logits, axis=-1), logits
 
-    logits = _logits_bf16()
-    return lambda: sample(logits.astype(jnp.float32))
+    logits = _decoder()
+    return lambda: sample(logits().astype(jnp.float32))
 
 
 def _copy_only_step():
@@ -55,8 +74,8 @@ def _copy_only_step():
     def sample(logits):
         return jnp.argmax(logits, axis=-1), logits
 
-    logits = _logits_bf16().astype(jnp.float32)
-    return lambda: sample(logits)
+    logits = _decoder(jnp.float32)  # f32 logits from the decoder itself: only the copy comes back
+    return lambda: sample(logits())
 
 
 def _unrelated_step():

@@ -19,6 +19,7 @@ from hlo_doctor.gate import (
     render_text,
     resolve_policy,
 )
+from hlo_doctor.opstats import OpStats, load_opstats
 
 _RENDERERS = {"json": render_json, "md": render_markdown, "junit": render_junit, "table": render_text}
 _STYLE = {
@@ -27,9 +28,7 @@ _STYLE = {
 }
 
 
-def _load(path: Path, side: str):  # -> OpStats
-    from hlo_doctor.opstats import load_opstats
-
+def _load(path: Path, side: str) -> OpStats:
     if not path.exists():
         raise InputError(f"{side} {path} does not exist",
                          "pass a run directory, an .xplane.pb file or an opstats.json export")
