@@ -31,6 +31,21 @@ The outcome, in this order:
    least ``e`` or to rule one out. ``reason`` says which. A gate reports this as "within noise" and
    passes, unless it runs in a strict mode.
 
+Example (``verify``: interleaved A/B step times, in microseconds)::
+
+    from hlo_doctor.statistics import Outcome, compare_samples
+
+    result = compare_samples(baseline_step_us, treatment_step_us, min_effect=0.02, alpha=0.05)
+    if result.outcome is Outcome.INCONCLUSIVE:
+        ...  # more rounds, or report it as such: result.reason says why
+    print(f"{result.outcome}: {result.change_pct:+.1f}% "
+          f"[{result.ci_low:.3f}, {result.ci_high:.3f}], p={result.p_value:.2g}")
+
+For a throughput (tokens per second) pass ``lower_is_better=False``. The samples must be independent
+draws of the same quantity: with samples taken in separate captures of a shared machine, the
+between-capture variation is not in them (``hlo_doctor.gate`` estimates it from the ops in common);
+interleaving A and B in one session, as ``verify`` does, keeps it out.
+
 The band is symmetric on a log scale (a 5% slowdown and the matching speedup are ``1.05`` and
 ``1 / 1.05``), so swapping baseline and candidate swaps regressed and improved and nothing else.
 """
