@@ -27,17 +27,18 @@ from hlo_doctor.cli import main
 from hlo_doctor.gate import gate
 from hlo_doctor.opstats import load_opstats
 
-BATCH, VOCAB = 64, 8192
+BATCH, VOCAB, HIDDEN = 64, 8192, 512
 
 
 def _decoder(out_dtype=jnp.bfloat16):
-    """A small decoder step to bf16 logits: enough ops in common for the gate to see the machine's speed."""
+    """A small decoder step to bf16 logits: enough ops in common for the gate to see the machine's
+    speed, and enough work per step (tens of ms) that the host's share of a step stays small."""
     keys = jax.random.split(jax.random.PRNGKey(0), 4)
     params = {
-        "embed": (jax.random.normal(keys[0], (VOCAB, 128)) * 0.02).astype(jnp.bfloat16),
-        "w_in": (jax.random.normal(keys[1], (128, 512)) * 0.02).astype(jnp.bfloat16),
-        "w_out": (jax.random.normal(keys[2], (512, 128)) * 0.02).astype(jnp.bfloat16),
-        "head": (jax.random.normal(keys[3], (128, VOCAB)) * 0.02).astype(jnp.bfloat16),
+        "embed": (jax.random.normal(keys[0], (VOCAB, HIDDEN)) * 0.02).astype(jnp.bfloat16),
+        "w_in": (jax.random.normal(keys[1], (HIDDEN, 4 * HIDDEN)) * 0.02).astype(jnp.bfloat16),
+        "w_out": (jax.random.normal(keys[2], (4 * HIDDEN, HIDDEN)) * 0.02).astype(jnp.bfloat16),
+        "head": (jax.random.normal(keys[3], (HIDDEN, VOCAB)) * 0.02).astype(jnp.bfloat16),
     }
     tokens = jnp.arange(BATCH, dtype=jnp.int32)
 
@@ -132,11 +133,18 @@ def test_fixed_baseline_original_candidate_fails_naming_copy_and_convert(runs, t
 
 
 def test_same_program_captured_twice_passes(runs) -> None:
-    code, out, err = _gate(str(runs["fixed"]), str(runs["fixed2"]), "--format", "json")
+    # Every op of one capture is found in the other, under keys that survive the recompile.
+    result = gate(load_opstats(runs["fixed"]), load_opstats(runs["fixed2"]))
+    assert result.count("new") == result.count("vanished") == 0 and result.count("matched") >= 5
+    assert not [v for v in result.violations if v.rule == "new-op"]
+    # Timing limits wide enough for this machine: a step of ~10 ms on 2 shared cores can lose its
+    # host-side share, or one small op can be hit for a whole capture (see docs/ci.md, measured
+    # false alarms); the default limits are measured by benchmarks/bench_gate_rates.py instead.
+    code, out, err = _gate(str(runs["fixed"]), str(runs["fixed2"]), "--format", "json",
+                           "--max-step-regression", "400", "--max-op-regression", "1000")
     doc = json.loads(out)
     assert code == 0, err
     assert doc["verdict"] == "pass" and doc["summary"]["new"] == doc["summary"]["vanished"] == 0
-    assert doc["summary"]["matched"] >= 2
 
 
 def test_injected_logits_copy_is_detected(runs) -> None:
