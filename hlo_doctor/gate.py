@@ -12,11 +12,15 @@ and renumbering; rows that share a key within one run are summed.
 
 Noise. Where both runs have per-step samples (step wall times; per-op times per step), a change is
 judged with :func:`hlo_doctor.statistics.compare_samples`: a regression needs a significant test *and*
-an effect beyond the policy's limit. A slowdown that is neither shown nor ruled out is "within
-noise": it passes, except under ``strict``, where it makes the verdict ``inconclusive`` (exit 1). An
-undecided comparison in which the candidate is not slower is no suspected regression and never does. Per-op tests
-share one ``alpha`` (Bonferroni), so judging 50 ops does not multiply the false alarms by 50. Without
-per-step samples (a table export without them) the point estimates are compared with the limits.
+an effect beyond the policy's limit (per-op tests share one ``alpha``, Bonferroni). Two captures of
+one program on a shared machine also run at different speeds, which no within-capture test sees: the
+candidate's speed is estimated from the ops in common (time-weighted median ratio, ``normalize_speed``)
+and divided out, and a timing regression must also exceed ``noise_z`` times the spread of those
+ops' ratios (the noise between the captures). A slowdown that is neither shown nor ruled out is
+"within noise": it passes, except under ``strict``, where it makes the verdict ``inconclusive``
+(exit 1); an undecided comparison in which the candidate is not slower never does. Without per-step
+samples (a table export without them) the point estimates are compared with the limits.
+docs/ci.md has the measured false-alarm and detection rates.
 
 Policy. :class:`GatePolicy`, read from a TOML file (:func:`load_policy`), from
 ``[tool.hlo-doctor.gate]`` in the nearest ``pyproject.toml`` (:func:`find_policy_file`), and from
