@@ -44,9 +44,11 @@ def _op(module: str, op: str, opcode: str, category: str, shape: str, us: float,
         width = {"f32": 4, "bf16": 2, "s32": 4, "f16": 2}.get(m.group(1), 4)
         nbytes = width * math.prod(int(d) for d in m.group(2).split(",") if d)
     return {
-        "module": module, "program_id": program_id, "op": op, "opcode": opcode, "category": category,
+        "rank": 0, "module": module, "program_id": program_id, "op": op, "opcode": opcode, "category": category,
         "shape": shape, "operand_shapes": operand if operand is not None else shape, "occurrences": STEPS,
-        "time_per_step_us": us, "bytes_written": nbytes, "canonical_key": f"{module}|{opcode}|{dims}",
+        "total_time_us": us * STEPS, "avg_time_us": us, "time_per_step_us": us, "pct_of_step": 0.0,
+        "bytes_read": nbytes, "bytes_written": nbytes, "bytes_accessed": 2 * nbytes, "op_name": "", "source": "",
+        "canonical_key": f"{module}|{opcode}|{dims}", "self_time_us": us * STEPS, "devices": 1,
     }
 
 
@@ -380,3 +382,26 @@ def test_pyproject_found_from_cwd_upward_and_flags_override(tmp_path: Path) -> N
     # An explicit pyproject.toml without the table is an error, not a silent default.
     with pytest.raises(PolicyError, match=r"no \[tool.hlo-doctor.gate\] table"):
         load_policy(deep / "pyproject.toml")
+
+
+def test_cli_strict_turns_within_noise_into_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from hlo_doctor.cli import main
+    from hlo_doctor.opstats import to_json
+
+    (tmp_path / ".git").mkdir()
+    monkeypatch.chdir(tmp_path)
+    base = _stats(FIXED, step_us=14000.0, seed=12, spread=0.4)
+    cand = _stats(FIXED, step_us=14000.0, seed=13, spread=0.4, scale={"jit_decode|fusion|bf16[64,256000]": 1.1})
+    (tmp_path / "base.json").write_text(to_json(base))
+    (tmp_path / "cand.json").write_text(to_json(cand))
+    args = ["gate", "base.json", "cand.json", "--no-normalize-speed"]
+    relaxed = CliRunner().invoke(main, args)
+    assert relaxed.exit_code == 0 and "PASS: no regression" in relaxed.stderr and "within noise" in relaxed.stderr
+    strict = CliRunner().invoke(main, [*args, "--strict", "--junit", "junit.xml"])
+    assert strict.exit_code == 1 and "INCONCLUSIVE (strict)" in strict.stderr
+    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert "step time" in failed

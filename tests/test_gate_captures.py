@@ -209,5 +209,11 @@ def test_missing_and_wrong_inputs(runs, tmp_path: Path) -> None:
     junk.write_text("{}")
     code, _, err = _gate(str(runs["fixed"]), str(junk))
     assert code == 2 and "not an hlo-doctor opstats export" in err
+    broken = json.loads((runs["fixed"] / "opstats.json").read_text())
+    broken["rows"][0]["bytes_written"] = None
+    bad_export = tmp_path / "broken.json"
+    bad_export.write_text(json.dumps(broken))
+    code, _, err = _gate(str(runs["fixed"]), str(bad_export))
+    assert code == 2 and "is not a valid opstats export" in err and "Traceback" not in err
     code, _, err = _gate(str(runs["fixed"]), str(runs["fixed"]), "--alpha", "3")
     assert code == 2 and "option --alpha" in err

@@ -32,7 +32,14 @@ def _load(path: Path, side: str) -> OpStats:
     if not path.exists():
         raise InputError(f"{side} {path} does not exist",
                          "pass a run directory, an .xplane.pb file or an opstats.json export")
-    return load_opstats(path)
+    try:
+        return load_opstats(path)
+    except (ValueError, KeyError, TypeError) as exc:
+        if path.suffix != ".json":
+            raise
+        # A hand-edited or truncated export (a null in an integer column...): bad input, not a bug.
+        raise InputError(f"{side} {path} is not a valid opstats export ({type(exc).__name__}: {exc})",
+                         "re-export it with 'hlo-doctor profile' or 'hlo-doctor stats'") from exc
 
 
 def _print_result(result: GateResult, max_rows: int) -> None:
