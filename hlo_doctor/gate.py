@@ -661,10 +661,11 @@ def gate(
         pairs = [(b, c) for b, c in pairs if b > 0 and c > 0]
         if len(pairs) >= MIN_OPS_FOR_SPEED:
             # The time-weighted median op ratio: how much faster or slower the candidate's machine ran
-            # the same ops. Weighted by baseline time because contention slows the big, memory-bound
-            # ops more than the small ones; a median, so that ops holding less than half of the time
-            # that really regressed move it little.
-            speed, speed_ops = _weighted_median([c / b for b, c in pairs], [b for b, _ in pairs]), len(pairs)
+            # the same ops. Weighted by time because contention slows the big, memory-bound ops more
+            # than the small ones (by both runs' times, so that swapping the runs inverts the factor);
+            # a median, so that ops holding less than half of the time that really regressed move it
+            # little.
+            speed, speed_ops = _weighted_median([c / b for b, c in pairs], [b + c for b, c in pairs]), len(pairs)
             notes.append(
                 f"machine speed: the {speed_ops} ops in common ran x{speed:.3f} their baseline time (time-weighted median "
                 "ratio); step and op times are judged relative to that (normalize_speed)"
