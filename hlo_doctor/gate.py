@@ -356,13 +356,22 @@ def _per_op_samples(stats: OpStatsLike) -> dict[str, np.ndarray]:
     return {str(key): row.to_numpy(dtype=float) for key, row in pivot.iterrows()}
 
 
+def _finite(value: Any) -> float:
+    """A float for the report: missing, NaN or infinite values become 0 (the JSON verdict has no NaN)."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return x if math.isfinite(x) else 0.0
+
+
 def _summary(stats: OpStatsLike, label: str, agg: pd.DataFrame) -> RunSummary:
     return RunSummary(
         label=label,
         backend=str(getattr(stats, "backend", "") or ""),
         device_kind=_device_kind(stats),
         num_steps=int(getattr(stats, "num_steps", 0) or 0),
-        step_time_us=float(getattr(stats, "step_time_us", math.nan) or 0.0),
+        step_time_us=_finite(getattr(stats, "step_time_us", 0.0)),
         modules=tuple(sorted(set(agg["module"]))),
         op_time_us=float(agg["time_per_step_us"].sum()),
     )
