@@ -97,6 +97,9 @@ def _print_result(result: GateResult, max_rows: int) -> None:
 @click.option("--normalize-speed/--no-normalize-speed", "normalize_speed", default=None,
               help="Judge times relative to the machine speed of each capture (time-weighted median op ratio); "
                    "default on (normalize_speed).")
+@click.option("--noise-z", "noise_z", type=float, metavar="Z",
+              help="A timing regression must exceed Z times the noise between the captures (noise_z; "
+                   "0: off).")
 @click.option("--rows", "max_rows", type=int, default=20, show_default=True, help="Ops shown on the terminal.")
 @handle_errors
 def gate_cmd(
@@ -104,7 +107,7 @@ def gate_cmd(
     md_file: Path | None, json_file: Path | None, junit_file: Path | None, strict: bool,
     max_step_regression_pct: float | None, max_op_regression_pct: float | None, op_floor_us: float | None,
     fail_on_new: tuple[str, ...], new_op_min_bytes: int | None, ignore: tuple[str, ...],
-    alpha: float | None, normalize_speed: bool | None, max_rows: int,
+    alpha: float | None, normalize_speed: bool | None, noise_z: float | None, max_rows: int,
 ) -> None:
     """Compare CANDIDATE's op stats with BASELINE's; exit 1 on a regression.
 
@@ -113,8 +116,9 @@ def gate_cmd(
     Ops are matched on module (without program id) | opcode | shape. New ops named by the policy
     (default: aliasing copies and standalone converts of 1 MiB or more) fail the gate; so do
     step-time and per-op regressions beyond the policy's limits that are significant
-    (Mann-Whitney U on per-step samples plus a minimum effect). Changes within noise pass,
-    or are inconclusive under --strict.
+    (Mann-Whitney U on per-step samples plus a minimum effect), after dividing out each
+    capture's machine speed and beyond the noise between the two captures. Slowdowns within
+    noise pass, or are inconclusive under --strict. Details: docs/ci.md.
 
     \b
     Exit codes: 0 pass, 1 regression (or inconclusive under --strict), 2 bad input or policy.
@@ -123,6 +127,7 @@ def gate_cmd(
         "max_step_regression_pct": max_step_regression_pct, "max_op_regression_pct": max_op_regression_pct,
         "op_floor_us": op_floor_us, "fail_on_new": fail_on_new, "new_op_min_bytes": new_op_min_bytes,
         "ignore": ignore, "alpha": alpha, "normalize_speed": normalize_speed,
+        "noise_z": noise_z,
     })
     base_stats = _load(baseline, "baseline")
     cand_stats = _load(candidate, "candidate")
