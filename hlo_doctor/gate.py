@@ -884,7 +884,7 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render_markdown(result: GateResult, *, max_rows: int = 15) -> str:
+def render_markdown(result: GateResult, *, max_rows: int = 15, max_violations: int = 30) -> str:
     """A summary for a pull-request comment: verdict, violations, step time, new/vanished/changed ops."""
     icon = {Verdict.PASS: ":white_check_mark:", Verdict.REGRESSION: ":x:", Verdict.INCONCLUSIVE: ":warning:"}
     lines = [
@@ -901,9 +901,13 @@ def render_markdown(result: GateResult, *, max_rows: int = 15) -> str:
     ]
     if result.violations:
         lines += ["| rule | what | time/step (us) |", "|---|---|---:|"]
+        # A pull-request comment has a size limit: the JSON verdict keeps every violation.
+        shown_violations = result.violations[:max_violations]
         lines += [
-            f"| `{v.rule}` | {_md_escape(v.message)} | {_us(v.time_per_step_us)} |" for v in result.violations
+            f"| `{v.rule}` | {_md_escape(v.message)} | {_us(v.time_per_step_us)} |" for v in shown_violations
         ]
+        if len(result.violations) > max_violations:
+            lines.append(f"| ... | {len(result.violations) - max_violations} more in the JSON verdict | |")
         lines.append("")
 
     def table(title: str, rows: list[OpDiff]) -> None:

@@ -308,6 +308,11 @@ def test_markdown_summary(failing_result) -> None:
     assert "\\|" not in md or "jit_sample\\|" in md
 
 
+def test_markdown_caps_the_violations_it_lists(failing_result) -> None:
+    md = render_markdown(failing_result, max_violations=1)
+    assert md.count("| `new-op` |") == 1 and "| ... | 2 more in the JSON verdict | |" in md
+
+
 def test_junit_xml(failing_result) -> None:
     root = ET.fromstring(render_junit(failing_result))
     suite = root.find("testsuite")
