@@ -63,3 +63,13 @@ def test_cpu_capture_against_the_tpu_report_is_refused() -> None:
     code, _, err = _gate(ORIGINAL_A, SEED_TPU)
     assert code == 2
     assert "different backends (cpu vs tpu)" in err and "Traceback" not in err
+
+
+def test_table_format_to_a_file_is_plain_text(tmp_path: Path) -> None:
+    target = tmp_path / "gate.txt"
+    code, out, err = _gate(FIXED, ORIGINAL_A, "--output", target, "--rows", "3")
+    assert code == 1 and out == ""
+    text = target.read_text()
+    assert text.startswith("hlo-doctor gate: FAIL: 2 regressions\n")
+    assert "FAIL [new-op] new aliasing copy copy f32[64,256000]{1,0} in jit_sample" in text
+    assert "\x1b[" not in text  # no terminal colour codes in a file
