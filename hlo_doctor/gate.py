@@ -701,6 +701,11 @@ def gate(
             f"(robust spread of their time ratios); a timing regression must exceed "
             f"+{math.expm1(policy.noise_z * capture_noise):.0%} (noise_z = {policy.noise_z:g})"
         )
+    elif policy.noise_z > 0:
+        notes.append(
+            f"only {len(ratios)} op(s) in common above the floor (need {MIN_OPS_FOR_NOISE}) to estimate the noise "
+            "between the captures: timing judged on the per-step samples alone, which do not see it"
+        )
 
     def within_capture_noise(cmp: SampleComparison) -> SampleComparison:
         """A regression (or improvement) the per-step test found, demoted to inconclusive when the

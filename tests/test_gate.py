@@ -211,8 +211,8 @@ def test_slowdown_of_the_op_holding_most_time_reads_as_machine_speed() -> None:
 def test_too_few_ops_for_a_speed_factor_compares_as_captured() -> None:
     rows = FIXED[:2]
     r = gate(_stats(rows, step_us=9400.0, seed=23), _stats(rows, step_us=9400.0, seed=24))
-    assert r.speed_factor == 1.0 and r.speed_ops == 0
-    assert any("need 3" in n for n in r.notes)
+    assert r.speed_factor == 1.0 and r.speed_ops == 0 and r.capture_noise == 0.0
+    assert any("need 3" in n for n in r.notes) and any("need 5" in n for n in r.notes)
 
 
 def test_noisy_change_is_within_noise_and_inconclusive_under_strict() -> None:
