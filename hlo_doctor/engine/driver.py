@@ -252,6 +252,28 @@ class OfflineEngine:
             config=config,
         )
 
+    def restart_sampler(self) -> None:
+        """Start the sampling programs cold, as a freshly started engine serves its first batch.
+
+        Clears this tree's jitted sampler caches and builds the menu's sampler entries for this
+        configuration's bucket again (the backbone stays compiled), so a sampler call that misses the
+        menu compiles in the next batch every time, not only in the process's first. ``hlo-doctor
+        verify`` calls it before each measured round, outside the measured window.
+        """
+        if self.runner is None:
+            raise RuntimeError("call warmup() before restart_sampler()")
+        for jitted in (sample, compute_and_gather_logprobs):
+            jitted.clear_cache()  # type: ignore[attr-defined]
+        runner, manager = self.runner, self.runner.compilation_manager
+        buckets, kept = runner.num_reqs_paddings, len(manager.menu)
+        runner.num_reqs_paddings = [self.config.padded_num_reqs]
+        try:
+            manager._precompile_sampling()
+            manager._precompile_gather_logprobs()
+        finally:
+            runner.num_reqs_paddings = buckets
+            del manager.menu[kept:]
+
 
 def run_offline_batch(config: EngineConfig, progress: Progress | None = None) -> BatchResult:
     """Start an engine cold (sampler caches cleared, parameters, precompiled menu) and serve one batch."""
