@@ -478,8 +478,8 @@ def load_context(path: Path, *, source_root: Path | None = None) -> Context:
     if path.is_file():
         if path.name.endswith(".xplane.pb"):
             return _from_opstats_loader(path, "xplane", source_root)
-        if path.name == "opstats.json":
-            return _from_opstats_json(path.parent, source_root)
+        if path.suffix == ".json":
+            return _from_opstats_json(path.parent, source_root, path)
         return _from_hlo_files([path], path, "hlo", source_root)
     if (path / "opstats.json").is_file() and not _has_xplane(path):
         return _from_opstats_json(path, source_root)
@@ -533,7 +533,7 @@ def _from_hlo_files(files: list[Path], origin: Path, kind: str, source_root: Pat
     return Context(modules=tuple(modules), origin=str(origin), kind=kind, source_root=source_root)
 
 
-def _from_opstats_json(folder: Path, source_root: Path | None) -> Context:
+def _from_opstats_json(folder: Path, source_root: Path | None, export: Path | None = None) -> Context:
     """A folder with an ``opstats.json`` export and the run's modules as ``*.hlo.txt`` files.
 
     A module file may carry its program id in its name (``jit_sample(12).hlo.txt``); otherwise the
@@ -541,7 +541,7 @@ def _from_opstats_json(folder: Path, source_root: Path | None) -> Context:
     """
     from hlo_doctor.opstats import load_opstats
 
-    stats = load_opstats(folder / "opstats.json")
+    stats = load_opstats(export or folder / "opstats.json")
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(_HLO_TEXT_SUFFIXES))
     modules: list[HloModule] = []
     for f in files:

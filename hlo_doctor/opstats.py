@@ -641,6 +641,16 @@ def from_json(text: str, *, origin: str = "opstats.json") -> OpStats:
     if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
         raise InputError(f"{origin}: not an hlo-doctor opstats export (format != {JSON_FORMAT})",
                          "pass an opstats.json written by 'hlo-doctor profile' or 'stats'")
+    try:
+        return _from_doc(doc, origin)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        # A hand-edited or foreign export (a null in an integer column, a missing field) is bad
+        # input, not a bug: name the file and the field.
+        raise InputError(f"{origin}: malformed opstats export ({type(exc).__name__}: {exc})",
+                         "re-export it with 'hlo-doctor stats RUN --format json'") from exc
+
+
+def _from_doc(doc: dict[str, Any], origin: str) -> OpStats:
     rows = doc.get("rows", [])
     table = _typed(pd.DataFrame(rows, columns=list(COLUMN_NAMES)).astype(object)) if rows else empty_table()
     ps = doc.get("per_step", {})
