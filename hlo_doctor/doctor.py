@@ -33,6 +33,7 @@ from hlo_doctor.verify import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_PROFILE_STEPS,
     DEFAULT_ROUNDS,
+    DEFAULT_TTFT_BOUND,
     VerifyReport,
     VerifySettings,
     engine_config,
@@ -64,6 +65,7 @@ class DoctorSettings:
     vocab: int | None = None
     profile_steps: int = 5
     verify_profile_steps: int = DEFAULT_PROFILE_STEPS
+    ttft_bound: float = DEFAULT_TTFT_BOUND
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +171,7 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     verify_settings = VerifySettings(
         fix=None, variant=settings.variant, baseline=settings.engine, rounds=settings.rounds, batch=settings.batch,
         max_tokens=settings.max_tokens, vocab=settings.vocab, out_dir=out / "verify",
-        profile_steps=settings.verify_profile_steps, baseline_run=out / "profile",
+        profile_steps=settings.verify_profile_steps, baseline_run=out / "profile", ttft_bound=settings.ttft_bound,
     )
 
     # 1. profile the baseline at the sizes verify will measure.

@@ -8,9 +8,11 @@ variant always runs first), with the backend compiles inside every round counted
 
 1. **compiles**: no backend compile inside any measured round, in either variant (with JAX's
    cache-miss reason when there is one). A compile there means a call missed the precompiled menu.
-2. **batch TTFT**: the treatment's batch TTFT over the baseline's, both worst round against worst
-   round (an off-menu program compiles inside one round's prefill) and median against median, is
-   at most ``ttft_bound`` (default 1.25).
+2. **batch TTFT**: the treatment's median batch TTFT over the baseline's is at most ``ttft_bound``
+   (default 1.25). Every round starts the engine's sampler programs cold (``restart_sampler()``,
+   outside the measured window), as after an engine start, so a menu miss compiles inside every
+   round's prefill. (An engine without that hook runs warm rounds: a miss compiles in the first
+   round only, and the worst rounds are compared as well.)
 3. **tokens**: greedy tokens identical between variants in every round; logprobs (when requested)
    bit-identical and float32.
 4. **treatment HLO**: the treatment's own captured trace, diagnosed by hlo-doctor's rules, has no
@@ -66,6 +68,7 @@ __all__ = [
     "VerifyReport",
     "VerifySettings",
     "argmax_reads",
+    "check_ttft",
     "engine_config",
     "failing_findings",
     "metric_rows",
@@ -318,6 +321,7 @@ class VerifyReport:
             "backend": self.backend,
             "elapsed_s": self.elapsed_s,
             "notes": list(self.notes),
+            "cold_rounds": not any("cannot restart" in n for n in self.notes),
             "fix_diff": self.fix_diff,
         }
 
@@ -435,6 +439,17 @@ class _Variant:
             self.engine = self.module.OfflineEngine(self.config)
             self.engine.warmup()
         self.warmup_s = time.perf_counter() - start
+
+    @property
+    def cold_rounds(self) -> bool:
+        """True when every round starts as after an engine start (a menu miss then shows in every round)."""
+        return self.rewarms or hasattr(self.engine, "restart_sampler")
+
+    def before_round(self) -> None:
+        """Outside the measured window: restart the sampler programs cold when the engine can."""
+        restart = getattr(self.engine, "restart_sampler", None)
+        if restart is not None:
+            restart()
 
     def run_batch(self) -> Any:
         if self.rewarms:
@@ -619,17 +634,21 @@ def _check_compiles(baseline: VariantSummary, treatment: VariantSummary) -> Chec
     return Check(1, "steady-state compiles", True, figure, "every measured round ran on the precompiled menu")
 
 
-def _check_ttft(baseline: VariantSummary, treatment: VariantSummary, bound: float) -> Check:
-    # An off-menu program compiles inside one round's prefill: the treatment's worst round shows it.
-    # Worst against worst (not round 1 against round 1) keeps one scheduler hiccup of either side on a
-    # shared machine from deciding the check; medians catch a latency that is up in every round.
+def check_ttft(baseline: VariantSummary, treatment: VariantSummary, bound: float, *, cold: bool = True) -> Check:
+    """Check 2: the batch TTFT ratio treatment/baseline against ``bound`` (medians; worst rounds too when warm)."""
     t_worst = max(r.batch_ttft_ms for r in treatment.rounds)
     b_worst = max(r.batch_ttft_ms for r in baseline.rounds)
     worst = _ratio(t_worst, b_worst)
     median = _ratio(treatment.median("batch_ttft_ms"), baseline.median("batch_ttft_ms"))
-    figure = f"x{worst:.2f} worst round, x{median:.2f} median (bound {bound:.2f})"
-    detail = (f"worst round {t_worst:.1f} vs {b_worst:.1f} ms; "
-              f"median {treatment.median('batch_ttft_ms'):.1f} vs {baseline.median('batch_ttft_ms'):.1f} ms")
+    detail = (f"median {treatment.median('batch_ttft_ms'):.1f} vs {baseline.median('batch_ttft_ms'):.1f} ms; "
+              f"worst round {t_worst:.1f} vs {b_worst:.1f} ms")
+    if cold:
+        # Every round starts its sampler cold, so a menu miss compiles inside every round's prefill:
+        # the medians carry it, and one scheduler hiccup of either side cannot decide the check.
+        figure = f"x{median:.2f} median (bound {bound:.2f}); worst round x{worst:.2f}"
+        return Check(2, "batch TTFT ratio", median <= bound, figure, detail)
+    # Warm rounds: a miss compiles in the first round only, so the worst rounds must be compared too.
+    figure = f"x{median:.2f} median, x{worst:.2f} worst round (bound {bound:.2f})"
     return Check(2, "batch TTFT ratio", max(worst, median) <= bound, figure, detail)
 
 
@@ -772,13 +791,17 @@ def _measure(settings: VerifySettings, base: _Variant, treat: _Variant, work: Pa
     variants = {"baseline": base, "treatment": treat}
     notes: list[str] = []
     with counter.listening():
-        for i, v in enumerate((base, treat)):
+        for v in (base, treat):
             report(f"warm-up {v.label}", 0, 1)
             v.warmup()
             report(f"warm-up {v.label}", 1, 1)
         if base.rewarms or treat.rewarms:
             notes.append("an engine without OfflineEngine was driven by run_offline_batch: it re-warmed each round "
                          "(outside the measured window)")
+        cold = base.cold_rounds and treat.cold_rounds
+        if not cold:
+            notes.append("the engine cannot restart its sampler cold between rounds (no restart_sampler): a menu miss "
+                         "compiles in the first round only, and check 2 compares worst rounds")
         total = 2 * settings.rounds
         order = 0
         report("rounds", 0, total)
@@ -787,6 +810,7 @@ def _measure(settings: VerifySettings, base: _Variant, treat: _Variant, work: Pa
             labels = ("baseline", "treatment") if pair % 2 == 0 else ("treatment", "baseline")
             for label in labels:
                 v = variants[label]
+                v.before_round()
                 gc.collect()
                 with counter.window() as compiled:
                     result = v.run_batch()
@@ -833,7 +857,7 @@ def _measure(settings: VerifySettings, base: _Variant, treat: _Variant, work: Pa
                            min_effect=settings.min_effect, alpha=settings.alpha, seed=settings.seed)
     checks = (
         _check_compiles(b, t),
-        _check_ttft(b, t, settings.ttft_bound),
+        check_ttft(b, t, settings.ttft_bound, cold=cold),
         _check_tokens(base, treat, settings.logprobs),
         _check_hlo(treat_hlo),
         _check_throughput(throughput, step_time, settings.require_improvement),

@@ -18,8 +18,11 @@ from hlo_doctor.cli import main
 from hlo_doctor.errors import InputError
 from hlo_doctor.statistics import Outcome
 from hlo_doctor.verify import (
+    RoundResult,
+    VariantSummary,
     VerifyReport,
     VerifySettings,
+    check_ttft,
     engine_config,
     render_json,
     render_markdown,
@@ -45,8 +48,11 @@ def baseline_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def fix_report(baseline_run: Path, tmp_path_factory: pytest.TempPathFactory) -> VerifyReport:
+    # At these sizes the batch TTFT is ~10 ms, so a scheduler hiccup on a busy 2-core machine is a large
+    # fraction of it: the pass test allows x1.5 (the hand fixes below fail at x5 and more with the default).
     settings = VerifySettings(fix="bf16-greedy-sampler", variant="full", baseline_run=baseline_run,
-                              out_dir=tmp_path_factory.mktemp("verify-fix"), **SMALL)  # type: ignore[arg-type]
+                              out_dir=tmp_path_factory.mktemp("verify-fix"), ttft_bound=1.5,
+                              **SMALL)  # type: ignore[arg-type]
     return run_verify(settings)
 
 
@@ -95,7 +101,9 @@ def _assert_fails_for_the_right_reason(report: VerifyReport) -> None:
     assert not report.passed
     assert not checks[1].passed and not checks[2].passed
     # Named for the right reason: the off-menu sample() compile, with JAX's own explanation.
-    assert report.treatment.rounds[0].compiles >= 1 and report.baseline.compiles == 0
+    # Every round starts the sampler cold (restart_sampler), so the miss compiles in every round.
+    assert all(r.compiles >= 1 for r in report.treatment.rounds) and report.baseline.compiles == 0
+    assert not report.notes
     assert "jit(sample)" in checks[1].detail
     assert "bf16[8,1024]" in checks[1].detail and "f32[8,1024]" in checks[1].detail
     assert report.verdict.startswith("FAIL: steady-state compiles; batch TTFT ratio")
@@ -165,3 +173,21 @@ def test_impossible_engine_config_is_input_error() -> None:
 
     with pytest.raises(InputError, match="vocab_size"):
         engine_config(load_engine(None), VerifySettings(fix="bf16-greedy-sampler", vocab=4, batch=8))
+
+
+def _summary(label: str, ttfts: list[float]) -> VariantSummary:
+    rounds = tuple(RoundResult(label, i, i, 100.0, t, 10.0, (10.0,), 0, (), "") for i, t in enumerate(ttfts))
+    return VariantSummary(label, "tree", "module", 0.0, rounds)
+
+
+def test_ttft_check_uses_medians_with_cold_rounds_and_worst_rounds_without() -> None:
+    base = _summary("baseline", [100, 100, 100, 100, 100])
+    one_spike = _summary("treatment", [300, 100, 100, 100, 100])
+    every_round = _summary("treatment", [130, 130, 130, 130, 130])
+    # Cold rounds: a miss compiles in every round, so the median decides and one spike does not.
+    assert check_ttft(base, one_spike, 1.25, cold=True).passed
+    assert not check_ttft(base, every_round, 1.25, cold=True).passed
+    # Warm rounds: a miss compiles in the first round only, so the worst round counts as well.
+    assert not check_ttft(base, one_spike, 1.25, cold=False).passed
+    check = check_ttft(base, _summary("treatment", [110, 100, 100, 100, 100]), 1.25, cold=False)
+    assert check.passed and "x1.10 worst round" in check.figure

@@ -10,7 +10,7 @@ from rich.text import Text
 from hlo_doctor.cli.common import console, handle_errors
 from hlo_doctor.cli.verify import print_report, progress_display
 from hlo_doctor.doctor import DoctorSettings, run_doctor
-from hlo_doctor.verify import DEFAULT_MAX_TOKENS, DEFAULT_ROUNDS
+from hlo_doctor.verify import DEFAULT_MAX_TOKENS, DEFAULT_ROUNDS, DEFAULT_TTFT_BOUND
 
 
 @click.command("doctor")
@@ -25,10 +25,12 @@ from hlo_doctor.verify import DEFAULT_MAX_TOKENS, DEFAULT_ROUNDS
               help="Tokens per request in each measured round.")
 @click.option("--batch", type=int, help="Requests per batch [default: the engine's, 64].")
 @click.option("--vocab", type=int, help="Vocabulary size [default: the engine's, 256000].")
+@click.option("--ttft-bound", type=float, default=DEFAULT_TTFT_BOUND, show_default=True,
+              help="Largest allowed batch TTFT ratio treatment/baseline (verify's check 2).")
 @click.option("--steps", "profile_steps", type=int, default=5, show_default=True, help="Decode steps profiled.")
 @handle_errors
 def doctor_cmd(engine: Path | None, out_dir: Path, variant: str, rounds: int, max_tokens: int, batch: int | None,
-               vocab: int | None, profile_steps: int) -> None:
+               vocab: int | None, ttft_bound: float, profile_steps: int) -> None:
     """Run the whole loop on the engine and write every artifact (and report.md) to --out.
 
     \b
@@ -42,7 +44,8 @@ def doctor_cmd(engine: Path | None, out_dir: Path, variant: str, rounds: int, ma
     Exit codes: 0 verified (or nothing found), 1 a check failed or findings without a fix, 2 bad input.
     """
     settings = DoctorSettings(engine=engine, out_dir=out_dir, variant=variant, rounds=rounds,
-                              max_tokens=max_tokens, batch=batch, vocab=vocab, profile_steps=profile_steps)
+                              max_tokens=max_tokens, batch=batch, vocab=vocab, profile_steps=profile_steps,
+                              ttft_bound=ttft_bound)
     with progress_display() as progress:
         result = run_doctor(settings, progress=progress)
     d = result.diagnosis
