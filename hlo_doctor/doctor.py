@@ -303,8 +303,12 @@ def render_report(result: DoctorResult) -> str:
     else:
         failed = [c for c in v.checks if not c.passed]
         if not failed:
-            lines.append(f"**PASS** ({v.verdict}): the fix stays on the precompiled menu, keeps the tokens, removes "
-                         f"the wasteful ops from the trace, and the throughput change is {v.verdict}.")
+            tp = v.throughput
+            change = (f"throughput {tp.outcome} (x{tp.ratio:.3f} median"
+                      + ("" if not tp.tested else f", 95% CI [{tp.ci_low:.3f}, {tp.ci_high:.3f}]") + ")"
+                      if tp is not None else "throughput not measured")
+            lines.append(f"**PASS**: the fix stays on the precompiled menu, keeps the tokens and removes the wasteful "
+                         f"ops from the trace; {change}.")
         else:
             lines.append("**FAIL**: " + "; ".join(f"check {c.number} ({c.name}): {c.figure}" for c in failed))
     return "\n".join(lines) + "\n"
