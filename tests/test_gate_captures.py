@@ -214,6 +214,6 @@ def test_missing_and_wrong_inputs(runs, tmp_path: Path) -> None:
     bad_export = tmp_path / "broken.json"
     bad_export.write_text(json.dumps(broken))
     code, _, err = _gate(str(runs["fixed"]), str(bad_export))
-    assert code == 2 and "is not a valid opstats export" in err and "Traceback" not in err
+    assert code == 2 and "malformed opstats export" in err and "Traceback" not in err
     code, _, err = _gate(str(runs["fixed"]), str(runs["fixed"]), "--alpha", "3")
     assert code == 2 and "option --alpha" in err

@@ -34,12 +34,9 @@ def _load(path: Path, side: str) -> OpStats:
                          "pass a run directory, an .xplane.pb file or an opstats.json export")
     try:
         return load_opstats(path)
-    except (ValueError, KeyError, TypeError) as exc:
-        if path.suffix != ".json":
-            raise
-        # A hand-edited or truncated export (a null in an integer column...): bad input, not a bug.
-        raise InputError(f"{side} {path} is not a valid opstats export ({type(exc).__name__}: {exc})",
-                         "re-export it with 'hlo-doctor profile' or 'hlo-doctor stats'") from exc
+    except InputError as exc:
+        # Name which side of the comparison the unusable input is.
+        raise InputError(f"{side} {exc.what}", exc.hint) from exc
 
 
 def _print_result(result: GateResult, max_rows: int) -> None:
