@@ -61,9 +61,10 @@ def print_report(report: VerifyReport) -> None:
     for c in report.checks:
         if not c.passed and c.detail:
             console.print(Text(f"  check {c.number}: {c.detail}", style="red"), soft_wrap=True)
-    table = Table(title=None, show_edge=False, pad_edge=False)
-    for col, justify in (("metric", "left"), ("baseline", "right"), ("treatment", "right"), ("ratio", "right"),
-                         ("95% interval", "left"), ("outcome", "left")):
+    # No box: the table must fit an 80-column CI log without wrapping its rows.
+    table = Table(title=None, box=None, pad_edge=False, header_style="bold")
+    for col, justify in (("median", "left"), ("baseline", "right"), ("treatment", "right"), ("ratio", "right"),
+                         ("95% CI", "left"), ("outcome", "left")):
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in metric_rows(report):
         table.add_row(*row)
