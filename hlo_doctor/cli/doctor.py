@@ -54,7 +54,8 @@ def doctor_cmd(engine: Path | None, out_dir: Path, variant: str, rounds: int, ma
         tps = "-" if f.time_per_step_us is None else f"{f.time_per_step_us:,.0f} us/step"
         console.print(f"  {f.code} {f.module}/{f.op} {f.shape}: {tps} {f.source}", soft_wrap=True)
     if result.fix_id is not None:
-        console.print(Text(f"fixed: {result.fix_id} ({variant}) on a copy: {result.treatment_dir}", style="bold"))
+        console.print(Text(f"fixed: {result.fix_id} ({variant}) on a copy: {result.treatment_dir}", style="bold"),
+                      soft_wrap=True)
     if result.verify is not None:
         print_report(result.verify)
     colour = "green" if int(result.exit_code) == 0 else "red"
