@@ -126,9 +126,10 @@ def verify_cmd(fix: str | None, variant: str, baseline: Path | None, treatment: 
 
     \b
     Both engine trees are warmed up with their own precompiled menus, then measured in interleaved
-    rounds of the offline batch. Checks, each pass/fail with its figure:
+    rounds (AB BA AB...) of the offline batch. Checks, each pass/fail with its figure:
       1 no compile inside any measured round (JAX's reason when there is one)
-      2 batch TTFT ratio treatment/baseline <= --ttft-bound (worst round and median)
+      2 batch TTFT ratio treatment/baseline <= --ttft-bound (medians; the sampler restarts cold
+        before every round, so a menu miss compiles in every round)
       3 greedy tokens identical (and logprobs with --logprobs: bit-identical, f32)
       4 the treatment's own captured trace: no aliasing copy, no standalone convert program,
         argmax reads the narrow dtype (rules HD001-HD004)
