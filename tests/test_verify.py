@@ -107,8 +107,10 @@ def _assert_fails_for_the_right_reason(report: VerifyReport) -> None:
     assert "jit(sample)" in checks[1].detail
     assert "bf16[8,1024]" in checks[1].detail and "f32[8,1024]" in checks[1].detail
     assert report.verdict.startswith("FAIL: steady-state compiles; batch TTFT ratio")
-    # The tokens are right: only the compiles and the latency give these attempts away.
+    # The tokens are right: only the compiles and the latency give these attempts away (and the
+    # treatment's own trace: the eager convert program, HD003, is still there in both).
     assert checks[3].passed
+    assert not checks[4].passed and "HD003" in checks[4].figure
 
 
 def test_seed_attempt_conditional_output_convert_fails(baseline_run: Path, tmp_path: Path) -> None:
@@ -191,3 +193,12 @@ def test_ttft_check_uses_medians_with_cold_rounds_and_worst_rounds_without() -> 
     assert not check_ttft(base, one_spike, 1.25, cold=False).passed
     check = check_ttft(base, _summary("treatment", [110, 100, 100, 100, 100]), 1.25, cold=False)
     assert check.passed and "x1.10 worst round" in check.figure
+
+
+def test_logprobs_are_compared_bit_for_bit(baseline_run: Path, tmp_path: Path) -> None:
+    settings = VerifySettings(fix="bf16-greedy-sampler", logprobs=True, baseline_run=baseline_run,
+                              out_dir=tmp_path, **{**SMALL, "rounds": 1})  # type: ignore[arg-type]
+    report = run_verify(settings)
+    checks = {c.number: c for c in report.checks}
+    assert checks[1].passed, checks[1]
+    assert checks[3].passed and "logprobs f32, bit-identical" in checks[3].figure
