@@ -252,19 +252,7 @@ def module_protos_from_xspace(buf: bytes, host: str = "") -> list[ModuleProto]:
         name = next((_string(buf, s, e) for n, w, s, e in plane_fields if n == 2 and w == 2), "")
         if name != "/host:metadata":
             continue
-        stat_names: dict[int, str] = {}
-        for n, _, s, e in plane_fields:
-            if n != 5:
-                continue
-            for kn, _, ks, ke in _fields(buf, s, e):
-                if kn == 2:
-                    sid, sname = 0, ""
-                    for mn, mw, ms, me in _fields(buf, ks, ke):
-                        if mn == 1 and mw == 0:
-                            sid = ms
-                        elif mn == 2 and mw == 2:
-                            sname = _string(buf, ms, me)
-                    stat_names[sid] = sname
+        stat_names = _plane_stat_names(buf, plane_fields)
         for n, _, s, e in plane_fields:
             if n != 4:
                 continue
@@ -317,19 +305,7 @@ def device_event_metadata(buf: bytes) -> dict[str, dict[str, tuple[str, dict[str
         name = next((_string(buf, s, e) for n, w, s, e in plane_fields if n == 2 and w == 2), "")
         if not name.startswith("/device:"):
             continue
-        stat_names: dict[int, str] = {}
-        for n, _, s, e in plane_fields:
-            if n != 5:
-                continue
-            for kn, _, ks, ke in _fields(buf, s, e):
-                if kn == 2:
-                    sid, sname = 0, ""
-                    for mn, mw, ms, me in _fields(buf, ks, ke):
-                        if mn == 1 and mw == 0:
-                            sid = ms
-                        elif mn == 2 and mw == 2:
-                            sname = _string(buf, ms, me)
-                    stat_names[sid] = sname
+        stat_names = _plane_stat_names(buf, plane_fields)
         events: dict[str, tuple[str, dict[str, object]]] = {}
         for n, _, s, e in plane_fields:
             if n != 4:
@@ -696,3 +672,21 @@ def _read_device_plane(
         if line_ops:
             _append_line_ops(line_ops, host, pname, host_cols, device_cols, module_cols, pid_cols,
                              op_cols, start_cols, dur_cols, self_cols, run_cols)
+
+
+def _plane_stat_names(buf: bytes, plane_fields: list[tuple[int, int, int, int]]) -> dict[int, str]:
+    """An XPlane's stat metadata (field 5: map<int64, XStatMetadata>) as id -> name."""
+    stat_names: dict[int, str] = {}
+    for n, _, s, e in plane_fields:
+        if n != 5:
+            continue
+        for kn, _, ks, ke in _fields(buf, s, e):
+            if kn == 2:
+                sid, sname = 0, ""
+                for mn, mw, ms, me in _fields(buf, ks, ke):
+                    if mn == 1 and mw == 0:
+                        sid = ms
+                    elif mn == 2 and mw == 2:
+                        sname = _string(buf, ms, me)
+                stat_names[sid] = sname
+    return stat_names
