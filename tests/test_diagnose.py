@@ -442,9 +442,7 @@ def test_compiles_inside_the_window_are_named(tmp_path: Path) -> None:
 
 def test_default_size_fixed_engine_trace_is_clean() -> None:
     # A real capture of the engine after apply-fix at the default size (batch 64, vocab 256000).
-    run = ROOT / "sample_traces" / "engine_b64_fixed"
-    if not run.is_dir():
-        pytest.skip("sample_traces/engine_b64_fixed is not in this checkout")
+    run = ROOT / "sample_traces" / "engine_b64_fixed"  # committed; its absence must fail, not skip
     result = diagnose(load_context(run), BOOK)
     assert result.findings == (), [f.message for f in result.findings]
     assert result.step_time_us and "jit_sample" in " ".join(result.modules)

@@ -187,14 +187,7 @@ def write_files(
         }
         _atomic_write(manifest, (json.dumps(document, indent=2) + "\n").encode())
     except BaseException as exc:
-        for _, tmp in temps:
-            tmp.unlink(missing_ok=True)
-        for backup in created_backups:
-            backup.unlink(missing_ok=True)
-        if not manifest_existed:
-            manifest.unlink(missing_ok=True)
-            shutil.rmtree(backup_dir(root, fix_id), ignore_errors=True)
-            _remove_empty_dirs(root, manifest.parent)
+        _discard_staging(root, fix_id, manifest, manifest_existed, temps, created_backups)
         if isinstance(exc, OSError):
             raise InputError(f"could not prepare the fix in {root} ({exc})", "nothing was changed") from exc
         raise
@@ -209,12 +202,7 @@ def write_files(
         for path in done:
             old_bytes = changes[path][0]
             _atomic_write(path, old_bytes, path.stat().st_mode)
-        for _, tmp in temps:
-            tmp.unlink(missing_ok=True)
-        if not manifest_existed:
-            manifest.unlink(missing_ok=True)
-            shutil.rmtree(backup_dir(root, fix_id), ignore_errors=True)
-            _remove_empty_dirs(root, manifest.parent)
+        _discard_staging(root, fix_id, manifest, manifest_existed, temps)
         if isinstance(exc, OSError):
             raise InputError(f"could not write the fix into {root} ({exc})", "nothing was changed") from exc
         raise
@@ -276,3 +264,19 @@ def _remove_empty_dirs(root: Path, start: Path) -> None:
         except OSError:
             return
         folder = folder.parent
+
+
+def _discard_staging(
+    root: Path, fix_id: str, manifest: Path, manifest_existed: bool,
+    temps: list[tuple[Path, Path]], backups: list[Path] | tuple[Path, ...] = (),
+) -> None:
+    """Remove what a failed transaction staged: temporary files, new backups, and (when this run
+    created them) the manifest and its backup folder, so the target is left as it was."""
+    for _, tmp in temps:
+        tmp.unlink(missing_ok=True)
+    for backup in backups:
+        backup.unlink(missing_ok=True)
+    if not manifest_existed:
+        manifest.unlink(missing_ok=True)
+        shutil.rmtree(backup_dir(root, fix_id), ignore_errors=True)
+        _remove_empty_dirs(root, manifest.parent)
