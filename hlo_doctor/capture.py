@@ -31,8 +31,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hlo_doctor.errors import HloDoctorError, InputError
-from hlo_doctor.model import RunInfo
+from hlo_doctor.core.errors import HloDoctorError, InputError
+from hlo_doctor.core.model import RunInfo
 from hlo_doctor.opstats import OpStats, build_opstats, run_info_to_dict, write_exports
 from hlo_doctor.trace import find_xplanes, read_trace
 

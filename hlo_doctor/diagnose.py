@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.hlo import (
     DTYPE_BYTES,
     FLOAT_DTYPES,
@@ -35,7 +36,6 @@ from hlo_doctor.hlo import (
     parse_modules,
     real_work,
 )
-from hlo_doctor.model import Finding, Severity
 from hlo_doctor.rulebook import Example, LoadedRule, RuleBook
 from hlo_doctor.trace import CompileEvent
 

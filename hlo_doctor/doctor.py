@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hlo_doctor.errors import ExitCode, InputError
+from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.verify import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_PROFILE_STEPS,

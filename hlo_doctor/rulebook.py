@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hlo_doctor.errors import InputError
-from hlo_doctor.model import Finding, Severity
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.model import Finding, Severity
 
 if TYPE_CHECKING:
     from hlo_doctor.diagnose import Context

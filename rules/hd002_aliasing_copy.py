@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.diagnose import Context, dtype_shape, fmt_bytes, is_argmax_program
 from hlo_doctor.hlo import HloInstruction, HloModule
-from hlo_doctor.model import Finding, Severity
 from hlo_doctor.rulebook import Example, Rule
 
 _RETURNS_INPUT = """\

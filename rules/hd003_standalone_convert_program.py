@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.diagnose import (
     Context,
     ConvertProgram,
@@ -13,7 +14,6 @@ from hlo_doctor.diagnose import (
     only_reaches_selection,
     value_uses,
 )
-from hlo_doctor.model import Finding, Severity
 from hlo_doctor.rulebook import Example, Rule
 
 _EAGER_CONVERT = """\

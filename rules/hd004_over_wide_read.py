@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.diagnose import (
     Context,
     dtype_shape,
@@ -14,7 +15,6 @@ from hlo_doctor.diagnose import (
     widening_convert_of,
 )
 from hlo_doctor.hlo import DTYPE_BYTES
-from hlo_doctor.model import Finding, Severity
 from hlo_doctor.rulebook import Example, Rule
 
 _REDUCER = """\

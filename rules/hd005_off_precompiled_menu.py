@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.diagnose import Context
-from hlo_doctor.model import Finding, Severity
 from hlo_doctor.rulebook import Example, Rule
 from hlo_doctor.trace import CompileEvent
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.diagnose import Context
-from hlo_doctor.model import Finding, Severity
 from hlo_doctor.rulebook import Example, Rule
 
 RUNNER_FUNCTION = "_sample_from_logits"

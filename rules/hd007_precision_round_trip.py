@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.diagnose import Context, dtype_shape, is_exact_widening
 from hlo_doctor.hlo import is_convert_only
-from hlo_doctor.model import Finding, Severity
 from hlo_doctor.rulebook import Example, Rule
 
 _ROUND_TRIP = """\

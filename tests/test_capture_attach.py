@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from hlo_doctor.capture import capture_callable
 from hlo_doctor.cli import main
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
 from hlo_doctor.opstats import load_opstats
 
 SERVE = Path(__file__).parent / "profile_programs" / "serve.py"

@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from hlo_doctor.cli import main
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.diagnose import Context, diagnose, load_context, total_recoverable
-from hlo_doctor.errors import InputError
 from hlo_doctor.hlo import parse_module
-from hlo_doctor.model import Finding, Severity
 from hlo_doctor.rulebook import load_rulebook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -298,7 +298,7 @@ def test_unknown_rule_id_is_a_usage_error() -> None:
 
 BROKEN_RULE = "from hlo_doctor.rulebook import Rule\nclass Broken(Rule:\n    pass\n"
 CRASHING_RULE = '''
-from hlo_doctor.model import Severity
+from hlo_doctor.core.model import Severity
 from hlo_doctor.rulebook import Example, Rule
 
 class Crashes(Rule):
@@ -325,7 +325,7 @@ class Crashes(Rule):
         yield
 '''
 COPY_COUNTER_RULE = '''
-from hlo_doctor.model import Severity
+from hlo_doctor.core.model import Severity
 from hlo_doctor.rulebook import Example, Rule
 
 class EveryCopy(Rule):

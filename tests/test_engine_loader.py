@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 import hlo_doctor.engine as bundled
 from hlo_doctor.cli import main
+from hlo_doctor.core.errors import InputError
 from hlo_doctor.engines import checked_config, engine_source_dir, load_engine
-from hlo_doctor.errors import InputError
 
 SMALL = dict(vocab_size=1024, hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
              mlp_dim=128, max_num_reqs=8, batch=8, prompt_len=4, max_tokens=4)

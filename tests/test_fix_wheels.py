@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from fixtures_wheels import PINNED_RELEASES, releases_under_test, tree_bytes, unpack
 
 from hlo_doctor.cli import main
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
 from hlo_doctor.fixes import (
     FixApplied,
     FixRefused,

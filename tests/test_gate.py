@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hlo_doctor.errors import ExitCode, InputError
+from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.gate import (
     GatePolicy,
     PolicyError,

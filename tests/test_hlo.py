@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
 from hlo_doctor.hlo import is_convert_only, parse_module, parse_shape
 
 

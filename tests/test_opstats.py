@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pandas as pd
 import pytest
 
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
 from hlo_doctor.hlo import parse_module
 from hlo_doctor.opstats import (
     COLUMN_NAMES,

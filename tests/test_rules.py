@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from hlo_doctor.core.model import Severity
 from hlo_doctor.diagnose import Context, context_from_example, run_rule
-from hlo_doctor.model import Severity
 from hlo_doctor.rulebook import DOC_SECTIONS, Example, LoadedRule, load_rulebook
 
 BOOK = load_rulebook()

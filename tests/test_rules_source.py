@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from fixtures_wheels import PINNED_RELEASES, unpack
 
 from hlo_doctor.cli import main
+from hlo_doctor.core.model import Finding
 from hlo_doctor.diagnose import Context, run_rule
-from hlo_doctor.model import Finding
 from hlo_doctor.rulebook import load_rulebook
 
 ENGINE = Path(__file__).resolve().parent.parent / "hlo_doctor" / "engine"

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from seed_attempts import ATTEMPTS, build_attempt
 
 from hlo_doctor.cli import main
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
 from hlo_doctor.statistics import Outcome
 from hlo_doctor.verify import (
     RoundResult,

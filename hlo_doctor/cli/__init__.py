@@ -1,6 +1,6 @@
 """The ``hlo-doctor`` command line: a click group; each command lives in its own module here.
 
-Only this package prints. Exit codes: see :class:`hlo_doctor.errors.ExitCode`.
+Only this package prints. Exit codes: see :class:`hlo_doctor.core.errors.ExitCode`.
 """
 
 from __future__ import annotations

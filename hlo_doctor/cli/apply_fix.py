@@ -16,7 +16,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from hlo_doctor.cli.common import console, handle_errors, write_output
-from hlo_doctor.errors import ExitCode
+from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.fixes import (
     FixApplied,
     FixRefused,

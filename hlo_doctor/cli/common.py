@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from hlo_doctor.errors import ExitCode, HloDoctorError
+from hlo_doctor.core.errors import ExitCode, HloDoctorError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

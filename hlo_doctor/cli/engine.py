@@ -13,8 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.core.errors import ExitCode, HloDoctorError
 from hlo_doctor.engines import checked_config, engine_source_dir, load_engine
-from hlo_doctor.errors import ExitCode, HloDoctorError
 
 _STAGES = {"warmup": "warm-up (parameters + precompiled menu)", "prefill": "prefill", "decode": "decode"}
 

@@ -8,7 +8,7 @@ import click
 from rich.text import Text
 
 from hlo_doctor.cli.common import console, handle_errors, write_output
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
 from hlo_doctor.gate import (
     GateResult,
     Verdict,

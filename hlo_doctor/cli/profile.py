@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hlo_doctor.cli.common import console, handle_errors, write_output
-from hlo_doctor.errors import InputError, NotAvailableError
+from hlo_doctor.core.errors import InputError, NotAvailableError
 from hlo_doctor.opstats import OpStats, group_by_shape, load_opstats, to_csv, to_json
 
 _PHASES = {"warmup": "warm-up (untraced)", "capture": "capture (traced)", "analyze": "building the table"}

@@ -10,7 +10,7 @@ from rich.markdown import Markdown
 from rich.table import Table
 
 from hlo_doctor.cli.common import console, handle_errors, write_output
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
 from hlo_doctor.rulebook import LoadedRule, RuleBook, load_rulebook
 
 _RULES_OPTION = click.option("--rules", "rules_dirs", multiple=True, type=click.Path(path_type=Path),

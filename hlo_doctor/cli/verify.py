@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hlo_doctor.cli.common import console, handle_errors, write_output
-from hlo_doctor.errors import ExitCode
+from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.verify import (
     DEFAULT_ALPHA,
     DEFAULT_MAX_TOKENS,

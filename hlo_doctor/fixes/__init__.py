@@ -10,7 +10,7 @@ Public API::
 
 ``FixResult`` is ``FixApplied | FixSkipped | FixRefused`` (values, not exceptions). Input that cannot
 be used at all (a missing path, a file instead of a folder, an unknown project, a read-only file)
-raises :class:`hlo_doctor.errors.InputError` with one line, and nothing is changed.
+raises :class:`hlo_doctor.core.errors.InputError` with one line, and nothing is changed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from hlo_doctor import __version__
-from hlo_doctor.errors import HloDoctorError, InputError
+from hlo_doctor.core.errors import HloDoctorError, InputError
 from hlo_doctor.fixes.bf16_greedy_sampler import Bf16GreedySampler, Plan
 from hlo_doctor.fixes.results import ElementStatus, FixApplied, FixRefused, FixResult, FixSkipped
 from hlo_doctor.fixes.targets import Target, detect_target

@@ -29,7 +29,7 @@ from typing import cast
 
 import libcst as cst
 
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
 from hlo_doctor.fixes.cst import (
     Located,
     assigned_name,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import tomllib
 
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
 
 TPU_INFERENCE = "tpu-inference"
 ENGINE = "hlo-doctor-engine"

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
 
 MANIFEST_DIR = Path(".hlo-doctor") / "fixes"
 _TMP_SUFFIX = ".hlo-doctor-tmp"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hlo_doctor import __version__
-from hlo_doctor.model import Finding, Severity
+from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.report.common import split_source
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from hlo_doctor.model import Severity
+from hlo_doctor.core.model import Severity
 from hlo_doctor.report.common import fmt_pct, fmt_us, short_path
 
 if TYPE_CHECKING:

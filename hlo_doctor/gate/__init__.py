@@ -46,7 +46,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from hlo_doctor.errors import ExitCode, HloDoctorError, InputError
+from hlo_doctor.core.errors import ExitCode, HloDoctorError, InputError
 from hlo_doctor.statistics import (
     Outcome,
     SampleComparison,

@@ -54,8 +54,8 @@ from typing import Any
 
 import numpy as np
 
-from hlo_doctor.errors import HloDoctorError, InputError
-from hlo_doctor.model import Finding
+from hlo_doctor.core.errors import HloDoctorError, InputError
+from hlo_doctor.core.model import Finding
 from hlo_doctor.statistics import Outcome, SampleComparison, compare_samples
 
 __all__ = [

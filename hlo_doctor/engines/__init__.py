@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
 
 # What an engine tree must provide, as files and as names on the loaded package.
 ENGINE_FILES = ("__init__.py", "runner.py", "sampling.py", "sampling_metadata.py", "compilation_manager.py")

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
 
 # Bytes per element. Sub-byte types are rounded up per element: a conservative read estimate.
 DTYPE_BYTES: dict[str, float] = {

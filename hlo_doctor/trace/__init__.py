@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
 
 XPLANE_SUFFIX = ".xplane.pb"
 

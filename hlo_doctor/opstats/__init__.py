@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hlo_doctor.errors import InputError
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.model import RunInfo
 
 # The shape/bracket helpers are the parser's own; op texts in device traces use the same syntax.
 from hlo_doctor.hlo import (
@@ -44,7 +45,6 @@ from hlo_doctor.hlo import (
     module_text_from_proto,
     parse_module,
 )
-from hlo_doctor.model import RunInfo
 from hlo_doctor.trace import CompileEvent, Trace, find_xplanes, read_trace, xprof_hlo_stats
 
 __all__ = [
