@@ -65,6 +65,8 @@ class HloComputation:
     is_entry: bool = False
     is_fusion: bool = False
     """True when some fusion instruction of the module calls it."""
+    execution_thread: str = ""
+    """The thread it runs on when not the main one (``}, execution_thread="host"``), else empty."""
 
     @property
     def root(self) -> HloInstruction:
@@ -90,6 +92,10 @@ class HloModule:
     """(output index as printed, parameter number) pairs from ``input_output_alias``."""
     program_id: int | None = None
     text: str = ""
+    is_scheduled: bool = False
+    """The header says ``is_scheduled=true``: XLA printed it after scheduling (an optimized module)."""
+    attributes: tuple[tuple[str, str], ...] = ()
+    """The header's ``key=value`` attributes, as printed (``entry_computation_layout``...)."""
     _by_name: dict[str, HloInstruction] = field(default_factory=dict, repr=False, compare=False)
     _users: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False, compare=False)
     _computations: dict[str, HloComputation] = field(default_factory=dict, repr=False, compare=False)
@@ -110,6 +116,23 @@ class HloModule:
     @property
     def entry(self) -> HloComputation:
         return self._computations[self.entry_name]
+
+    @property
+    def has_fusions(self) -> bool:
+        """True when some computation is a fusion body: XLA's fusion passes have run."""
+        return any(c.is_fusion for c in self.computations)
+
+    @property
+    def is_optimized(self) -> bool:
+        """True for a module XLA has compiled (scheduled or fused), False for one as lowered."""
+        return self.is_scheduled or self.has_fusions
+
+    def attribute(self, key: str, default: str = "") -> str:
+        """A header attribute's value as printed, or ``default``."""
+        for k, v in self.attributes:
+            if k == key:
+                return v
+        return default
 
     def computation(self, name: str) -> HloComputation | None:
         return self._computations.get(name)
