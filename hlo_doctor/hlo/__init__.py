@@ -22,11 +22,20 @@ from hlo_doctor.hlo.module import (
     operand_shapes,
     real_work,
 )
-from hlo_doctor.hlo.parse import _find_closing, _split_top_level, parse_module, parse_modules
+from hlo_doctor.hlo.parse import parse_module, parse_modules
 from hlo_doctor.hlo.proto import module_text_from_proto
-from hlo_doctor.hlo.shape import DTYPE_BYTES, FLOAT_DTYPES, HloShape, _parse_shape_prefix, parse_shape
+from hlo_doctor.hlo.shape import (
+    DTYPE_BITS,
+    DTYPE_BYTES,
+    FLOAT_DTYPES,
+    HloShape,
+    _parse_shape_prefix,
+    parse_shape,
+)
+from hlo_doctor.hlo.text import _find_closing, _split_top_level
 
 __all__ = [
+    "DTYPE_BITS",
     "DTYPE_BYTES",
     "FLOAT_DTYPES",
     "PLUMBING_OPCODES",
