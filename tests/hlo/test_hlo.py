@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import pytest
 
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.hlo import is_convert_only, parse_module, parse_shape
+from hlo_doctor.hlo import is_convert_only, module_text_from_proto, parse_module, parse_shape
 
 
 def _compiled_text(fn, *args, **kw) -> str:
@@ -57,3 +57,23 @@ def test_garbage_is_an_input_error() -> None:
         parse_module("not hlo at all", origin="x.txt")
     with pytest.raises(InputError):
         parse_module("HloModule m\n\nENTRY %main {\n  %p = f32[] parameter(0)\n", origin="t.txt")
+
+
+def test_module_text_from_proto_reads_bare_and_wrapped_modules() -> None:
+    from jaxlib import _hlo
+
+    text = _compiled_text(lambda x: x * 2.0, jnp.ones((4,), jnp.float32))
+    module_bytes = _hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
+    # HloProto { HloModuleProto hlo_module = 1; }: tag 0x0a, varint length, the module's bytes.
+    n, length = len(module_bytes), b""
+    while True:
+        length += bytes([(n & 0x7F) | (0x80 if n > 0x7F else 0)])
+        n >>= 7
+        if not n:
+            break
+    wrapped = b"\x0a" + length + module_bytes
+    bare_text = module_text_from_proto(module_bytes)
+    assert module_text_from_proto(wrapped) == bare_text
+    assert parse_module(bare_text).entry.root.shape.text() == "f32[4]{0}"
+    with pytest.raises(InputError, match="not a serialized HLO module"):
+        module_text_from_proto(b"\x0a\x03abc", origin="x.pb")
