@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from hlo_doctor.cli import main
 from hlo_doctor.opstats import COLUMN_NAMES, load_opstats
 
-PROGRAMS = Path(__file__).parent / "profile_programs"
+PROGRAMS = Path(__file__).parent.parent / "profile_programs"
 SAMPLER = f"{PROGRAMS / 'sampler_step.py'}:step"
 
 

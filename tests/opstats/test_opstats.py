@@ -109,11 +109,11 @@ def test_canonical_keys_are_unique_and_stable(module) -> None:  # type: ignore[n
                         "shape": inst.shape.text()})
         return out
 
-    from hlo_doctor.opstats import _body_digest  # the digest is what disambiguates
+    from hlo_doctor.opstats.keys import body_digest  # the digest is what disambiguates
 
     ops = ["exp_fusion", "neg_fusion", "wrapped_convert", "copy.2"]
     first = rows(ops, 7)
-    assign_canonical_keys(first, [_body_digest(module, module.instruction(r["op"]), "") for r in first])
+    assign_canonical_keys(first, [body_digest(module, module.instruction(r["op"]), "") for r in first])
     keys = {r["op"]: r["canonical_key"] for r in first}
     assert keys["copy.2"] == "jit_step|copy|f32[8,64]"
     # Three fusions share module|opcode|shape: their bodies tell them apart.
@@ -122,7 +122,7 @@ def test_canonical_keys_are_unique_and_stable(module) -> None:  # type: ignore[n
     assert len(set(shared)) == 3
     # Another program id (a recompile) and another row order give the same keys.
     again = rows(list(reversed(ops)), 12)
-    assign_canonical_keys(again, [_body_digest(module, module.instruction(r["op"]), "") for r in again])
+    assign_canonical_keys(again, [body_digest(module, module.instruction(r["op"]), "") for r in again])
     assert {r["op"]: r["canonical_key"] for r in again} == keys
     # Identical bodies fall back to the op-name order.
     twins = [{"module": "m", "program_id": 1, "op": n, "opcode": "fusion", "shape": "f32[2]{0}"}
