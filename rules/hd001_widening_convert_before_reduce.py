@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.diagnose import (
-    Context,
+from hlo_doctor.hlo.analysis import (
     convert_programs,
     dtype_shape,
     is_exact_widening,
@@ -14,22 +12,13 @@ from hlo_doctor.diagnose import (
     selection_reduce_kind,
     value_uses,
 )
-from hlo_doctor.rulebook import Example, Rule
+from hlo_doctor.lint import Context, Example, Finding, Rule, Severity
+from hlo_doctor.lint.testing import ARGMAX_REDUCER, eager_convert
 
 _ARGMAX_F32 = """\
 HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->(s32[8]{0}, f32[8,1024]{1,0})}
 
-%region_0.1 (a: f32[], b: s32[], c: f32[], d: s32[]) -> (f32[], s32[]) {
-  %a = f32[] parameter(0)
-  %b = s32[] parameter(1)
-  %c = f32[] parameter(2)
-  %d = s32[] parameter(3)
-  %gt = pred[] compare(%a, %c), direction=GT
-  %sel = f32[] select(%gt, %a, %c)
-  %seli = s32[] select(%gt, %b, %d)
-  ROOT %t = (f32[], s32[]) tuple(%sel, %seli)
-}
-
+""" + ARGMAX_REDUCER + """
 %fused_computation (param_0: f32[8,1024]) -> (f32[8], s32[8]) {
   %param_0 = f32[8,1024]{1,0} parameter(0)
   %iota.5 = s32[8,1024]{1,0} iota(), iota_dimension=1
@@ -47,34 +36,12 @@ ENTRY %main.3 (logits.1: f32[8,1024]) -> (s32[8], f32[8,1024]) {
 }
 """
 
-_EAGER_CONVERT = """\
-HloModule jit_convert_element_type, entry_computation_layout={(bf16[8,1024]{1,0})->f32[8,1024]{1,0}}
-
-%wrapped_convert_computation (param_0: bf16[8,1024]) -> f32[8,1024] {
-  %param_0 = bf16[8,1024]{1,0} parameter(0)
-  ROOT %convert_element_type.0 = f32[8,1024]{1,0} convert(%param_0), metadata={op_name="jit(convert_element_type)/convert_element_type" source_file="runner.py" source_line=210}
-}
-
-ENTRY %main.1 (x.1: bf16[8,1024]) -> f32[8,1024] {
-  %x.1 = bf16[8,1024]{1,0} parameter(0)
-  ROOT %wrapped_convert = f32[8,1024]{1,0} fusion(%x.1), kind=kLoop, calls=%wrapped_convert_computation
-}
-"""
+_EAGER_CONVERT = eager_convert("runner.py:210")
 
 _FUSED_WIDEN_ARGMAX = """\
 HloModule jit_greedy, entry_computation_layout={(bf16[8,1024]{1,0})->s32[8]{0}}
 
-%region_0.1 (a: f32[], b: s32[], c: f32[], d: s32[]) -> (f32[], s32[]) {
-  %a = f32[] parameter(0)
-  %b = s32[] parameter(1)
-  %c = f32[] parameter(2)
-  %d = s32[] parameter(3)
-  %gt = pred[] compare(%a, %c), direction=GT
-  %sel = f32[] select(%gt, %a, %c)
-  %seli = s32[] select(%gt, %b, %d)
-  ROOT %t = (f32[], s32[]) tuple(%sel, %seli)
-}
-
+""" + ARGMAX_REDUCER + """
 %fused_computation (param_0.1: bf16[8,1024]) -> (f32[8], s32[8]) {
   %param_0.1 = bf16[8,1024]{1,0} parameter(0)
   %convert_element_type.0 = f32[8,1024]{1,0} convert(%param_0.1), metadata={op_name="jit(greedy)/convert_element_type" source_file="greedy.py" source_line=7}
@@ -189,7 +156,7 @@ class WideningConvertBeforeReduce(Rule):
                 src = m.operands_of(inst)
                 if len(src) != 1 or not is_exact_widening(src[0].dtype, inst.dtype):
                     continue
-                uses = value_uses(ctx, m, inst)
+                uses = value_uses(m, inst)
                 if not only_reaches_selection(uses):
                     continue
                 reduces = [u.inst for u in uses if u.kind == "reduce"]
@@ -221,14 +188,14 @@ class WideningConvertBeforeReduce(Rule):
                 )
 
     def _across_modules(self, ctx: Context) -> Iterator[Finding]:
-        for prog in convert_programs(ctx):
+        for prog in convert_programs(ctx.modules):
             for m in ctx.modules:
                 if m is prog.module:
                     continue
                 for p in m.entry.parameters:
                     if p.shape.dtype != prog.shape.dtype or p.shape.dims != prog.shape.dims:
                         continue
-                    uses = value_uses(ctx, m, p)
+                    uses = value_uses(m, p)
                     if not only_reaches_selection(uses):
                         continue
                     reduces = [u.inst for u in uses if u.kind == "reduce"]

@@ -4,25 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.diagnose import Context, dtype_shape, fmt_bytes, is_argmax_program
 from hlo_doctor.hlo import HloInstruction, HloModule
-from hlo_doctor.rulebook import Example, Rule
+from hlo_doctor.hlo.analysis import dtype_shape, is_argmax_program
+from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes
+from hlo_doctor.lint.testing import ARGMAX_REDUCER
 
 _RETURNS_INPUT = """\
 HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->(s32[8]{0}, f32[8,1024]{1,0})}
 
-%region_0.1 (a: f32[], b: s32[], c: f32[], d: s32[]) -> (f32[], s32[]) {
-  %a = f32[] parameter(0)
-  %b = s32[] parameter(1)
-  %c = f32[] parameter(2)
-  %d = s32[] parameter(3)
-  %gt = pred[] compare(%a, %c), direction=GT
-  %sel = f32[] select(%gt, %a, %c)
-  %seli = s32[] select(%gt, %b, %d)
-  ROOT %t = (f32[], s32[]) tuple(%sel, %seli)
-}
-
+""" + ARGMAX_REDUCER + """
 %fused_computation (param_0: f32[8,1024]) -> (f32[8], s32[8]) {
   %param_0 = f32[8,1024]{1,0} parameter(0)
   %iota.5 = s32[8,1024]{1,0} iota(), iota_dimension=1
@@ -147,7 +137,7 @@ class AliasingCopy(Rule):
                 if src.shape.layout != inst.shape.layout or src.shape.dims != inst.shape.dims:
                     continue
                 outputs = m.output_indices_of(inst)
-                sampler = is_argmax_program(ctx, m)
+                sampler = is_argmax_program(m)
                 where = ", ".join(str(i) for i in outputs) or "0"
                 yield ctx.finding(
                     self, m, inst,

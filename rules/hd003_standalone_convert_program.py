@@ -4,31 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.diagnose import (
-    Context,
+from hlo_doctor.hlo.analysis import (
     ConvertProgram,
     convert_programs,
     dtype_shape,
-    fmt_bytes,
     only_reaches_selection,
     value_uses,
 )
-from hlo_doctor.rulebook import Example, Rule
+from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes
+from hlo_doctor.lint.testing import eager_convert
 
-_EAGER_CONVERT = """\
-HloModule jit_convert_element_type, entry_computation_layout={(bf16[8,1024]{1,0})->f32[8,1024]{1,0}}
-
-%wrapped_convert_computation (param_0: bf16[8,1024]) -> f32[8,1024] {
-  %param_0 = bf16[8,1024]{1,0} parameter(0)
-  ROOT %convert_element_type.0 = f32[8,1024]{1,0} convert(%param_0), metadata={op_name="jit(convert_element_type)/convert_element_type" source_file="runner.py" source_line=210}
-}
-
-ENTRY %main.1 (x.1: bf16[8,1024]) -> f32[8,1024] {
-  %x.1 = bf16[8,1024]{1,0} parameter(0)
-  ROOT %wrapped_convert = f32[8,1024]{1,0} fusion(%x.1), kind=kLoop, calls=%wrapped_convert_computation
-}
-"""
+_EAGER_CONVERT = eager_convert("runner.py:210")
 
 _SCALE = """\
 HloModule jit_scale, entry_computation_layout={(bf16[8,1024]{1,0})->f32[8,1024]{1,0}}
@@ -93,7 +79,7 @@ class StandaloneConvertProgram(Rule):
     )
 
     def check(self, ctx: Context) -> Iterator[Finding]:
-        for prog in convert_programs(ctx):
+        for prog in convert_programs(ctx.modules):
             timing = ctx.op_timing(prog.module, prog.op.name)
             if timing is None or not ctx.num_steps:
                 continue
@@ -126,5 +112,5 @@ def _consumers(ctx: Context, prog: ConvertProgram) -> list[tuple[str, int | None
             continue
         for p in m.entry.parameters:
             if p.shape.dtype == prog.shape.dtype and p.shape.dims == prog.shape.dims:
-                out.append((m.name, p.parameter_number, only_reaches_selection(value_uses(ctx, m, p))))
+                out.append((m.name, p.parameter_number, only_reaches_selection(value_uses(m, p))))
     return out

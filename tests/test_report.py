@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from hlo_doctor.diagnose import Context, diagnose, load_context
+from hlo_doctor.lint import Context, diagnose, load_context, load_rulebook
 from hlo_doctor.report import render_json, render_markdown, render_sarif, render_terminal, render_text
 from hlo_doctor.report.common import fmt_pct, fmt_us, split_source
-from hlo_doctor.rulebook import load_rulebook
 
 SEED = Path(__file__).resolve().parent.parent / "sample_traces" / "seed_v5e_b512"
 BOOK = load_rulebook()

@@ -17,11 +17,10 @@ from click.testing import CliRunner
 from hlo_doctor.cli import main
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.diagnose import Context, diagnose, load_context, total_recoverable
 from hlo_doctor.hlo import parse_module
-from hlo_doctor.rulebook import load_rulebook
+from hlo_doctor.lint import Context, diagnose, load_context, load_rulebook, total_recoverable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "sample_traces" / "seed_v5e_b512"
 BOOK = load_rulebook()
 
@@ -296,10 +295,10 @@ def test_unknown_rule_id_is_a_usage_error() -> None:
     assert r.exit_code == 2 and "unknown rule id" in r.output  # type: ignore[attr-defined]
 
 
-BROKEN_RULE = "from hlo_doctor.rulebook import Rule\nclass Broken(Rule:\n    pass\n"
+BROKEN_RULE = "from hlo_doctor.lint import Rule\nclass Broken(Rule:\n    pass\n"
 CRASHING_RULE = '''
 from hlo_doctor.core.model import Severity
-from hlo_doctor.rulebook import Example, Rule
+from hlo_doctor.lint import Example, Rule
 
 class Crashes(Rule):
     """Always crashes.
@@ -326,7 +325,7 @@ class Crashes(Rule):
 '''
 COPY_COUNTER_RULE = '''
 from hlo_doctor.core.model import Severity
-from hlo_doctor.rulebook import Example, Rule
+from hlo_doctor.lint import Example, Rule
 
 class EveryCopy(Rule):
     """Flags every copy.

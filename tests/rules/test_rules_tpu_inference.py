@@ -20,9 +20,8 @@ from fixtures_wheels import import_tpu_sampling, unpack
 from jax.sharding import Mesh
 
 from hlo_doctor.cli import main
-from hlo_doctor.diagnose import Context, diagnose
 from hlo_doctor.hlo import parse_module
-from hlo_doctor.rulebook import load_rulebook
+from hlo_doctor.lint import Context, diagnose, load_rulebook
 
 B, V = 16, 2048
 AXES = ("data", "attn_dp", "attn_dp_expert", "expert", "model", "dcp")
