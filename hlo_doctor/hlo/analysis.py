@@ -80,6 +80,98 @@ def dtype_shape(shape: HloShape) -> str:
     return shape.text(with_layout=False)
 
 
+def entry_parameter_of(module: HloModule, value: HloInstruction) -> tuple[HloInstruction, HloShape] | None:
+    """(entry parameter, shape of the part reached) that ``value`` is, unchanged; None when any
+    computation touches it (the part is an element when the parameter is a tuple).
+
+    Follows what only moves a value around: ``bitcast``, ``get-tuple-element`` of a ``tuple``
+    (to the tuple's operand), of a fusion whose body passes one of its parameters through to that
+    output (XLA:GPU's multi-output fusions), and of a tuple-shaped entry parameter. XLA:GPU writes
+    the aliasing copy as ``copy(get-tuple-element(tuple(..., parameter)))``, XLA:CPU and TPU as
+    ``copy(parameter)``.
+    """
+    cur: HloInstruction | None = value
+    index: int | None = None  # tuple element wanted from ``cur`` (a pending get-tuple-element)
+    for _ in range(64):  # a chain of plumbing is short; the bound guards against malformed input
+        if cur is None:
+            return None
+        if cur.opcode == "parameter":
+            if cur.computation == module.entry_name:
+                if index is None:
+                    return cur, cur.shape
+                elements = cur.shape.elements
+                return (cur, elements[index]) if index < len(elements) else None
+            # A fusion parameter: continue at the fusion's operand (only inside a pass-through walk).
+            caller = callers(module).get(cur.computation)
+            if caller is None or caller.opcode != "fusion" or cur.parameter_number is None:
+                return None
+            if cur.parameter_number >= len(caller.operands):
+                return None
+            cur = module.instruction(caller.operands[cur.parameter_number], caller.computation)
+            continue
+        if cur.opcode == "bitcast" and index is None and cur.operands:
+            cur = module.instruction(cur.operands[0], cur.computation)
+            continue
+        if cur.opcode == "get-tuple-element" and index is None and cur.operands:
+            index = int(cur.attribute("index", "0") or 0)
+            cur = module.instruction(cur.operands[0], cur.computation)
+            continue
+        if cur.opcode == "tuple" and index is not None:
+            if index >= len(cur.operands):
+                return None
+            cur, index = module.instruction(cur.operands[index], cur.computation), None
+            continue
+        if cur.opcode == "fusion" and index is not None:
+            body = module.fusion_body(cur)
+            if body is None or body.root.opcode != "tuple" or index >= len(body.root.operands):
+                return None
+            cur, index = module.instruction(body.root.operands[index], body.name), None
+            continue
+        return None
+    return None
+
+
+# Work that dominates a fusion's cost, most expensive kind first: the op "that matters" inside it.
+_HEAVY_OPCODES = (
+    frozenset({"custom-call", "dot", "convolution", "fft", "triangular-solve", "cholesky"}),
+    frozenset({"reduce", "reduce-window", "select-and-scatter", "scatter", "gather", "sort", "topk"}),
+)
+
+
+def key_instruction(module: HloModule, op: HloInstruction) -> HloInstruction:
+    """The instruction that matters inside a fusion ``op`` (``op`` itself for anything else).
+
+    The fusion's own metadata is its root's (often a framework helper's line); the op that
+    costs is the heaviest inside: a dot or custom call, else a reduction, scatter or gather, else
+    the real work with the largest result. Ties go to an instruction with a source line.
+    """
+    body = module.fusion_body(op)
+    if body is None:
+        return op
+    inner: list[HloInstruction] = []
+    stack = [body]
+    seen: set[str] = set()
+    while stack:
+        comp = stack.pop()
+        if comp.name in seen:
+            continue
+        seen.add(comp.name)
+        for i in comp.instructions:
+            nested = module.fusion_body(i)
+            if nested is not None:
+                stack.append(nested)
+            elif real_work(i):
+                inner.append(i)
+    if not inner:
+        return op
+    for kinds in _HEAVY_OPCODES:
+        heavy = [i for i in inner if i.opcode in kinds]
+        if heavy:
+            inner = heavy
+            break
+    return max(inner, key=lambda i: (i.shape.nbytes, bool(i.source)))
+
+
 # -------------------------------------------------------------------------------------------------
 # Widening converts and order-invariant reductions
 # -------------------------------------------------------------------------------------------------
@@ -283,16 +375,58 @@ class TimedModules(HasModules, Protocol):
     def op_timing(self, module: HloModule, op: str) -> Any: ...
 
 
+def reads_partials(module: HloModule, reduce: HloInstruction) -> bool:
+    """True when ``reduce`` is a later stage of a multi-stage reduction: its data input is the
+    result of another order-invariant reduce (XLA:GPU reduces [64,256000] to [64,256] partials,
+    then the partials to [64]). Such a stage reads partials, not the tensor the program widened.
+    """
+    data = reduce_inputs(reduce)
+    cur = module.instruction(data[0], reduce.computation) if data else None
+    index: int | None = None
+    for _ in range(64):
+        if cur is None:
+            return False
+        if selection_reduce_kind(module, cur):
+            return True
+        if cur.opcode == "parameter":
+            caller = callers(module).get(cur.computation)
+            if caller is None or caller.opcode != "fusion" or cur.parameter_number is None \
+                    or cur.parameter_number >= len(caller.operands):
+                return False
+            cur = module.instruction(caller.operands[cur.parameter_number], caller.computation)
+        elif cur.opcode in ("bitcast", "reshape", "copy") and cur.operands:
+            cur = module.instruction(cur.operands[0], cur.computation)
+        elif cur.opcode == "get-tuple-element" and cur.operands and index is None:
+            index = int(cur.attribute("index", "0") or 0)
+            cur = module.instruction(cur.operands[0], cur.computation)
+        elif cur.opcode == "fusion":
+            body = module.fusion_body(cur)
+            if body is None:
+                return False
+            root = body.root
+            if index is not None and root.opcode == "tuple" and index < len(root.operands):
+                cur = module.instruction(root.operands[index], body.name)
+            else:
+                cur = root  # a multi-output reduce is the root itself, its tuple index kept
+            index = None
+        elif cur.opcode == "tuple" and index is not None and index < len(cur.operands):
+            cur, index = module.instruction(cur.operands[index], cur.computation), None
+        else:
+            return False
+    return False
+
+
 def argmax_reads(ctx: HasModules) -> tuple[str, ...]:
     """``module: dtype[dims]`` of the large tensor each argmax/argmin in ``ctx``'s modules reads.
 
     The bytes an argmax reads are those of its entry-level op's operands (on XLA:CPU a bf16 argmax
     fusion reads bf16 and widens in registers), so the dtype is read there, not from the reducer.
+    Later stages of a multi-stage argmax read the first stage's partials and are left out.
     """
     out: list[str] = []
     for module in ctx.modules:
         for op, inner, kind in selection_reduces(module):
-            if kind not in ("argmax", "argmin"):
+            if kind not in ("argmax", "argmin") or reads_partials(module, inner):
                 continue
             data = module.instruction(reduce_inputs(inner)[0], inner.computation)
             elements = data.shape.num_elements if data is not None else 0
@@ -320,7 +454,7 @@ def argmax_times(ctx: TimedModules) -> tuple[tuple[str, float], ...]:
 
 __all__ = [
     "PASS_THROUGH_OPCODES", "ConvertProgram", "HasModules", "TimedModules", "ValueUse", "argmax_reads",
-    "argmax_times", "callers", "convert_programs", "dtype_shape", "entry_op", "fusion_read_of",
-    "is_argmax_program", "is_exact_widening", "only_reaches_selection", "reduce_inputs",
+    "argmax_times", "callers", "convert_programs", "dtype_shape", "entry_op", "entry_parameter_of", "fusion_read_of",
+    "is_argmax_program", "is_exact_widening", "key_instruction", "reads_partials", "only_reaches_selection", "reduce_inputs",
     "selection_reduce_kind", "selection_reduces", "value_uses", "widening_convert_of",
 ]
