@@ -49,7 +49,9 @@ class StandaloneConvertProgram(Rule):
         the per-step path.
     Why it costs:
         The convert reads the narrow tensor and writes a wide copy to memory as a separate launch;
-        the next program then reads the wide copy. Inside the consuming jitted program XLA could
+        the next program then reads the wide copy. As its own program it also costs a host
+        dispatch (``PjitFunction(convert_element_type)`` in the trace's host events): the estimate
+        counts the longer of its device time and its host dispatch span per step. Inside the consuming jitted program XLA could
         fuse the convert into its consumer, or drop it when the consumer does not need the width.
     Example:
         ``logits = logits.astype(jnp.float32)`` in the runner, before calling a jitted
@@ -83,9 +85,15 @@ class StandaloneConvertProgram(Rule):
             timing = ctx.op_timing(prog.module, prog.op.name)
             if timing is None or not ctx.num_steps:
                 continue
-            per_step = timing.occurrences / ctx.num_steps
+            # Runs per step on one device: the table sums occurrences over devices.
+            per_step = timing.occurrences_per_device / ctx.num_steps
             if per_step < 0.5:
                 continue
+            # A standalone program costs the step its device time or its host dispatch, whichever
+            # is longer (the host waits to launch it; the device waits for its launch).
+            dispatch = ctx.dispatch(prog.module)
+            host_per_step = dispatch.per_call_us * per_step if dispatch is not None else 0.0
+            recoverable = max(timing.time_per_step_us, host_per_step)
             consumers = _consumers(ctx, prog)
             feeds_argmax = any(only for _, _, only in consumers)
             into = "; result matches " + ", ".join(
@@ -94,13 +102,14 @@ class StandaloneConvertProgram(Rule):
                 self, prog.module, prog.op,
                 f"program {prog.module.name} only converts {prog.narrow} -> {dtype_shape(prog.shape)} "
                 f"({fmt_bytes(prog.shape.nbytes)} written) and runs {per_step:.1f}x per step{into}",
-                recoverable_fraction=1.0, source_inst=prog.convert,
+                recoverable_fraction=1.0, recoverable_us=recoverable, source_inst=prog.convert,
                 # An eager convert program is compiled once and cached: its metadata names the call
                 # that compiled it first (often a warm-up), which may not be the per-step caller.
                 evidence=(prog.convert.raw,
                           "(the source line is where this cached eager program was first traced)"),
                 fix="bf16-greedy-sampler" if feeds_argmax else "",
-                extra=(("launches_per_step", round(per_step, 2)), ("narrow_dtype", prog.narrow)),
+                extra=(("launches_per_step", round(per_step, 2)), ("narrow_dtype", prog.narrow),
+                       *((("host_dispatch_us_per_step", round(host_per_step, 1)),) if dispatch else ())),
             )
 
 

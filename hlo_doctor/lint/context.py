@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.hlo import HloInstruction, HloModule, analysis
 from hlo_doctor.hlo.analysis import ConvertProgram, convert_programs
+from hlo_doctor.lint.dispatch import HostDispatch
 from hlo_doctor.trace import CompileEvent
 
 if TYPE_CHECKING:
@@ -28,8 +29,14 @@ class OpTiming:
     time_per_step_us: float
     pct_of_step: float | None
     occurrences: int
+    """Summed over every device the op ran on."""
     bytes_accessed: int | None
     source: str = ""
+    occurrences_per_device: float = 0.0
+    """Occurrences on one device (the table's ``occurrences`` divided by its ``devices``): how often
+    the program ran, which is what "per step" means; 2 cores running it once are one run."""
+    category: str = ""
+    """The op-stats category (``copy``, ``convert``, ``matmul``...)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -45,6 +52,8 @@ class Context:
     step_time_us: float | None = None
     num_steps: int = 0
     compile_events: tuple[CompileEvent, ...] = ()
+    host_dispatch: tuple[HostDispatch, ...] = ()
+    """Host dispatch spans per program, when the input is a trace (see :mod:`.dispatch`)."""
     source_root: Path | None = None
     backend: str = ""
     origin: str = ""
@@ -106,8 +115,17 @@ class Context:
         ba = rows["bytes_accessed"] if "bytes_accessed" in rows else None
         bytes_accessed = int(ba.dropna().iloc[0]) if ba is not None and ba.notna().any() else None
         sources = [str(v) for v in rows["source"].dropna()] if "source" in rows else []
-        return OpTiming(tps, pct, int(rows["occurrences"].fillna(0).sum()), bytes_accessed,
-                        next((s for s in sources if s), ""))
+        occ = rows["occurrences"].fillna(0)
+        devices = rows["devices"].fillna(1).clip(lower=1) if "devices" in rows else 1
+        cats = [str(v) for v in rows["category"].dropna()] if "category" in rows else []
+        return OpTiming(tps, pct, int(occ.sum()), bytes_accessed, next((s for s in sources if s), ""),
+                        occurrences_per_device=float((occ / devices).sum()),
+                        category=next((c for c in cats if c), ""))
+
+    def dispatch(self, module: HloModule | str) -> HostDispatch | None:
+        """The host dispatch spans of ``module``'s program, when the trace has them."""
+        name = module if isinstance(module, str) else module.name
+        return next((d for d in self.host_dispatch if d.module == name), None)
 
     def module_rows(self, module: HloModule | str) -> pd.DataFrame | None:
         """The op-stats rows of one module (by name and, when known, program id)."""
@@ -138,21 +156,29 @@ class Context:
         severity: Severity | None = None,
         source_inst: HloInstruction | None = None,
         bytes_accessed: int | None = None,
+        recoverable_us: float | None = None,
     ) -> Finding:
         """A finding on ``inst`` with its time joined from the op stats.
 
         ``inst`` may be a fused instruction: the time is that of the entry-level op executing it.
-        ``recoverable_fraction`` of that time is what a fix is expected to get back (None: unknown).
+        ``recoverable_fraction`` of that time is what a fix is expected to get back (None: unknown);
+        ``recoverable_us`` replaces that estimate when the rule knows more (a program's dispatch).
+        The source line is that of ``source_inst`` (or ``inst``); for a fusion, that of the op that
+        matters inside it (:func:`hlo_doctor.hlo.analysis.key_instruction`), not its root's.
         """
         op = self.entry_op(module, inst) if module is not None and inst is not None else None
         timing = self.op_timing(module, op.name) if module is not None and op is not None else None
         src_inst = source_inst or inst
-        source = (src_inst.source if src_inst is not None else "") or (op.source if op else "")
-        if not source and timing is not None:
-            source = timing.source
+        if src_inst is not None and module is not None and src_inst.opcode == "fusion":
+            src_inst = analysis.key_instruction(module, src_inst)
+        source = src_inst.source if src_inst is not None else ""
+        if not source and timing is not None and src_inst is op and op is not None and op.opcode != "fusion":
+            source = timing.source  # the table's line for this same op (HLO text without metadata)
         recoverable = None
         if timing is not None and recoverable_fraction is not None:
             recoverable = timing.time_per_step_us * max(0.0, min(1.0, recoverable_fraction))
+        if timing is not None and recoverable_us is not None:
+            recoverable = max(0.0, recoverable_us)
         if bytes_accessed is None and op is not None:
             bytes_accessed = timing.bytes_accessed if timing and timing.bytes_accessed else _op_bytes(module, op)
         return Finding(
@@ -196,8 +222,9 @@ def producing_convert_program(ctx: Context, module: HloModule, param: HloInstruc
             a = ctx.op_timing(prog.module, prog.op.name)
             mine = ctx.module_rows(module)
             if a is not None and mine is not None and len(mine):
-                b = int(mine["occurrences"].max())
-                if a.occurrences and b and not (0.5 <= a.occurrences / b <= 2.0):
+                devices = mine["devices"].clip(lower=1) if "devices" in mine else 1
+                b = float((mine["occurrences"] / devices).max())
+                if a.occurrences_per_device and b and not (0.5 <= a.occurrences_per_device / b <= 2.0):
                     continue
         return prog
     return None

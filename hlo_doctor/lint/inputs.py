@@ -11,14 +11,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.hlo import HloModule, parse_modules
 from hlo_doctor.lint.context import Context
+from hlo_doctor.lint.dispatch import read_host_dispatch
 from hlo_doctor.lint.rule import Example
-from hlo_doctor.trace import CompileEvent
+from hlo_doctor.trace import CompileEvent, find_xplanes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -204,7 +206,8 @@ def _from_opstats_loader(path: Path, kind: str, source_root: Path | None) -> Con
     from hlo_doctor.opstats import load_opstats
 
     stats = load_opstats(path)
-    return _context_from_stats(stats, tuple(stats.modules), path, kind, source_root)
+    ctx = _context_from_stats(stats, tuple(stats.modules), path, kind, source_root)
+    return replace(ctx, host_dispatch=read_host_dispatch(find_xplanes(path)))
 
 
 def context_from_example(example: Example, *, source_root: Path | None = None) -> Context:
