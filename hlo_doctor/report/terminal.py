@@ -66,4 +66,6 @@ def render_terminal(diagnosis: Diagnosis, *, details: bool = True) -> Renderable
                           style="dim"))
     style = "bold green" if not diagnosis.findings else "bold"
     parts.append(Text(diagnosis.summary_line(), style=style))
+    if diagnosis.compiler_inserted_line():
+        parts.append(Text(diagnosis.compiler_inserted_line(), style="dim"))
     return Group(*parts)
