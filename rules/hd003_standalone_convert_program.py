@@ -44,15 +44,16 @@ class StandaloneConvertProgram(Rule):
 
     What it flags:
         A program (its own program id, usually ``jit_convert_element_type``) whose entry does
-        nothing but one widening convert, with about one launch per step in the trace
-        (occurrences >= half the number of steps): an eager ``x.astype(...)`` outside ``jit`` on
-        the per-step path.
+        nothing but one widening convert, with about one launch per step on one device in the
+        trace (occurrences per device >= half the number of steps): an eager ``x.astype(...)``
+        outside ``jit`` on the per-step path.
     Why it costs:
         The convert reads the narrow tensor and writes a wide copy to memory as a separate launch;
         the next program then reads the wide copy. As its own program it also costs a host
         dispatch (``PjitFunction(convert_element_type)`` in the trace's host events): the estimate
-        counts the longer of its device time and its host dispatch span per step. Inside the consuming jitted program XLA could
-        fuse the convert into its consumer, or drop it when the consumer does not need the width.
+        counts the longer of its device time and its host dispatch span per step. Inside the
+        consuming jitted program XLA could fuse the convert into its consumer, or drop it when the
+        consumer does not need the width.
     Example:
         ``logits = logits.astype(jnp.float32)`` in the runner, before calling a jitted
         ``sample(logits)``: 1.2 ms per step for bf16 -> f32[512,256000] on TPU v5e.

@@ -61,7 +61,6 @@ def test_original_engine(original_engine_run: Path) -> None:
     result = diagnose(load_context(original_engine_run, source_root=ENGINE), BOOK)
     got = {(f.code, f.module, f.op) for f in result.findings}
     assert got == {
-        ("HD001", "jit_convert_element_type", "wrapped_convert"),
         ("HD003", "jit_convert_element_type", "wrapped_convert"),
         ("HD002", "jit_sample", "copy"),
         ("HD004", "jit_sample", "iota_reduce_fusion"),

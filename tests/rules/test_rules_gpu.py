@@ -124,3 +124,13 @@ def test_compiler_inserted_summary_on_cpu() -> None:
     assert result.compiler_inserted_line() == (
         "cpu: 0.1% of the step (0.2 ms) is in 6 converts/copies the compiler inserted; no source line, "
         "no finding")
+
+
+def test_verify_check_4_evidence_passes_on_the_fixed_capture() -> None:
+    from hlo_doctor.verify import failing_findings, hlo_evidence
+
+    fixed = hlo_evidence(_capture("fixed"))
+    assert fixed.argmax_reads == ("jit_sample: bf16[64,256000]",)
+    assert failing_findings(fixed) == []
+    original = hlo_evidence(_capture("original"))
+    assert {f.code for f in failing_findings(original)} == {"HD002", "HD003", "HD004"}
