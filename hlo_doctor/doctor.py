@@ -76,7 +76,7 @@ class DoctorResult:
     engine_dir: str
     profile_run: Path
     diagnosis: Any
-    """:class:`hlo_doctor.diagnose.Diagnosis` of the baseline's trace."""
+    """:class:`hlo_doctor.lint.Diagnosis` of the baseline's trace."""
     fix_id: str | None
     fix_diff: str
     treatment_dir: Path | None
@@ -155,12 +155,11 @@ def _pick_fix(diagnosis: Any) -> str | None:
 def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> DoctorResult:
     """Run the loop on ``settings.engine`` and write every artifact to ``settings.out_dir``."""
     from hlo_doctor.capture import capture_callable
-    from hlo_doctor.diagnose import diagnose, load_context
     from hlo_doctor.engines import load_engine
     from hlo_doctor.fixes import FixApplied, apply_fix, patched_copy
+    from hlo_doctor.lint import diagnose, load_context, load_rulebook
     from hlo_doctor.report import render_json as diagnosis_json
     from hlo_doctor.report import render_markdown as diagnosis_md
-    from hlo_doctor.rulebook import load_rulebook
 
     report = progress or (lambda stage, done, total: None)
     if settings.engine is not None and not Path(settings.engine).is_dir():

@@ -12,9 +12,8 @@ from rich.console import Console
 from hlo_doctor.cli.common import console, handle_errors, write_output
 from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.core.model import Severity
-from hlo_doctor.diagnose import diagnose, load_context
+from hlo_doctor.lint import diagnose, load_context, load_rulebook
 from hlo_doctor.report import FORMATS, render_terminal, render_text
-from hlo_doctor.rulebook import load_rulebook
 
 _SEVERITIES = [s.name.lower() for s in Severity]
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from hlo_doctor.cli.common import console, handle_errors, write_output
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.rulebook import LoadedRule, RuleBook, load_rulebook
+from hlo_doctor.lint import LoadedRule, RuleBook, load_rulebook
 
 _RULES_OPTION = click.option("--rules", "rules_dirs", multiple=True, type=click.Path(path_type=Path),
                              help="Also load the rule files of this folder; repeatable.")

@@ -1,6 +1,6 @@
 """Renderers of a diagnosis: rich terminal report, JSON, Markdown (PR comments), SARIF 2.1.0.
 
-Each renderer takes a :class:`hlo_doctor.diagnose.Diagnosis` and returns text (or, for the
+Each renderer takes a :class:`hlo_doctor.lint.Diagnosis` and returns text (or, for the
 terminal, a rich renderable that the CLI prints). Nothing here prints. Other commands may reuse the
 finding formatters (:func:`fmt_us`, :func:`fmt_pct`).
 """
@@ -16,8 +16,7 @@ from hlo_doctor.report.sarif import render_sarif
 from hlo_doctor.report.terminal import render_terminal
 
 if TYPE_CHECKING:
-    from hlo_doctor.diagnose import Diagnosis
-    from hlo_doctor.rulebook import RuleBook
+    from hlo_doctor.lint import Diagnosis, RuleBook
 
 FORMATS = ("rich", "json", "md", "sarif")
 """``--format`` values; ``rich`` is for people (stderr), the others are machine output."""

@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hlo_doctor.diagnose import Diagnosis
+    from hlo_doctor.lint import Diagnosis
 
 JSON_FORMAT = "hlo-doctor.diagnosis/1"
 

@@ -17,8 +17,7 @@ from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.report.common import split_source
 
 if TYPE_CHECKING:
-    from hlo_doctor.diagnose import Diagnosis
-    from hlo_doctor.rulebook import RuleBook
+    from hlo_doctor.lint import Diagnosis, RuleBook
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/hlo-doctor/hlo-doctor"

@@ -1,10 +1,10 @@
-"""Rules: the base class every rule file uses, and loading rule files by path.
+"""Loading rule files by path into a :class:`RuleBook`.
 
-A rule is one file ``hdNNN_<slug>.py`` holding one class that subclasses :class:`Rule`. The bundled
-rules live in the top-level ``rules/`` folder of a checkout, which the wheel ships as the package
-``hlo_doctor.bundled_rules``; ``--rules DIR`` adds a user's own files of the same format. Files are
-loaded by path into a private namespace (``hlo_doctor._loaded_rules.<id>``), so a top-level package
-named ``rules`` is never imported and two folders may both hold a file called ``hd100_x.py``.
+The bundled rules live in the top-level ``rules/`` folder of a checkout, which the wheel ships as
+the package ``hlo_doctor.bundled_rules``; ``--rules DIR`` adds a user's own files of the same
+format. Files are loaded by path into a private namespace (``hlo_doctor._loaded_rules.<id>``), so a
+top-level package named ``rules`` is never imported and two folders may both hold a file called
+``hd100_x.py``.
 
 A file that cannot be loaded (syntax error, import error, no rule class, bad attributes, a code that
 is already taken) does not stop the others: it becomes a :class:`RuleLoadError`, which the diagnosis
@@ -19,89 +19,17 @@ import inspect
 import re
 import sys
 import traceback
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.model import Finding, Severity
-
-if TYPE_CHECKING:
-    from hlo_doctor.diagnose import Context
-
-REQUIREMENTS = ("hlo", "opstats", "source")
-"""What a rule may require from the input: HLO modules, op-stats timings, the source tree."""
+from hlo_doctor.lint.rule import REQUIREMENTS, Example, Rule
 
 _CODE = re.compile(r"^[A-Z]{2,}\d{3}$")
 _RULE_FILE = re.compile(r"^[a-z]{2,}\d{3}_\w+\.py$")
 _NAMESPACE = "hlo_doctor._loaded_rules"
-DOC_SECTIONS = ("What it flags", "Why it costs", "Example", "Fix")
-
-
-@dataclass(frozen=True, slots=True)
-class Example:
-    """One input for a rule with the findings it must produce; every example becomes a test.
-
-    ``expect`` lists ``"CODE op"`` strings (``"HD002 copy"``), or ``"CODE op@module"`` where the op
-    name alone is ambiguous. ``opstats`` rows use the op-stats column names
-    (:data:`hlo_doctor.opstats.COLUMNS`); missing columns are filled in. ``source`` maps relative
-    paths to file contents, written into a temporary tree for source rules.
-    """
-
-    hlo: tuple[str, ...] = ()
-    opstats: tuple[Mapping[str, Any], ...] = ()
-    step_time_us: float | None = None
-    num_steps: int = 0
-    compile_events: tuple[Mapping[str, Any], ...] = ()
-    source: Mapping[str, str] = field(default_factory=dict)
-    expect: tuple[str, ...] = ()
-    note: str = ""
-    """What the example shows, for the test id and for ``rules explain``."""
-
-
-class Rule:
-    """Base class of a rule. Subclasses set the class attributes and implement :meth:`check`."""
-
-    code: ClassVar[str] = ""
-    name: ClassVar[str] = ""
-    severity: ClassVar[Severity] = Severity.MEDIUM
-    requires: ClassVar[tuple[str, ...]] = ("hlo",)
-    fix: ClassVar[str] = ""
-    """Id of the bundled fix that removes what the rule flags, when one exists."""
-    VALID: ClassVar[tuple[Example, ...]] = ()
-    """Inputs that must yield no finding of this rule."""
-    INVALID: ClassVar[tuple[Example, ...]] = ()
-    """Inputs that must yield exactly the findings their ``expect`` lists."""
-
-    def check(self, ctx: Context) -> Iterator[Finding]:
-        """Yield the findings of this rule for ``ctx``."""
-        raise NotImplementedError
-
-    @classmethod
-    def summary(cls) -> str:
-        """The first paragraph of the docstring, on one line."""
-        doc = inspect.getdoc(cls) or ""
-        return " ".join(doc.split("\n\n", 1)[0].split())
-
-    @classmethod
-    def doc_sections(cls) -> dict[str, str]:
-        """The docstring split into its sections (``What it flags``, ``Why it costs``...)."""
-        doc = inspect.getdoc(cls) or ""
-        sections: dict[str, str] = {}
-        current = ""
-        lines: list[str] = []
-        for line in doc.splitlines():
-            header = line.rstrip().rstrip(":")
-            if header in DOC_SECTIONS and line.rstrip().endswith(":"):
-                if current:
-                    sections[current] = "\n".join(lines).strip()
-                current, lines = header, []
-            elif current:
-                lines.append(line)
-        if current:
-            sections[current] = "\n".join(lines).strip()
-        return sections
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +90,7 @@ class RuleBook:
 
 def bundled_rules_dir() -> Path:
     """The folder of the bundled rules: ``rules/`` in a checkout, ``hlo_doctor/bundled_rules`` installed."""
-    checkout = Path(__file__).resolve().parent.parent / "rules"
+    checkout = Path(__file__).resolve().parents[2] / "rules"
     if checkout.is_dir() and any(checkout.glob("hd[0-9][0-9][0-9]_*.py")):
         return checkout
     import importlib.resources

@@ -16,12 +16,11 @@ from click.testing import CliRunner
 
 from hlo_doctor.cli import main
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.diagnose import Context, diagnose, load_context, total_recoverable
+from hlo_doctor.core.model import Finding
 from hlo_doctor.hlo import parse_module
-from hlo_doctor.rulebook import load_rulebook
+from hlo_doctor.lint import Context, diagnose, load_context, load_rulebook, total_recoverable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "sample_traces" / "seed_v5e_b512"
 BOOK = load_rulebook()
 
@@ -109,8 +108,8 @@ def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_original_step_flags_the_three_ops_and_nothing_else(original_run: Path) -> None:
     result = diagnose(load_context(original_run), BOOK)
     got = _codes_ops(result.findings)
+    # No HD001: the widened logits are also returned, so HD003/HD004 hold what there is to save.
     assert got == {
-        ("HD001", "jit_convert_element_type", "wrapped_convert"),
         ("HD003", "jit_convert_element_type", "wrapped_convert"),
         ("HD002", "jit_sample", "copy"),
         ("HD004", "jit_sample", "iota_reduce_fusion"),
@@ -124,9 +123,7 @@ def test_original_step_flags_the_three_ops_and_nothing_else(original_run: Path) 
     assert dict(by_code["HD004"].extra)["bytes_needed"] == 8 * 2048 * 2
     # The source line is the program's own: the eager astype in step().
     assert by_code["HD003"].source.endswith("original.py:17")
-    # The convert op is flagged by two rules but counted once.
     assert result.recoverable_us == pytest.approx(total_recoverable(result.findings))
-    assert result.recoverable_us < sum(f.recoverable_us or 0 for f in result.findings) + 1e-9
 
 
 def test_clean_step_has_no_findings(clean_run: Path) -> None:
@@ -137,9 +134,13 @@ def test_clean_step_has_no_findings(clean_run: Path) -> None:
 
 def test_cli_json_shape_and_fail_on(original_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "d.json"
-    r = _invoke("diagnose", str(original_run), "--format", "json", "--output", str(out), "--fail-on", "high")
+    r = _invoke("diagnose", str(original_run), "--format", "json", "--output", str(out), "--fail-on", "info")
     assert r.exit_code == 1  # type: ignore[attr-defined]
     doc = json.loads(out.read_text())
+    # Severity follows each finding's share of the step: --fail-on high fails on exactly those.
+    r = _invoke("diagnose", str(original_run), "--format", "json", "--fail-on", "high")
+    high = [f for f in json.loads(r.stdout)["findings"] if f["severity"] == "high"]  # type: ignore[attr-defined]
+    assert r.exit_code == (1 if high else 0)  # type: ignore[attr-defined]
     assert doc["step_time_us"] > 0
     for f in doc["findings"]:
         assert {"code", "name", "module", "op", "shape", "time_per_step_us", "pct_of_step", "source",
@@ -155,7 +156,7 @@ def test_cli_json_shape_and_fail_on(original_run: Path, tmp_path: Path) -> None:
 def test_bare_xplane_input(original_run: Path) -> None:
     xplane = next(original_run.glob("plugins/profile/*/*.xplane.pb"))
     result = diagnose(load_context(xplane), BOOK)
-    assert {f.code for f in result.findings} == {"HD001", "HD002", "HD003", "HD004"}
+    assert {f.code for f in result.findings} == {"HD002", "HD003", "HD004"}
 
 
 # -- the seed's numbers ----------------------------------------------------------------------------
@@ -185,15 +186,14 @@ def test_seed_fixture_matches_golden() -> None:
 def test_seed_fixture_reports_three_ops_and_twelve_percent() -> None:
     result = diagnose(load_context(SEED), BOOK)
     ops = {(f.code, f.op) for f in result.findings}
-    assert ops == {("HD002", "copy.2"), ("HD003", "convert_element_type.1"),
-                   ("HD001", "convert_element_type.1"), ("HD004", "fusion.3")}
+    assert ops == {("HD002", "copy.2"), ("HD003", "convert_element_type.1"), ("HD004", "fusion.3")}
     by_code = {f.code: f for f in result.findings}
     assert by_code["HD002"].time_per_step_us == pytest.approx(1562)
     assert by_code["HD003"].time_per_step_us == pytest.approx(1232)
     assert by_code["HD004"].recoverable_us == pytest.approx(348)
-    # 1,562 + 1,232 + 696/2: the convert counted once although HD001 and HD003 both flag it.
+    # 1,562 + 1,232 + 696/2.
     assert result.recoverable_us == pytest.approx(3142)
-    assert result.summary_line() == "4 findings: ~3.1 ms of ~26.5 ms per step (~12%) is recoverable"
+    assert result.summary_line() == "3 findings: ~3.1 ms of ~26.5 ms per step (~12%) is recoverable"
     assert by_code["HD003"].source.endswith("tpu_runner.py:1624")
     assert by_code["HD004"].source.endswith("sampling.py:125")
 
@@ -253,12 +253,13 @@ def test_donated_update_is_clean() -> None:
     assert diagnose(Context(modules=(parse_module(text),)), BOOK).findings == ()
 
 
-def test_widening_fused_into_argmax_on_cpu() -> None:
+def test_widening_fused_into_argmax_on_cpu_is_not_a_finding() -> None:
+    # The fusion reads bf16 and widens in registers: no bytes to save, nothing to flag.
     x = jnp.zeros((8, 1024), jnp.bfloat16)
     text = jax.jit(lambda v: jnp.argmax(v.astype(jnp.float32), -1)).lower(x).compile().as_text()
+    assert "convert_element_type" in text
     result = diagnose(Context(modules=(parse_module(text),)), BOOK)
-    assert [(f.code, f.severity) for f in result.findings] == [("HD001", Severity.LOW)]
-    assert "convert_element_type" in result.findings[0].evidence[0]
+    assert result.findings == (), [f.message for f in result.findings]
 
 
 # -- bad input and broken rules --------------------------------------------------------------------
@@ -296,10 +297,10 @@ def test_unknown_rule_id_is_a_usage_error() -> None:
     assert r.exit_code == 2 and "unknown rule id" in r.output  # type: ignore[attr-defined]
 
 
-BROKEN_RULE = "from hlo_doctor.rulebook import Rule\nclass Broken(Rule:\n    pass\n"
+BROKEN_RULE = "from hlo_doctor.lint import Rule\nclass Broken(Rule:\n    pass\n"
 CRASHING_RULE = '''
 from hlo_doctor.core.model import Severity
-from hlo_doctor.rulebook import Example, Rule
+from hlo_doctor.lint import Example, Rule
 
 class Crashes(Rule):
     """Always crashes.
@@ -326,7 +327,7 @@ class Crashes(Rule):
 '''
 COPY_COUNTER_RULE = '''
 from hlo_doctor.core.model import Severity
-from hlo_doctor.rulebook import Example, Rule
+from hlo_doctor.lint import Example, Rule
 
 class EveryCopy(Rule):
     """Flags every copy.
@@ -366,7 +367,7 @@ def test_user_rules_broken_and_crashing(tmp_path: Path) -> None:
     doc = json.loads(r.stdout)  # type: ignore[attr-defined]
     codes = [f["code"] for f in doc["findings"]]
     # The bundled rules and the working user rule still ran.
-    assert {"HD001", "HD002", "HD003", "HD004", "XX100"} <= set(codes)
+    assert {"HD002", "HD003", "HD004", "XX100"} <= set(codes)
     errors = [f for f in doc["findings"] if f["severity"] == "error"]
     assert {f["code"] for f in errors} == {"XX101", "HD000"}
     assert any("xx102_broken.py" in f["message"] and "SyntaxError" in f["message"] for f in errors)

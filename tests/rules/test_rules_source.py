@@ -11,11 +11,10 @@ from fixtures_wheels import PINNED_RELEASES, unpack
 
 from hlo_doctor.cli import main
 from hlo_doctor.core.model import Finding
-from hlo_doctor.diagnose import Context, run_rule
-from hlo_doctor.rulebook import load_rulebook
+from hlo_doctor.lint import Context, load_rulebook, run_rule
 
-ENGINE = Path(__file__).resolve().parent.parent / "hlo_doctor" / "engine"
-SEED = Path(__file__).resolve().parent.parent / "sample_traces" / "seed_v5e_b512"
+ENGINE = Path(__file__).resolve().parents[2] / "hlo_doctor" / "engine"
+SEED = Path(__file__).resolve().parents[2] / "sample_traces" / "seed_v5e_b512"
 HD006 = load_rulebook().get("HD006")
 WIDEN = "            logits = logits.astype(jnp.float32)\n"
 

@@ -6,41 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from hlo_doctor.core.model import Severity
-from hlo_doctor.diagnose import Context, context_from_example, run_rule
-from hlo_doctor.rulebook import DOC_SECTIONS, Example, LoadedRule, load_rulebook
+from hlo_doctor.lint import DOC_SECTIONS, Context, Example, LoadedRule, load_rulebook, run_rule
+from hlo_doctor.lint.testing import case_id, example_cases, run_example
 
 BOOK = load_rulebook()
-
-
-def _cases(kind: str) -> list[tuple[LoadedRule, Example]]:
-    return [(r, e) for r in BOOK.rules for e in getattr(r.rule, kind)]
-
-
-def _id(case: tuple[LoadedRule, Example]) -> str:
-    rule, example = case
-    return f"{rule.code}-{example.note or 'example'}"
-
-
-def _write_tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return root
-
-
-def _run(rule: LoadedRule, example: Example, tmp_path: Path) -> set[str]:
-    source = _write_tree(tmp_path / "src", dict(example.source)) if example.source else None
-    ctx = context_from_example(example, source_root=source)
-    findings = run_rule(rule, ctx)
-    errors = [f for f in findings if f.severity == Severity.ERROR]
-    assert not errors, errors
-    out = set()
-    for f in findings:
-        out.add(f"{f.code} {f.op}")
-        out.add(f"{f.code} {f.op}@{f.module}")
-    return out
 
 
 def test_bundled_rules_load_cleanly() -> None:
@@ -64,17 +33,17 @@ def test_rule_on_empty_input(rule: LoadedRule) -> None:
     assert run_rule(rule, Context()) == []
 
 
-@pytest.mark.parametrize("case", _cases("VALID"), ids=_id)
+@pytest.mark.parametrize("case", example_cases(BOOK, "VALID"), ids=case_id)
 def test_valid_example_has_no_finding(case: tuple[LoadedRule, Example], tmp_path: Path) -> None:
     rule, example = case
-    assert _run(rule, example, tmp_path) == set()
+    assert run_example(rule, example, tmp_path) == set()
 
 
-@pytest.mark.parametrize("case", _cases("INVALID"), ids=_id)
+@pytest.mark.parametrize("case", example_cases(BOOK, "INVALID"), ids=case_id)
 def test_invalid_example_has_expected_findings(case: tuple[LoadedRule, Example], tmp_path: Path) -> None:
     rule, example = case
     assert example.expect, "an INVALID example must say what it expects"
-    got = _run(rule, example, tmp_path)
+    got = run_example(rule, example, tmp_path)
     for want in example.expect:
         assert want in got, f"missing {want}; got {sorted(got)}"
     # Exactly the expected findings: as many findings as expectations.
@@ -83,7 +52,7 @@ def test_invalid_example_has_expected_findings(case: tuple[LoadedRule, Example],
 
 
 def test_the_user_rule_in_the_docs_works(tmp_path: Path) -> None:
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "rules.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "rules.md").read_text()
     code = doc.split("```python\n", 1)[1].split("```", 1)[0]
     (tmp_path / "xx100_copy_of_copy.py").write_text(code)
     book = load_rulebook([tmp_path])
@@ -91,4 +60,4 @@ def test_the_user_rule_in_the_docs_works(tmp_path: Path) -> None:
     rule = book.get("XX100")
     assert rule is not None and not rule.bundled
     for example in rule.rule.INVALID:
-        assert _run(rule, example, tmp_path) >= set(example.expect)
+        assert run_example(rule, example, tmp_path) >= set(example.expect)
