@@ -45,17 +45,14 @@ def _shown(path: Path) -> str:
 
 
 def _print_summary(result: FixResult, show_diff: bool) -> None:
-    kind = getattr(result, "target_kind", "")
-    release = getattr(result, "release", "")
-    console.print(f"[bold]{result.fix_id if hasattr(result, 'fix_id') else ''}[/] on {kind}, release [bold]{release}[/]")
-    elements = getattr(result, "elements", ())
-    if elements:
+    console.print(f"[bold]{result.fix_id}[/] on {result.target_kind}, release [bold]{result.release}[/]")
+    if result.elements:
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         table.add_column("part", justify="right")
         table.add_column("element", max_width=40)
         table.add_column("found", no_wrap=True)
         table.add_column("where", min_width=20, overflow="fold")
-        for element in elements:
+        for element in result.elements:
             style = _STATE_STYLE.get(element.state, "")
             table.add_row(str(element.part), element.title, f"[{style}]{element.state}[/]", element.where)
         console.print(table)

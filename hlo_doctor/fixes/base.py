@@ -1,15 +1,22 @@
-"""What applying or reverting a fix returns: values, never exceptions.
+"""What every bundled fix shares: the ``Fix`` protocol, its ``Plan``, and the outcomes of a run.
 
-``FixApplied`` (files written, or that would be written on a dry run), ``FixSkipped`` (nothing to do:
-already applied, not affected, nothing to revert), ``FixRefused`` (the code does not match, or the tree
-is half-fixed and completing it was not requested). All frozen and slotted.
+A fix analyses the files of a detected :class:`~hlo_doctor.fixes.targets.Target` into a
+:class:`Plan` (each structural element found ``original``, ``fixed`` or ``missing``, plus the new
+texts that applying the pending elements would write) and explains a half-fixed tree in its own
+words. Applying or reverting returns a :class:`FixOutcome`: ``FixApplied`` (files written, or that
+would be on a dry run), ``FixSkipped`` (nothing to do) or ``FixRefused`` (the code does not match, or
+the tree is half-fixed and completing it was not requested). Values, never exceptions; all frozen and
+slotted.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Union
+
+if TYPE_CHECKING:
+    from hlo_doctor.fixes.targets import Target
 
 PartState = Literal["original", "fixed", "missing"]
 
@@ -43,20 +50,91 @@ class ElementStatus:
 
 
 @dataclass(frozen=True, slots=True)
-class FixApplied:
+class Plan:
+    """The analysis of a tree plus the new sources that applying the pending elements would write.
+
+    ``relevant``: the elements of the variant asked for; ``preconditions``: elements every known
+    release already satisfies (checked and enforced, but being "fixed" does not make a tree
+    half-fixed). ``unfinishable`` and ``not_affected`` are reasons (empty when they do not hold).
+    """
+
+    elements: tuple[ElementStatus, ...]
+    missing: tuple[str, ...]
+    notes: tuple[str, ...]
+    unsafe: tuple[str, ...]
+    not_affected: str
+    unfinishable: str
+    new_sources: tuple[tuple[str, str], ...]
+    relevant: tuple[str, ...]
+    preconditions: frozenset[str] = frozenset()
+
+    def state(self, element: str) -> str | None:
+        """The state of ``element`` in the tree, or None when it was not looked at."""
+        return next((e.state for e in self.elements if e.element == element), None)
+
+    @property
+    def pending(self) -> tuple[str, ...]:
+        """Relevant elements still in their original state."""
+        states = {e.element: e.state for e in self.elements}
+        return tuple(e for e in self.relevant if states.get(e) == "original")
+
+    @property
+    def done(self) -> tuple[str, ...]:
+        """Relevant elements already fixed."""
+        states = {e.element: e.state for e in self.elements}
+        return tuple(e for e in self.relevant if states.get(e) == "fixed" and e not in self.preconditions)
+
+
+class Fix(Protocol):
+    """A bundled fix: an id, a title, its variants, a planner and its own half-fixed diagnosis."""
+
+    fix_id: str
+    title: str
+    variants: tuple[str, ...]
+
+    def plan(self, target: Target, sources: dict[str, str], variant: str) -> Plan:
+        """Analyse ``sources`` (role -> text) and compute the patched texts for ``variant``."""
+        ...
+
+    def explain_half_fixed(self, plan: Plan, variant: str) -> str:
+        """What a tree with some elements fixed and others not does at run time, and what to do."""
+        ...
+
+
+class OutcomeFields(TypedDict, total=False):
+    """The fields of :class:`FixOutcome`, to build several outcomes of one run from one value."""
+
+    fix_id: str
+    target_kind: str
+    release: str
+    elements: tuple[ElementStatus, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FixOutcome:
+    """What every outcome of apply or revert names: the fix, the tree and the elements found."""
+
+    fix_id: str = ""
+    target_kind: str = ""
+    release: str = ""
+    elements: tuple[ElementStatus, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FixApplied(FixOutcome):
     """The fix was applied (or, with ``dry_run``, would be): the files and the unified diff."""
 
     files: tuple[Path, ...]
     diff: str
     manifest_path: Path | None
-    target_kind: str
-    release: str
-    fix_id: str = ""
     variant: str = "full"
     dry_run: bool = False
     reverted: bool = False
     completed_partial: bool = False
-    elements: tuple[ElementStatus, ...] = ()
     notes: tuple[str, ...] = ()
     applied: tuple[str, ...] = ()
 
@@ -85,16 +163,12 @@ class FixApplied:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class FixSkipped:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FixSkipped(FixOutcome):
     """Nothing to do: ``kind`` is ``already-applied``, ``not-affected`` or ``nothing-to-revert``."""
 
     reason: str
     kind: str = "already-applied"
-    target_kind: str = ""
-    release: str = ""
-    fix_id: str = ""
-    elements: tuple[ElementStatus, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -108,8 +182,8 @@ class FixSkipped:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class FixRefused:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FixRefused(FixOutcome):
     """The fix cannot be applied as asked; nothing was changed.
 
     ``kind``: ``anchors-missing`` (the code does not match: ``missing_anchors`` names what was not
@@ -119,12 +193,8 @@ class FixRefused:
     """
 
     reason: str
-    missing_anchors: tuple[str, ...] = ()
+    missing_anchors: tuple[str, ...] = field(default=())
     kind: str = "anchors-missing"
-    target_kind: str = ""
-    release: str = ""
-    fix_id: str = ""
-    elements: tuple[ElementStatus, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
