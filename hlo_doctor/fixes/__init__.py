@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import shutil
 from pathlib import Path
 
@@ -34,8 +35,18 @@ from hlo_doctor.fixes.base import (
     Plan,
 )
 from hlo_doctor.fixes.bf16_greedy_sampler import Bf16GreedySampler
+from hlo_doctor.fixes.journal import Journal
+from hlo_doctor.fixes.safe_io import target_lock
 from hlo_doctor.fixes.targets import Target, detect_target
-from hlo_doctor.fixes.transaction import manifest_path, read_manifest, revert_files, write_files
+from hlo_doctor.fixes.transaction import (
+    FileChange,
+    manifest_path,
+    read_manifest,
+    read_target,
+    recover,
+    revert_files,
+    write_files,
+)
 
 __all__ = [
     "ElementStatus",
@@ -72,11 +83,16 @@ def get_fix(fix_id: str) -> Fix:
         raise InputError(f"unknown fix '{fix_id}'", f"available: {', '.join(available_fixes())}") from None
 
 
+def _allowed(target: Target) -> set[str]:
+    """The paths (relative to the root) of the files the fix edits: all a manifest may name."""
+    return {target.rel(path) for _, path in target.files}
+
+
 def _read_sources(target: Target) -> dict[str, str]:
     sources: dict[str, str] = {}
     for role, path in target.files:
         try:
-            sources[role] = path.read_bytes().decode("utf-8")
+            sources[role] = read_target(target.root, target.rel(path)).decode("utf-8")
         except OSError as exc:
             raise InputError(f"cannot read {path} ({exc.strerror})", "check the permissions of the target") from exc
         except UnicodeDecodeError as exc:
@@ -141,6 +157,18 @@ def apply_fix(
     if variant not in fix.variants:
         raise InputError(f"unknown variant '{variant}' for {fix_id}", f"choose one of: {', '.join(fix.variants)}")
     tree = detect_target(Path(target))
+    if dry_run:
+        if Journal.load(tree.root, fix_id, _allowed(tree)) is not None:
+            raise InputError(f"an interrupted hlo-doctor run left a journal in {tree.root}",
+                             "run apply-fix without --dry-run (or --revert) first: it finishes or rolls it back")
+        return _apply(fix, tree, variant, dry_run=True, complete=complete)
+    with target_lock(tree.root):
+        recovered = recover(tree.root, fix_id, _allowed(tree))
+        result = _apply(fix, tree, variant, dry_run=False, complete=complete)
+    return dataclasses.replace(result, recovered=recovered) if recovered else result
+
+
+def _apply(fix: Fix, tree: Target, variant: str, *, dry_run: bool, complete: bool) -> FixResult:
     sources = _read_sources(tree)
     plan = fix.plan(tree, sources, variant)
     verdict = _judge(fix, tree, plan, variant, complete)
@@ -149,23 +177,24 @@ def apply_fix(
     half_fixed = bool(plan.done)
 
     paths = dict(tree.files)
-    changes: dict[Path, tuple[bytes, bytes]] = {}
+    changes: list[FileChange] = []
     diffs: list[str] = []
     for role, new_text in plan.new_sources:
         old_text = sources[role]
         if new_text == old_text:
             continue
         path = paths[role]
-        changes[path] = (old_text.encode("utf-8"), new_text.encode("utf-8"))
+        mode = os.stat(path, follow_symlinks=False).st_mode
+        changes.append(FileChange(tree.rel(path), old_text.encode("utf-8"), new_text.encode("utf-8"), mode))
         diffs.append(_unified_diff(tree, path, old_text, new_text))
     notes = plan.notes + (("completed a half-fixed tree",) if half_fixed else ())
     applied = FixApplied(
-        files=tuple(changes),
+        files=tuple(tree.root / c.rel for c in changes),
         diff="".join(diffs),
         manifest_path=None,
         target_kind=tree.kind,
         release=tree.release,
-        fix_id=fix_id,
+        fix_id=fix.fix_id,
         variant=variant,
         completed_partial=half_fixed,
         elements=plan.elements,
@@ -177,7 +206,7 @@ def apply_fix(
         return applied
     manifest = write_files(
         tree.root,
-        fix_id,
+        fix.fix_id,
         changes,
         {
             "tool": f"hlo-doctor {__version__}",
@@ -186,6 +215,7 @@ def apply_fix(
             "release": tree.release,
             "elements_applied": list(plan.pending),
         },
+        _allowed(tree),
     )
     return dataclasses.replace(applied, manifest_path=manifest)
 
@@ -194,7 +224,14 @@ def revert_fix(fix_id: str, target: Path) -> FixResult:
     """Put back the exact original bytes recorded by an earlier :func:`apply_fix` on ``target``."""
     get_fix(fix_id)
     tree = detect_target(Path(target))
-    manifest = read_manifest(tree.root, fix_id)
+    with target_lock(tree.root):
+        recovered = recover(tree.root, fix_id, _allowed(tree))
+        result = _revert(fix_id, tree)
+    return dataclasses.replace(result, recovered=recovered) if recovered else result
+
+
+def _revert(fix_id: str, tree: Target) -> FixResult:
+    manifest = read_manifest(tree.root, fix_id, _allowed(tree))
     common: OutcomeFields = {"target_kind": tree.kind, "release": tree.release, "fix_id": fix_id}
     if manifest is None:
         return FixSkipped(
@@ -202,13 +239,16 @@ def revert_fix(fix_id: str, target: Path) -> FixResult:
             kind="nothing-to-revert",
             **common,
         )
-    before = {tree.root / e["path"]: (tree.root / e["path"]).read_text(encoding="utf-8") for e in manifest["files"]}
-    restored, problems = revert_files(tree.root, fix_id, manifest)
+    restored, problems, before = revert_files(tree.root, fix_id, manifest)
     if problems:
         return FixRefused(reason="cannot revert, nothing was changed: " + "; ".join(problems), kind="modified", **common)
-    diff = "".join(_unified_diff(tree, p, before[p], p.read_text(encoding="utf-8")) for p in restored)
+    diff = "".join(
+        _unified_diff(tree, tree.root / rel, before[rel].decode("utf-8", "replace"),
+                      read_target(tree.root, rel).decode("utf-8", "replace"))
+        for rel in restored
+    )
     return FixApplied(
-        files=tuple(restored),
+        files=tuple(tree.root / rel for rel in restored),
         diff=diff,
         manifest_path=None,
         target_kind=tree.kind,

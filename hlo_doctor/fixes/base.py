@@ -118,10 +118,17 @@ class FixOutcome:
     target_kind: str = ""
     release: str = ""
     elements: tuple[ElementStatus, ...] = ()
+    # What this run recovered first: an interrupted earlier run finished or rolled back ("" if none).
+    recovered: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         raise NotImplementedError
+
+    def _with_recovered(self, doc: dict[str, Any]) -> dict[str, Any]:
+        if self.recovered:
+            doc["recovered"] = self.recovered
+        return doc
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,7 +153,7 @@ class FixApplied(FixOutcome):
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (``status``: applied / dry-run / reverted)."""
         status = "reverted" if self.reverted else ("dry-run" if self.dry_run else "applied")
-        return {
+        return self._with_recovered({
             "status": status,
             "fix": self.fix_id,
             "variant": self.variant,
@@ -160,7 +167,7 @@ class FixApplied(FixOutcome):
             "elements": [e.to_dict() for e in self.elements],
             "notes": list(self.notes),
             "diff": self.diff,
-        }
+        })
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,14 +179,14 @@ class FixSkipped(FixOutcome):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
+        return self._with_recovered({
             "status": self.kind,
             "fix": self.fix_id,
             "reason": self.reason,
             "target_kind": self.target_kind,
             "release": self.release,
             "elements": [e.to_dict() for e in self.elements],
-        }
+        })
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,7 +205,7 @@ class FixRefused(FixOutcome):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
+        return self._with_recovered({
             "status": "refused",
             "kind": self.kind,
             "fix": self.fix_id,
@@ -207,7 +214,7 @@ class FixRefused(FixOutcome):
             "target_kind": self.target_kind,
             "release": self.release,
             "elements": [e.to_dict() for e in self.elements],
-        }
+        })
 
 
 FixResult = Union[FixApplied, FixSkipped, FixRefused]  # noqa: UP007 - a runtime alias, Python 3.10
