@@ -13,6 +13,7 @@ from rich.text import Text
 
 from hlo_doctor.cli.common import console, handle_errors, write_output
 from hlo_doctor.core.errors import ExitCode
+from hlo_doctor.render.verify import fmt_us, metric_rows, render_json, render_markdown
 from hlo_doctor.verify import (
     DEFAULT_ALPHA,
     DEFAULT_MAX_TOKENS,
@@ -21,10 +22,6 @@ from hlo_doctor.verify import (
     DEFAULT_TTFT_BOUND,
     VerifyReport,
     VerifySettings,
-    fmt_us,
-    metric_rows,
-    render_json,
-    render_markdown,
     run_verify,
 )
 

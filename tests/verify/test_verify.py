@@ -16,6 +16,7 @@ from seed_attempts import ATTEMPTS, build_attempt
 
 from hlo_doctor.cli import main
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.render.verify import render_json, render_markdown
 from hlo_doctor.statistics import Outcome
 from hlo_doctor.verify import (
     RoundResult,
@@ -24,12 +25,10 @@ from hlo_doctor.verify import (
     VerifySettings,
     check_ttft,
     engine_config,
-    render_json,
-    render_markdown,
     run_verify,
 )
 
-ENGINE = Path(__file__).resolve().parents[1] / "hlo_doctor" / "engine"
+ENGINE = Path(__file__).resolve().parents[2] / "hlo_doctor" / "engine"
 SMALL = {"vocab": 1024, "batch": 8, "max_tokens": 6, "rounds": 5, "profile_steps": 2}
 
 

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from hlo_doctor.cli import main
 
-ENGINE = Path(__file__).resolve().parents[1] / "hlo_doctor" / "engine"
+ENGINE = Path(__file__).resolve().parents[2] / "hlo_doctor" / "engine"
 
 
 def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:

@@ -1,0 +1,1 @@
+"""Renderers: strings from results (the CLI prints them)."""
