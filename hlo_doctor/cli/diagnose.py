@@ -13,7 +13,7 @@ from hlo_doctor.cli.common import console, handle_errors, write_output
 from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.core.model import Severity
 from hlo_doctor.diagnose import diagnose, load_context
-from hlo_doctor.report import FORMATS, render_terminal, render_text
+from hlo_doctor.render.diagnosis import FORMATS, to_terminal, to_text
 from hlo_doctor.rulebook import load_rulebook
 
 _SEVERITIES = [s.name.lower() for s in Severity]
@@ -55,7 +55,7 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     ctx = load_context(run, source_root=source)
     result = diagnose(ctx, book, select=_codes(select), ignore=_codes(ignore))
     if fmt == "rich":
-        renderable = render_terminal(result, details=not brief)
+        renderable = to_terminal(result, details=not brief)
         if output is None:
             console.print(renderable)
         else:
@@ -63,7 +63,7 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
             Console(file=buf, width=160, no_color=True, highlight=False).print(renderable)
             write_output(buf.getvalue(), output)
     else:
-        write_output(render_text(result, fmt, book), output)
+        write_output(to_text(result, fmt, book), output)
         console.print(result.summary_line(), soft_wrap=True)
     if any(f.extra and dict(f.extra).get("internal_error") for f in result.findings) or book.errors:
         console.print("[yellow]some rules failed; see the internal-error findings above[/]")

@@ -8,7 +8,8 @@ import click
 from rich.text import Text
 
 from hlo_doctor.cli.common import console, handle_errors
-from hlo_doctor.cli.verify import print_report, progress_display
+from hlo_doctor.cli.progress import progress_bars
+from hlo_doctor.cli.verify import print_report
 from hlo_doctor.doctor import DoctorSettings, run_doctor
 from hlo_doctor.verify import DEFAULT_MAX_TOKENS, DEFAULT_ROUNDS, DEFAULT_TTFT_BOUND
 
@@ -46,7 +47,7 @@ def doctor_cmd(engine: Path | None, out_dir: Path, variant: str, rounds: int, ma
     settings = DoctorSettings(engine=engine, out_dir=out_dir, variant=variant, rounds=rounds,
                               max_tokens=max_tokens, batch=batch, vocab=vocab, profile_steps=profile_steps,
                               ttft_bound=ttft_bound)
-    with progress_display() as progress:
+    with progress_bars(keep=True, label_width=34) as progress:
         result = run_doctor(settings, progress=progress)
     d = result.diagnosis
     console.print(Text(f"found: {d.summary_line()}", style="bold"))

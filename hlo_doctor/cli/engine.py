@@ -3,35 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode, HloDoctorError
 from hlo_doctor.engines import checked_config, engine_source_dir, load_engine
 
 _STAGES = {"warmup": "warm-up (parameters + precompiled menu)", "prefill": "prefill", "decode": "decode"}
-
-
-@contextmanager
-def _progress() -> Iterator[Callable[[str, int, int], None]]:
-    """Rich progress on stderr, driven by the engine's ``progress(stage, done, total)`` callback."""
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
-        tasks: dict[str, Any] = {}
-
-        def update(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bar.add_task(_STAGES.get(stage, stage), total=max(total, 1))
-            bar.update(tasks[stage], completed=done, total=max(total, 1))
-
-        yield update
 
 
 @click.group("engine")
@@ -79,7 +62,7 @@ def run_cmd(engine_path: Path | None, fmt: str, output: Path | None, check_recom
         fields["check_recompilation"] = True
     config = checked_config(engine, **fields)
     try:
-        with _progress() as progress:
+        with progress_bars(_STAGES) as progress:
             result = engine.run_offline_batch(config, progress=progress)
     except engine.RecompilationError as exc:
         raise HloDoctorError(f"recompilation after warm-up: {exc}",

@@ -9,19 +9,11 @@ from rich.text import Text
 
 from hlo_doctor.cli.common import console, handle_errors, write_output
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.gate import (
-    GateResult,
-    Verdict,
-    gate,
-    render_json,
-    render_junit,
-    render_markdown,
-    render_text,
-    resolve_policy,
-)
+from hlo_doctor.gate import GateResult, Verdict, gate, resolve_policy
 from hlo_doctor.opstats import OpStats, load_opstats
+from hlo_doctor.render.gate import to_json, to_junit, to_markdown, to_text
 
-_RENDERERS = {"json": render_json, "md": render_markdown, "junit": render_junit, "table": render_text}
+_RENDERERS = {"json": to_json, "md": to_markdown, "junit": to_junit, "table": to_text}
 _STYLE = {
     "regressed": "bold red", "new: fails the gate": "bold red", "inconclusive": "yellow",
     "within noise": "dim", "not slower, within noise": "dim", "improved": "green", "vanished": "green", "new": "yellow",
@@ -45,7 +37,7 @@ def _print_result(result: GateResult, max_rows: int) -> None:
     Plain fixed-width lines (no wrapping table): CI logs are not terminals and must stay greppable.
     """
     colour = {Verdict.PASS: "green", Verdict.REGRESSION: "red", Verdict.INCONCLUSIVE: "yellow"}[result.verdict]
-    lines = render_text(result, max_rows=max_rows).splitlines()
+    lines = to_text(result, max_rows=max_rows).splitlines()
     console.print(Text(lines[0], style=f"bold {colour}"))
     for line in lines[1:]:
         style = ""
@@ -131,13 +123,13 @@ def gate_cmd(
     result = gate(base_stats, cand_stats, policy, strict=strict,
                   baseline_label=str(baseline), candidate_label=str(candidate))
 
-    for path, render in ((md_file, render_markdown), (json_file, render_json), (junit_file, render_junit)):
+    for path, render in ((md_file, to_markdown), (json_file, to_json), (junit_file, to_junit)):
         if path is not None:
             write_output(render(result), path)
     if fmt == "table":
         _print_result(result, max_rows)
         if output is not None:
-            write_output(render_text(result, max_rows=max_rows), output)
+            write_output(to_text(result, max_rows=max_rows), output)
     else:
         write_output(_RENDERERS[fmt](result), output)
         # The verdict and its reasons still go to the log.

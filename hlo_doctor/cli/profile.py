@@ -5,45 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 import pandas as pd
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import InputError, NotAvailableError
+from hlo_doctor.core.format import fmt_bytes
 from hlo_doctor.opstats import OpStats, group_by_shape, load_opstats, to_csv, to_json
 
 _PHASES = {"warmup": "warm-up (untraced)", "capture": "capture (traced)", "analyze": "building the table"}
-
-
-@contextmanager
-def _progress() -> Iterator[Callable[[str, int, int], None]]:
-    """A rich progress display on stderr, driven by ``progress(phase, done, total)`` calls."""
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
-        tasks: dict[str, Any] = {}
-
-        def update(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(_PHASES.get(phase, phase), total=max(total, 1))
-            bar.update(tasks[phase], completed=done if total else 1, total=max(total, 1))
-
-        yield update
-
-
-def _fmt_bytes(n: Any) -> str:
-    value = float(n or 0)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
 
 
 def _short_source(source: str) -> str:
@@ -74,7 +50,7 @@ def _render_table(stats: OpStats, top: int, group_by: str) -> None:
             t.add_column(name, justify=justify)  # type: ignore[arg-type]
         for r in grouped.itertuples(index=False):
             t.add_row(str(r.rank), f"{r.pct_of_step:.1f}", f"{r.time_per_step_us:,.1f}", str(r.ops),
-                      str(r.opcode), str(r.category), str(r.shape), _fmt_bytes(r.bytes_accessed),
+                      str(r.opcode), str(r.category), str(r.shape), fmt_bytes(r.bytes_accessed),
                       str(r.modules))
         console.print(t)
         return
@@ -94,7 +70,7 @@ def _render_table(stats: OpStats, top: int, group_by: str) -> None:
         cells = {"#": str(r.rank), "% step": f"{r.pct_of_step:.1f}", "µs/step": f"{r.time_per_step_us:,.1f}",
                  "n": str(r.occurrences), "program": pid, "module": str(r.module), "op": str(r.op),
                  "category": str(r.category), "shape": str(r.shape),
-                 "bytes": _fmt_bytes(r.bytes_accessed), "source": _short_source(str(r.source))}
+                 "bytes": fmt_bytes(r.bytes_accessed), "source": _short_source(str(r.source))}
         t.add_row(*(cells[name] for name, _ in columns))
     console.print(t)
     if len(stats.table) > top:
@@ -231,7 +207,7 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
     if attach is not None:
         if target is not None:
             raise InputError("TARGET and --attach both given", "pass one of them")
-        with _progress() as progress:
+        with progress_bars(_PHASES) as progress:
             run_dir, stats = attach_run(attach, duration_ms=duration_ms, out_dir=out_dir, progress=progress)
     else:
         config: dict[str, Any] = {}
@@ -246,7 +222,7 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
             engine_target, name, config, warmup_fn = _engine_target(
                 engine_path, {"batch": batch, "vocab": vocab, "layers": layers})
             step_fn = engine_target.step
-        with _progress() as progress:
+        with progress_bars(_PHASES) as progress:
             run_dir, stats = capture_run(step_fn, steps=steps, warmup=warmup, out_dir=out_dir, target=name,
                                          config=config, warmup_fn=warmup_fn, progress=progress)
     console.print(f"wrote {run_dir} (open it with: xprof --logdir {run_dir})")

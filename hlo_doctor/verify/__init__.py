@@ -45,7 +45,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from hlo_doctor.core.errors import HloDoctorError, InputError
-from hlo_doctor.core.model import Finding
+from hlo_doctor.core.model import Finding, ProgressFn
 from hlo_doctor.statistics import Outcome, SampleComparison, compare_samples
 
 __all__ = [
@@ -89,7 +89,6 @@ DEFAULT_MIN_EFFECT = 0.02
 DEFAULT_ALPHA = 0.05
 DEFAULT_PROFILE_STEPS = 3
 
-ProgressFn = Callable[[str, int, int], None]
 """``progress(stage, done, total)``; stages: ``prepare``, ``warmup``, ``rounds``, ``profile``."""
 
 

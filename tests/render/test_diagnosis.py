@@ -8,12 +8,16 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from hlo_doctor.core.format import fmt_pct, fmt_us, split_source
 from hlo_doctor.diagnose import Context, diagnose, load_context
-from hlo_doctor.report import render_json, render_markdown, render_sarif, render_terminal, render_text
-from hlo_doctor.report.common import fmt_pct, fmt_us, split_source
+from hlo_doctor.render.diagnosis import to_json as render_json
+from hlo_doctor.render.diagnosis import to_markdown as render_markdown
+from hlo_doctor.render.diagnosis import to_sarif as render_sarif
+from hlo_doctor.render.diagnosis import to_terminal as render_terminal
+from hlo_doctor.render.diagnosis import to_text as render_text
 from hlo_doctor.rulebook import load_rulebook
 
-SEED = Path(__file__).resolve().parent.parent / "sample_traces" / "seed_v5e_b512"
+SEED = Path(__file__).resolve().parents[2] / "sample_traces" / "seed_v5e_b512"
 BOOK = load_rulebook()
 
 

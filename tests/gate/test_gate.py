@@ -24,13 +24,13 @@ from hlo_doctor.gate import (
     find_policy_file,
     gate,
     load_policy,
-    render_json,
-    render_junit,
-    render_markdown,
-    render_text,
     resolve_policy,
 )
 from hlo_doctor.opstats import COLUMN_NAMES, PER_STEP_COLUMNS, OpStats
+from hlo_doctor.render.gate import to_json as render_json
+from hlo_doctor.render.gate import to_junit as render_junit
+from hlo_doctor.render.gate import to_markdown as render_markdown
+from hlo_doctor.render.gate import to_text as render_text
 
 STEPS = 30
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hlo_doctor import __version__
+from hlo_doctor.core.format import split_source
 from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.report.common import split_source
 
 if TYPE_CHECKING:
     from hlo_doctor.diagnose import Diagnosis
@@ -85,7 +85,7 @@ def _result(f: Finding, rule_index: int, base: Path) -> dict[str, Any]:
     return res
 
 
-def render_sarif(diagnosis: Diagnosis, rulebook: RuleBook | None = None, *, base: Path | None = None) -> str:
+def to_sarif(diagnosis: Diagnosis, rulebook: RuleBook | None = None, *, base: Path | None = None) -> str:
     """A SARIF 2.1.0 log with one run; paths under ``base`` (default: the working folder) are relative."""
     base = (base or Path.cwd()).resolve()
     by_code: dict[str, list[Finding]] = {}
