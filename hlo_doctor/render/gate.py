@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import math
 import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
+from pathlib import Path
 
-from hlo_doctor.core.format import fmt_num
+from hlo_doctor.core.format import fmt_num, split_source
 from hlo_doctor.gate.result import GateResult, OpDiff, Verdict
+from hlo_doctor.render.diagnosis.sarif import map_source
 
 __all__ = ["to_json", "to_junit", "to_markdown", "to_text"]
 
@@ -127,17 +130,27 @@ def to_markdown(result: GateResult, *, max_rows: int = 15, max_violations: int =
     return "\n".join(lines)
 
 
-def to_junit(result: GateResult) -> str:
+def to_junit(result: GateResult, *, timestamp: datetime | None = None, source_root: Path | None = None) -> str:
     """JUnit XML: one test case for the step time, one per judged or new op; failures are violations
-    (and, under strict, changes within noise)."""
-    suite = ET.Element("testsuite", name="hlo-doctor gate")
-    cases: list[tuple[str, str, str | None, str]] = []  # name, classname, failure message, output
+    (and, under strict, changes within noise).
+
+    ``timestamp`` (default: now, UTC) is when the gate ran. A case's ``time`` is the candidate's time per
+    step of what it judges, in seconds (the suite's: the candidate's step time), so that CI test-report
+    views chart it across builds; ``file`` names the op's source, relative to ``source_root`` when it is
+    in the checkout.
+    """
+    when = (timestamp or datetime.now(UTC)).replace(microsecond=0)
+    suite = ET.Element("testsuite", name="hlo-doctor gate", timestamp=when.isoformat())
+    # name, classname, failure message, output, time (s), file
+    cases: list[tuple[str, str, str | None, str, float, str]] = []
     by_key = {v.key: v for v in result.violations}
     step_fail = by_key.get("step")
     step_msg = step_fail.message if step_fail else (
         _step_line(result) if result.strict and "step" in result.within_noise else None
     )
-    cases.append(("step time", "gate.step", step_msg, _step_line(result)))
+    step_s = result.candidate.step_time_us / 1e6
+    cases.append(("step time", "gate.step", step_msg, _step_line(result), step_s, ""))
+    root = (source_root or Path.cwd()).resolve()
     for d in result.ops:
         if d.judgement in ("below floor", "ignored", "vanished") or d.status == "vanished":
             continue
@@ -148,10 +161,14 @@ def to_junit(result: GateResult) -> str:
         )
         kind = "new op" if d.status == "new" else "op time"
         out = f"{d.key}: {fmt_num(d.baseline_us)} -> {fmt_num(d.candidate_us)} us/step ({_pct(d)}): {d.judgement}"
-        cases.append((f"{kind}: {d.key}", f"gate.{d.module}", msg, out))
+        path = split_source(d.source)[0]
+        file = (map_source(path, root) or path) if path else ""
+        cases.append((f"{kind}: {d.key}", f"gate.{d.module}", msg, out, (d.candidate_us or 0.0) / 1e6, file))
     failures = 0
-    for name, classname, msg, out in cases:
-        case = ET.SubElement(suite, "testcase", name=name, classname=classname, time="0")
+    for name, classname, msg, out, seconds, file in cases:
+        case = ET.SubElement(suite, "testcase", name=name, classname=classname, time=f"{seconds:.6f}")
+        if file:
+            case.set("file", file)
         if msg is not None:
             failures += 1
             ET.SubElement(case, "failure", message=msg, type="regression").text = msg
@@ -160,10 +177,12 @@ def to_junit(result: GateResult) -> str:
     suite.set("failures", str(failures))
     suite.set("errors", "0")
     suite.set("skipped", "0")
-    root = ET.Element("testsuites", name="hlo-doctor", tests=str(len(cases)), failures=str(failures))
-    root.append(suite)
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    suite.set("time", f"{step_s:.6f}")
+    top = ET.Element("testsuites", name="hlo-doctor", tests=str(len(cases)), failures=str(failures),
+                     time=f"{step_s:.6f}", timestamp=when.isoformat())
+    top.append(suite)
+    ET.indent(top)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(top, encoding="unicode") + "\n"
 
 
 def _legend(result: GateResult) -> str:
@@ -174,8 +193,12 @@ def _legend(result: GateResult) -> str:
     )
 
 
-def to_text(result: GateResult, *, max_rows: int = 20) -> str:
-    """Plain text for a log or ``--format table --output FILE``."""
+def to_text(result: GateResult, *, max_rows: int = 20, fit: bool = False) -> str:
+    """Plain text for a log or ``--format table --output FILE``.
+
+    Columns are as wide as their widest cell; ``fit`` (a terminal) cuts op, shape and module names to
+    28/26/26 characters instead, so that a row fits a screen.
+    """
     lines = [
         f"hlo-doctor gate: {_headline(result)}",
         f"baseline  {result.baseline.label}  ({result.baseline.num_steps} steps)",
@@ -186,11 +209,17 @@ def to_text(result: GateResult, *, max_rows: int = 20) -> str:
         lines.append(f"  FAIL [{v.rule}] {v.message}")
     shown = [d for d in result.ops if d.judgement not in ("below floor", "ignored")][:max_rows]
     if shown:
-        lines.append(f"{'op':<28} {'shape':<26} {'module':<26} {'base us':>10} {'cand us':>10} {'change':>8}  judgement")
-        for d in shown:
-            name = (d.ops.split(", ")[0] or d.opcode)[:28]
+        rows = [((d.ops.split(", ")[0] or d.opcode), d.shape, d.module) for d in shown]
+        if fit:
+            rows = [(n[:28], s[:26], m[:26]) for n, s, m in rows]
+            w: tuple[int, ...] = (28, 26, 26)
+        else:
+            w = tuple(max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(("op", "shape", "module")))
+        lines.append(f"{'op':<{w[0]}} {'shape':<{w[1]}} {'module':<{w[2]}} {'base us':>10} {'cand us':>10} "
+                     f"{'change':>8}  judgement")
+        for (name, shape, module), d in zip(rows, shown, strict=True):
             lines.append(
-                f"{name:<28} {d.shape[:26]:<26} {d.module[:26]:<26} {fmt_num(d.baseline_us):>10} "
+                f"{name:<{w[0]}} {shape:<{w[1]}} {module:<{w[2]}} {fmt_num(d.baseline_us):>10} "
                 f"{fmt_num(d.candidate_us):>10} {_pct(d):>8}  {d.judgement}"
             )
         lines.append(_legend(result))

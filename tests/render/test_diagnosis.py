@@ -15,6 +15,7 @@ from hlo_doctor.render.diagnosis import to_markdown as render_markdown
 from hlo_doctor.render.diagnosis import to_sarif as render_sarif
 from hlo_doctor.render.diagnosis import to_terminal as render_terminal
 from hlo_doctor.render.diagnosis import to_text as render_text
+from hlo_doctor.render.diagnosis.sarif import map_source
 from hlo_doctor.rulebook import load_rulebook
 
 SEED = Path(__file__).resolve().parents[2] / "sample_traces" / "seed_v5e_b512"
@@ -33,7 +34,7 @@ def empty():  # type: ignore[no-untyped-def]
 
 def test_json(seed) -> None:  # type: ignore[no-untyped-def]
     doc = json.loads(render_json(seed))
-    assert doc["format"] == "hlo-doctor.diagnosis/1"
+    assert doc["schema"] == "hlo-doctor.diagnosis/1"
     assert doc["step_time_us"] == 26500.0 and round(doc["recoverable_us"]) == 3142
     assert [f["op"] for f in doc["findings"]][:3] == ["copy.2", "convert_element_type.1", "fusion.3"]
     assert doc["findings"][0]["extra"]["parameter"] == 1
@@ -50,38 +51,84 @@ def test_markdown(seed, empty) -> None:  # type: ignore[no-untyped-def]
     assert "**no findings**" in render_markdown(empty)
 
 
+SCHEMA = Path(__file__).resolve().parent / "sarif-schema-2.1.0.json"
+
+
+def _validate(log: dict) -> None:  # type: ignore[type-arg]
+    """Against the official SARIF 2.1.0 schema (OASIS, vendored next to this file)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft4Validator(schema).validate(log)
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """A checkout that holds the library the seed trace's sources come from."""
+    (tmp_path / ".git").mkdir(parents=True)
+    for rel in ("tpu_inference/layers/jax/sample/sampling.py", "tpu_inference/runner/tpu_runner.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("# stand-in\n")
+    return tmp_path
+
+
 def test_sarif_structure(seed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    log = json.loads(render_sarif(seed, BOOK, base=Path("/usr/local/lib/python3.12/site-packages")))
+    root = _checkout(tmp_path)
+    log = json.loads(render_sarif(seed, BOOK, source_root=root, exit_code=1, command_line="hlo-doctor diagnose x"))
+    _validate(log)
     assert log["version"] == "2.1.0" and log["$schema"].endswith("sarif-2.1.0.json")
     run = log["runs"][0]
     rules = run["tool"]["driver"]["rules"]
-    assert [r["id"] for r in rules] == ["HD001", "HD002", "HD003", "HD004"]
-    assert all(r["shortDescription"]["text"] and r["help"]["text"] for r in rules)
+    # Every rule of the book, not only those that fired, each with help and a link to its docs.
+    assert [r["id"] for r in rules] == [r.code for r in sorted(BOOK.rules, key=lambda r: r.code)]
+    assert all(r["shortDescription"]["text"] and r["help"]["text"] and r["help"]["markdown"] for r in rules)
+    assert rules[1]["helpUri"].endswith("docs/rules.md#hd002-copyaliasing-input")
+    assert run["invocations"] == [{"executionSuccessful": True, "exitCode": 1, "commandLine": "hlo-doctor diagnose x"}]
+    assert run["originalUriBaseIds"]["SRCROOT"]["uri"] == root.resolve().as_uri() + "/"
     assert len(run["results"]) == 4
     for res in run["results"]:
         assert rules[res["ruleIndex"]]["id"] == res["ruleId"]
         assert res["level"] in ("error", "warning", "note")
         assert res["message"]["text"]
         loc = res["locations"][0]
-        phys = loc["physicalLocation"]
-        assert not phys["artifactLocation"]["uri"].startswith("/")
-        assert phys["region"]["startLine"] >= 1
+        art = loc["physicalLocation"]["artifactLocation"]
+        assert art["uriBaseId"] == "SRCROOT" and not art["uri"].startswith(("/", "file:"))
+        assert loc["physicalLocation"]["region"]["startLine"] >= 1
         assert loc["logicalLocations"][0]["fullyQualifiedName"].startswith("jit_")
-        assert len(res["partialFingerprints"]["hloDoctorFinding/v1"]) == 32
+        assert len(res["partialFingerprints"]["hloDoctorFinding/v2"]) == 32
     copy = next(r for r in run["results"] if r["ruleId"] == "HD002")
     assert copy["level"] == "error"
+    # Captured in /usr/local/lib/python3.12/site-packages: mapped onto the checkout by its trailing part.
     assert copy["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == \
         "tpu_inference/layers/jax/sample/sampling.py"
     assert copy["properties"]["time_per_step_us"] == 1562.0
-    # Outside the base folder: an absolute file URI.
-    log2 = json.loads(render_sarif(seed, BOOK, base=tmp_path))
-    uri = log2["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
-    assert uri.startswith("file:///")
+
+
+def test_sarif_outside_the_checkout(seed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A source found nowhere under the root: a logical location, no file URI; same fingerprints."""
+    log = json.loads(render_sarif(seed, BOOK, source_root=tmp_path))
+    _validate(log)
+    inside = json.loads(render_sarif(seed, BOOK, source_root=_checkout(tmp_path / "co")))
+    for res, res_inside in zip(log["runs"][0]["results"], inside["runs"][0]["results"], strict=True):
+        loc = res["locations"][0]
+        assert "physicalLocation" not in loc
+        assert [x["kind"] for x in loc["logicalLocations"]] == ["function", "module"]
+        assert loc["logicalLocations"][1]["fullyQualifiedName"].startswith("/usr/local/lib/python3.12/")
+        assert res["partialFingerprints"] == res_inside["partialFingerprints"]
+    assert "file://" not in json.dumps(log["runs"][0]["results"])
+
+
+def test_map_source(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("")
+    assert map_source(str(tmp_path / "pkg" / "mod.py"), tmp_path) == "pkg/mod.py"
+    assert map_source("/elsewhere/site-packages/pkg/mod.py", tmp_path) == "pkg/mod.py"
+    assert map_source("/elsewhere/mod.py", tmp_path) is None  # one part alone could be any file
+    assert map_source("rel/x.py", tmp_path) == "rel/x.py"
 
 
 def test_sarif_without_findings(empty) -> None:  # type: ignore[no-untyped-def]
     log = json.loads(render_text(empty, "sarif", BOOK))
-    assert log["runs"][0]["results"] == [] and log["runs"][0]["tool"]["driver"]["rules"] == []
+    _validate(log)
+    assert log["runs"][0]["results"] == [] and len(log["runs"][0]["tool"]["driver"]["rules"]) == len(BOOK.rules)
 
 
 @pytest.mark.parametrize("width", [60, 200])
