@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import io
 import os
 import sys
 import traceback
@@ -45,6 +46,15 @@ def print_wide(renderable: Any) -> None:
     wide = console.options.update_width(1 << 16)
     width = Measurement.get(console, wide, renderable).maximum
     Console(file=console.file, width=max(width, 1), highlight=False).print(renderable)
+
+
+def plain_text(renderable: Any) -> str:
+    """A renderable as text without colour, at its full width (for ``--format table -o FILE``)."""
+    buf = io.StringIO()
+    probe = Console(file=buf, width=1 << 16, no_color=True, highlight=False)
+    width = Measurement.get(probe, probe.options, renderable).maximum
+    Console(file=buf, width=max(width, 1), no_color=True, highlight=False).print(renderable)
+    return buf.getvalue()
 
 
 class FormatChoice(click.Choice):  # type: ignore[type-arg]

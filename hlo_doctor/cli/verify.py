@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.cli.common import console, examples, handle_errors, write_output
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.verify import (
@@ -69,7 +69,10 @@ def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
     return json_path, md_path
 
 
-@click.command("verify")
+@click.command("verify", epilog=examples(
+    "hlo-doctor verify --fix bf16-greedy-sampler --rounds 5",
+    "hlo-doctor verify --baseline ~/src/engine --treatment ~/src/engine-fixed --format md -o verify.md",
+))
 @click.option("--fix", "fix", metavar="FIX", help="Bundled fix to verify (bf16-greedy-sampler): the treatment is "
               "a temporary patched copy of the baseline.")
 @click.option("--variant", type=click.Choice(["full", "upstream"]), default="full", show_default=True,
