@@ -25,7 +25,7 @@ from hlo_doctor.core.errors import HloDoctorError
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=examples(
-                 "hlo-doctor profile engine --out runs/decode && hlo-doctor diagnose runs/decode",
+                 "hlo-doctor profile --out runs/decode && hlo-doctor diagnose runs/decode",
                  "hlo-doctor gate baseline/ runs/decode --format junit -o gate.xml",
                  'eval "$(_HLO_DOCTOR_COMPLETE=bash_source hlo-doctor)"   # shell completion (README)',
              ))
