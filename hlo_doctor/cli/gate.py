@@ -8,9 +8,11 @@ import click
 from rich.text import Text
 
 from hlo_doctor.cli.common import (
+    FormatChoice,
     console,
     examples,
     handle_errors,
+    in_github_actions,
     output_option,
     people_see_a_terminal,
     write_output,
@@ -19,7 +21,7 @@ from hlo_doctor.cli.config import repository_root
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.gate import GateResult, Verdict, gate, resolve_policy
 from hlo_doctor.opstats import OpStats, load_opstats
-from hlo_doctor.render.gate import to_json, to_junit, to_markdown, to_text
+from hlo_doctor.render.gate import to_github, to_json, to_junit, to_markdown, to_text
 
 _RENDERERS = {"json": to_json, "md": to_markdown, "junit": to_junit, "table": to_text}
 _STYLE = {
@@ -72,9 +74,10 @@ def _print_result(result: GateResult, max_rows: int) -> None:
 @click.option("--policy", "policy_file", type=click.Path(path_type=Path),
               help="TOML policy file. Default: [tool.hlo-doctor.gate] of the nearest pyproject.toml "
                    "(from the current directory up to the repository root), else built-in defaults.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "junit"]), default="table",
-              show_default=True, help="table: for people (stderr, or plain text to --output); "
-                                      "json / md / junit: on stdout or --output.")
+@click.option("--format", "fmt", type=FormatChoice(["table", "github", "json", "md", "junit"], {"text": "table"}),
+              default=None, help="table: for people (stderr, or plain text to --output); github: workflow "
+                                 "annotations of the violations on stdout, the table on stderr (the default "
+                                 "under GITHUB_ACTIONS); json / md / junit: on stdout or --output.  [default: table]")
 @output_option()
 @click.option("--md", "md_file", type=click.Path(path_type=Path), help="Also write the Markdown summary to FILE.")
 @click.option("--json", "json_file", type=click.Path(path_type=Path), help="Also write the JSON verdict to FILE.")
@@ -105,7 +108,7 @@ def _print_result(result: GateResult, max_rows: int) -> None:
               help="Ops shown in the table (--rows: its old name).")
 @handle_errors
 def gate_cmd(
-    baseline: Path, candidate: Path, policy_file: Path | None, fmt: str, output: Path | None,
+    baseline: Path, candidate: Path, policy_file: Path | None, fmt: str | None, output: Path | None,
     md_file: Path | None, json_file: Path | None, junit_file: Path | None, strict: bool,
     max_step_regression_pct: float | None, max_op_regression_pct: float | None, op_floor_us: float | None,
     fail_on_new: tuple[str, ...], new_op_min_bytes: int | None, ignore: tuple[str, ...],
@@ -137,16 +140,22 @@ def gate_cmd(
                   baseline_label=str(baseline), candidate_label=str(candidate))
 
     root = repository_root(Path.cwd())
+    fmt = fmt or ("github" if in_github_actions() and output is None else "table")
 
     def render(kind: str) -> str:
         if kind == "junit":
             return to_junit(result, source_root=root)
+        if kind == "github":
+            return to_github(result, source_root=root)
         return _RENDERERS[kind](result)
 
     for path, kind in ((md_file, "md"), (json_file, "json"), (junit_file, "junit")):
         if path is not None:
             write_output(render(kind), path)
-    if fmt == "table":
+    if fmt == "github":
+        write_output(render(fmt), output)
+        _print_result(result, max_rows)  # a CI log is read by people too
+    elif fmt == "table":
         _print_result(result, max_rows)
         if output is not None:
             write_output(to_text(result, max_rows=max_rows), output)

@@ -15,7 +15,7 @@ from hlo_doctor.core.format import fmt_num, split_source
 from hlo_doctor.gate.result import GateResult, OpDiff, Verdict
 from hlo_doctor.render.diagnosis.sarif import map_source
 
-__all__ = ["to_json", "to_junit", "to_markdown", "to_text"]
+__all__ = ["to_github", "to_json", "to_junit", "to_markdown", "to_text"]
 
 
 def to_json(result: GateResult) -> str:
@@ -224,4 +224,33 @@ def to_text(result: GateResult, *, max_rows: int = 20, fit: bool = False) -> str
             )
         lines.append(_legend(result))
     lines.extend(f"note: {n}" for n in result.notes)
+    return "\n".join(lines) + "\n"
+
+
+def _workflow_escape(text: str, *, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def to_github(result: GateResult, *, source_root: Path | None = None) -> str:
+    """GitHub Actions workflow commands: an ``::error`` per violation (on the op's source line where it is
+    in the checkout), a ``::warning`` per change within noise under strict, and a closing notice."""
+    root = (source_root or Path.cwd()).resolve()
+    by_key = {d.key: d for d in result.ops}
+    lines = []
+    for v in result.violations:
+        props = []
+        op = by_key.get(v.key)
+        path, line = split_source(op.source if op else "")
+        relative = map_source(path, root) if path else None
+        if relative is not None:
+            props.append(f"file={_workflow_escape(relative, prop=True)}")
+            if line:
+                props.append(f"line={line}")
+        props.append(f"title={_workflow_escape(f'hlo-doctor gate: {v.rule}', prop=True)}")
+        lines.append(f"::error {','.join(props)}::{_workflow_escape(v.message)}")
+    if result.strict:
+        lines.extend(f"::warning title=hlo-doctor gate%3A within noise::{_workflow_escape(key)}: within noise"
+                     for key in result.within_noise)
+    lines.append(f"::notice title=hlo-doctor gate::{_workflow_escape(_headline(result))}")
     return "\n".join(lines) + "\n"

@@ -141,3 +141,13 @@ def test_no_color_and_force_color(env: dict[str, str], coloured: bool) -> None:
     assert r.returncode == 2 and "error:" in r.stderr
     # NO_COLOR takes colours away (bold may stay: no-color.org is about colour).
     assert bool(re.search(r"\x1b\[[0-9;]*(3[0-7]|9[0-7])m", r.stderr)) is coloured
+
+
+def test_gate_annotations_under_github_actions() -> None:
+    fixed, original = REPO / "sample_traces" / "engine_b64_fixed", ENGINE
+    r = _run(["gate", str(fixed), str(original), "--top", "2"], env={"GITHUB_ACTIONS": "true"})
+    assert r.exit_code == 1
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("::error file=hlo_doctor/engine/compilation_manager.py,line=103,title=hlo-doctor gate%3A new-op::")
+    assert lines[-1] == "::notice title=hlo-doctor gate::FAIL: 2 regressions"
+    assert "hlo-doctor gate: FAIL: 2 regressions" in r.stderr  # the table is still in the log
