@@ -13,7 +13,8 @@ from pathlib import Path
 
 from hlo_doctor.core.format import fmt_num, split_source
 from hlo_doctor.gate.result import GateResult, OpDiff, Verdict
-from hlo_doctor.render.diagnosis.sarif import map_source
+from hlo_doctor.render.github import annotation
+from hlo_doctor.render.locations import map_source
 
 __all__ = ["to_github", "to_json", "to_junit", "to_markdown", "to_text"]
 
@@ -227,11 +228,6 @@ def to_text(result: GateResult, *, max_rows: int = 20, fit: bool = False) -> str
     return "\n".join(lines) + "\n"
 
 
-def _workflow_escape(text: str, *, prop: bool = False) -> str:
-    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
-
-
 def to_github(result: GateResult, *, source_root: Path | None = None) -> str:
     """GitHub Actions workflow commands: an ``::error`` per violation (on the op's source line where it is
     in the checkout), a ``::warning`` per change within noise under strict, and a closing notice."""
@@ -239,18 +235,12 @@ def to_github(result: GateResult, *, source_root: Path | None = None) -> str:
     by_key = {d.key: d for d in result.ops}
     lines = []
     for v in result.violations:
-        props = []
         op = by_key.get(v.key)
         path, line = split_source(op.source if op else "")
-        relative = map_source(path, root) if path else None
-        if relative is not None:
-            props.append(f"file={_workflow_escape(relative, prop=True)}")
-            if line:
-                props.append(f"line={line}")
-        props.append(f"title={_workflow_escape(f'hlo-doctor gate: {v.rule}', prop=True)}")
-        lines.append(f"::error {','.join(props)}::{_workflow_escape(v.message)}")
+        relative = (map_source(path, root) if path else None) or ""
+        lines.append(annotation("error", v.message, title=f"hlo-doctor gate: {v.rule}", file=relative, line=line))
     if result.strict:
-        lines.extend(f"::warning title=hlo-doctor gate%3A within noise::{_workflow_escape(key)}: within noise"
+        lines.extend(annotation("warning", f"{key}: within noise", title="hlo-doctor gate: within noise")
                      for key in result.within_noise)
-    lines.append(f"::notice title=hlo-doctor gate::{_workflow_escape(_headline(result))}")
+    lines.append(annotation("notice", _headline(result), title="hlo-doctor gate"))
     return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ from hlo_doctor.render.diagnosis import to_markdown as render_markdown
 from hlo_doctor.render.diagnosis import to_sarif as render_sarif
 from hlo_doctor.render.diagnosis import to_terminal as render_terminal
 from hlo_doctor.render.diagnosis import to_text as render_text
-from hlo_doctor.render.diagnosis.sarif import map_source
+from hlo_doctor.render.locations import map_source
 from hlo_doctor.rulebook import load_rulebook
 
 SEED = Path(__file__).resolve().parents[2] / "sample_traces" / "seed_v5e_b512"

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from hlo_doctor.core.format import fmt_us, split_source
 from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.render.diagnosis.sarif import map_source
+from hlo_doctor.render.github import annotation
+from hlo_doctor.render.locations import map_source
 
 if TYPE_CHECKING:
     from hlo_doctor.diagnose import Diagnosis
@@ -50,14 +51,6 @@ def to_concise(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
 def _level(severity: Severity) -> str:
     if severity >= Severity.HIGH:
         return "error"
@@ -71,12 +64,8 @@ def to_github(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
     lines = []
     for f in diagnosis.findings:
         path, line = _where(f, root)
-        props = []
-        if path and not Path(path).is_absolute():
-            props.append(f"file={_escape_property(path)}")
-            if line:
-                props.append(f"line={line}")
-        props.append(f"title={_escape_property(f'{f.code} {f.name}')}")
-        lines.append(f"::{_level(f.severity)} {','.join(props)}::{_escape_data(f.message + _what(f))}")
-    lines.append(f"::notice title=hlo-doctor diagnose::{_escape_data(diagnosis.summary_line())}")
+        in_checkout = path if path and not Path(path).is_absolute() else ""
+        lines.append(annotation(_level(f.severity), f.message + _what(f), title=f"{f.code} {f.name}",
+                                file=in_checkout, line=line))
+    lines.append(annotation("notice", diagnosis.summary_line(), title="hlo-doctor diagnose"))
     return "\n".join(lines) + "\n"

@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 from hlo_doctor import __version__
 from hlo_doctor.core.format import split_source
 from hlo_doctor.core.model import Finding, Severity
+from hlo_doctor.render.locations import map_source
 
 if TYPE_CHECKING:
     from hlo_doctor.diagnose import Diagnosis
     from hlo_doctor.rulebook import RuleBook
 
-__all__ = ["INFORMATION_URI", "RULES_DOC_URI", "SARIF_SCHEMA", "SOURCE_ROOT_ID", "map_source", "rule_help_uri",
+__all__ = ["INFORMATION_URI", "RULES_DOC_URI", "SARIF_SCHEMA", "SOURCE_ROOT_ID", "rule_help_uri",
            "sarif_level", "to_sarif"]
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -38,9 +39,6 @@ INFORMATION_URI = "https://github.com/hlo-doctor/hlo-doctor"
 RULES_DOC_URI = f"{INFORMATION_URI}/blob/main/docs/rules.md"
 SOURCE_ROOT_ID = "SRCROOT"
 FINGERPRINT = "hloDoctorFinding/v2"
-_MIN_SUFFIX_PARTS = 2
-"""A path from another machine maps onto the root by at least this many trailing parts (a bare
-``utils.py`` could be any file)."""
 
 
 def sarif_level(severity: Severity) -> str:
@@ -56,27 +54,6 @@ def rule_help_uri(code: str, name: str) -> str:
     """The rule's section of docs/rules.md (GitHub's heading anchor of ``### HD002 `copy.aliasing-input```)."""
     anchor = re.sub(r"[^a-z0-9 -]", "", f"{code} {name}".lower()).replace(" ", "-")
     return f"{RULES_DOC_URI}#{anchor}"
-
-
-def map_source(path: str, root: Path) -> str | None:
-    """``path`` relative to ``root`` (POSIX), or None when no file under ``root`` is it.
-
-    A relative path is taken as relative to the root. An absolute one outside the root (captured on
-    another machine) maps by its longest trailing part that names a file under the root.
-    """
-    p = PurePosixPath(path.replace("\\", "/"))
-    if not p.is_absolute():
-        return p.as_posix()
-    try:
-        return Path(p).relative_to(root).as_posix()
-    except ValueError:
-        pass
-    parts = p.parts[1:]
-    for start in range(len(parts) - _MIN_SUFFIX_PARTS + 1):
-        tail = PurePosixPath(*parts[start:])
-        if (root / tail).is_file():
-            return tail.as_posix()
-    return None
 
 
 def _rule_descriptor(code: str, name: str, severity: Severity, rulebook: RuleBook | None) -> dict[str, Any]:
