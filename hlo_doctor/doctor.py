@@ -23,12 +23,12 @@ import dataclasses
 import json
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hlo_doctor.core.errors import ExitCode, InputError
+from hlo_doctor.core.model import ProgressFn
 from hlo_doctor.render.verify import render_json, render_markdown
 from hlo_doctor.verify import (
     DEFAULT_MAX_TOKENS,
@@ -43,7 +43,6 @@ from hlo_doctor.verify import (
 
 __all__ = ["DoctorResult", "DoctorSettings", "run_doctor"]
 
-ProgressFn = Callable[[str, int, int], None]
 
 _ARTIFACTS = ("profile", "diagnose.json", "diagnose.md", "fix.diff", "treatment-engine", "verify", "verify.json",
               "verify.md", "report.md", "doctor.json")
@@ -155,8 +154,8 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     from hlo_doctor.engines import capture_engine, load_engine
     from hlo_doctor.fixes import FixApplied, apply_fix, patched_copy
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
-    from hlo_doctor.report import render_json as diagnosis_json
-    from hlo_doctor.report import render_markdown as diagnosis_md
+    from hlo_doctor.render.diagnosis import to_json as diagnosis_json
+    from hlo_doctor.render.diagnosis import to_markdown as diagnosis_md
 
     report = progress or (lambda stage, done, total: None)
     if settings.engine is not None and not Path(settings.engine).is_dir():

@@ -24,13 +24,13 @@ from hlo_doctor.gate import (
     find_policy_file,
     gate,
     load_policy,
-    render_json,
-    render_junit,
-    render_markdown,
-    render_text,
     resolve_policy,
 )
 from hlo_doctor.opstats import COLUMN_NAMES, PER_STEP_COLUMNS, OpStats
+from hlo_doctor.render.gate import to_json as render_json
+from hlo_doctor.render.gate import to_junit as render_junit
+from hlo_doctor.render.gate import to_markdown as render_markdown
+from hlo_doctor.render.gate import to_text as render_text
 
 STEPS = 30
 
@@ -320,6 +320,36 @@ def test_junit_xml(failing_result) -> None:
     failed = {c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None}
     assert failed == {"step time", "new op: jit_sample|copy|f32[64,256000]",
                       "new op: jit_convert_element_type|fusion|f32[64,256000]"}
+
+
+def test_junit_times_timestamp_and_file(failing_result, tmp_path: Path) -> None:
+    """CI report views need when it ran, a time per case (the op's time per step) and the source file."""
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "sampling.py").write_text("")
+    ops = tuple(replace(d, source="/capture/site-packages/pkg/sampling.py:105") if d.opcode == "copy" else d
+                for d in failing_result.ops)
+    result = replace(failing_result, ops=ops)
+    xml = render_junit(result, timestamp=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), source_root=tmp_path)
+    suite = ET.fromstring(xml).find("testsuite")
+    assert suite is not None and suite.get("timestamp") == "2026-01-02T03:04:05+00:00"
+    assert float(suite.get("time", "0")) == pytest.approx(result.candidate.step_time_us / 1e6, abs=1e-6)
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    copy = cases["new op: jit_sample|copy|f32[64,256000]"]
+    assert copy.get("file") == "pkg/sampling.py"
+    assert float(copy.get("time", "0")) == pytest.approx(1560.0 / 1e6, rel=1e-3)
+    assert all(float(c.get("time", "0")) > 0 for c in cases.values())
+
+
+def test_text_report_never_cuts_a_name_unless_asked(failing_result) -> None:
+    from dataclasses import replace
+
+    long = "jit_a_module_name_longer_than_any_terminal_column"
+    result = replace(failing_result, ops=(replace(failing_result.ops[0], module=long), *failing_result.ops[1:]))
+    assert long in render_text(result)  # a log or a file: the whole name
+    assert long not in render_text(result, fit=True) and long[:26] in render_text(result, fit=True)
 
 
 def test_text_report(failing_result) -> None:

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from hlo_doctor.cli import main
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 FIXED = SAMPLES / "engine_b64_fixed"
 ORIGINAL_A = SAMPLES / "engine_b64_original_a"
 ORIGINAL_B = SAMPLES / "engine_b64_original_b"

@@ -9,8 +9,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from hlo_doctor.core.format import fmt_pct, fmt_us, short_path
 from hlo_doctor.core.model import Severity
-from hlo_doctor.report.common import fmt_pct, fmt_us, short_path
 
 if TYPE_CHECKING:
     from hlo_doctor.lint import Diagnosis
@@ -19,7 +19,7 @@ _STYLE = {Severity.ERROR: "bold red", Severity.HIGH: "red", Severity.MEDIUM: "ye
           Severity.LOW: "cyan", Severity.INFO: "dim"}
 
 
-def render_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType:
+def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType:
     """A rich renderable: findings table, then (with ``details``) message, evidence and fix per finding."""
     parts: list[RenderableType] = []
     head = Text(f"hlo-doctor diagnose {diagnosis.origin}", style="bold")

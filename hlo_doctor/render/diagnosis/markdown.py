@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hlo_doctor.report.common import fmt_pct, fmt_us, short_path
+from hlo_doctor.core.format import fmt_pct, fmt_us, short_path
 
 if TYPE_CHECKING:
     from hlo_doctor.lint import Diagnosis
@@ -14,7 +14,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ") or "-"
 
 
-def render_markdown(diagnosis: Diagnosis) -> str:
+def to_markdown(diagnosis: Diagnosis) -> str:
     """A heading, the summary line, a findings table and one detail block per finding."""
     out = ["## hlo-doctor diagnose", "", f"**{diagnosis.summary_line()}**", ""]
     meta = [f"input `{diagnosis.origin}`"]
