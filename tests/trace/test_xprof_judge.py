@@ -8,24 +8,29 @@ xprof converts a copy of the file (it writes cache files beside its input).
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import pytest
-from xspace_builder import GpuDevice, RealModule, SpaceBuilder, TpuCore, compile_module
+from xspace_builder import (
+    GpuDevice,
+    RealModule,
+    Rows,
+    SpaceBuilder,
+    TpuCore,
+    assert_rows_match,
+    compile_module,
+    table_rows,
+    xprof_rows,
+)
 
 from hlo_doctor.opstats import OpStats, load_opstats
 
 # A libtpu program id from xprof's own test trace (tpu_inference_2.xplane.pb): above 2**63.
 BIG_ID = 12190760917235803885
 RECOMPILED_ID = 17293822569102704642
-
-Rows = dict[tuple[int, str], tuple[int, float]]
-
 
 def _sample(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
     # The reference engine's sampler shape: a widening argmax and the input returned (a copy).
@@ -46,49 +51,12 @@ def layer() -> RealModule:
     return compile_module(_layer, jnp.ones((8, 32), jnp.float32), jnp.ones((32, 32), jnp.float32))
 
 
-def xprof_rows(xplane: Path, tmp_path: Path) -> Rows:
-    """xprof's ``hlo_stats`` on a copy of ``xplane``: (program id, op) -> (occurrences, total us)."""
-    from xprof.convert import raw_to_tool_data
-
-    copy = tmp_path / "xprof_copy" / xplane.name
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(xplane, copy)
-    data, _ = raw_to_tool_data.xspace_to_tool_data([str(copy)], "hlo_stats", {})
-    doc: Any = json.loads(data)
-    if isinstance(doc, list):
-        doc = doc[0]
-    # Columns move between xprof releases: look them up by id.
-    ids = [c["id"] for c in doc["cols"]]
-    rows: Rows = {}
-    for row in doc.get("rows") or []:
-        cell = dict(zip(ids, [c.get("v") if isinstance(c, dict) else None for c in row["c"]], strict=False))
-        key = (int(cell["program_id"]), str(cell["hlo_op_name"]))
-        assert key not in rows, f"xprof gave two rows for {key}"
-        rows[key] = (int(cell["occurrences"]), float(cell["total_time"]))
-    return rows
-
-
-def doctor_rows(stats: OpStats) -> Rows:
-    """hlo-doctor's table as (program id, op) -> (occurrences, total us)."""
-    rows: Rows = {}
-    for rec in stats.table.itertuples(index=False):
-        key = (int(rec.program_id), str(rec.op))
-        assert key not in rows, f"hlo-doctor gave two rows for {key}"
-        rows[key] = (int(rec.occurrences), float(rec.total_time_us))
-    return rows
-
-
 def judge(xplane: Path, tmp_path: Path) -> tuple[OpStats, Rows]:
     """Both tables on one file; assert xprof has rows and hlo-doctor matches them row for row."""
     expected = xprof_rows(xplane, tmp_path)
     assert expected, "xprof's hlo_stats returned no rows: the built trace is not laid out as xprof reads it"
     stats = load_opstats(xplane)
-    got = doctor_rows(stats)
-    assert sorted(got) == sorted(expected), "hlo-doctor and xprof disagree on which (program id, op) ran"
-    for key, (occurrences, total_us) in expected.items():
-        assert got[key][0] == occurrences, f"{key}: occurrences {got[key][0]} != xprof's {occurrences}"
-        assert got[key][1] == pytest.approx(total_us, rel=1e-6, abs=1e-3), (
-            f"{key}: total {got[key][1]} us != xprof's {total_us} us")
+    assert_rows_match(expected, table_rows(stats.table))
     return stats, expected
 
 
