@@ -26,7 +26,7 @@ from xspace_builder import (
     xprof_rows,
 )
 
-from hlo_doctor.opstats import OpStats, load_opstats
+from hlo_doctor.opstats import OpStats, from_json, load_opstats, to_csv, to_json
 
 # A libtpu program id from xprof's own test trace (tpu_inference_2.xplane.pb): above 2**63.
 BIG_ID = 12190760917235803885
@@ -82,6 +82,10 @@ def test_program_ids_above_2_63(tmp_path: Path, sampler: RealModule) -> None:
     stats, expected = judge(space.write(tmp_path / "run"), tmp_path)
     assert {pid for pid, _ in expected} == {BIG_ID}
     assert set(stats.table["module"].astype(str)) == {sampler.name}
+    # The id survives the exports exactly (a float or an int64 would not hold it).
+    again = from_json(to_json(stats))
+    assert [int(p) for p in again.table["program_id"]] == [BIG_ID] * len(expected)
+    assert str(BIG_ID) in to_csv(stats.table)
 
 
 def test_recompile_under_a_second_program_id(tmp_path: Path, sampler: RealModule) -> None:
@@ -113,8 +117,11 @@ def test_aggregated_occurrences(tmp_path: Path, sampler: RealModule) -> None:
     for k, op in enumerate(sampler.ops):
         core.aggregated_op(sampler, BIG_ID, op.name, total_ns=(40.0 + k) * 1000, occurrences=4)
     core.step(0, 0.0, 400_000.0)
-    _, expected = judge(space.write(tmp_path / "run"), tmp_path)
+    stats, expected = judge(space.write(tmp_path / "run"), tmp_path)
     assert all(occ == 4 for occ, _ in expected.values())
+    # No XLA Modules event encloses aggregated ops: the module is named from the program id
+    # (the metadata plane's module(program_id)).
+    assert set(stats.table["module"].astype(str)) == {sampler.name}
 
 
 def test_device_steps_line_without_host_step_marks(tmp_path: Path, layer: RealModule) -> None:
