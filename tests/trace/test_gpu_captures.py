@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from xspace_builder import assert_rows_match, table_rows, xprof_rows
 
 from hlo_doctor.cli import main
-from hlo_doctor.opstats import find_xplanes
+from hlo_doctor.trace import find_xplanes
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 CAPTURES = ("gpu_h200_original", "gpu_h200_fixed")
