@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from hlo_doctor.diagnose import Context, diagnose, load_context
-from hlo_doctor.rulebook import load_rulebook
 from rich.console import Console
 
 from hlo_doctor.core.format import fmt_pct, fmt_us, split_source
+from hlo_doctor.lint import Context, diagnose, load_context, load_rulebook
 from hlo_doctor.render.diagnosis import to_json as render_json
 from hlo_doctor.render.diagnosis import to_markdown as render_markdown
 from hlo_doctor.render.diagnosis import to_sarif as render_sarif
