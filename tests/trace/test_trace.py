@@ -335,7 +335,7 @@ def test_tpu_op_names_and_shapes_from_event_metadata(tmp_path: Path) -> None:
     copy = table.loc["copy.2"]
     assert copy["module"] == "jit_sample" and copy["program_id"] == 41
     assert copy["opcode"] == "copy" and copy["category"] == "copy"
-    assert copy["shape"] == "f32[512,256000]{1,0}" and copy["canonical_key"] == "jit_sample|copy|f32[512,256000]"
+    assert copy["shape"] == "f32[512,256000]{1,0:T(8,128)}" and copy["canonical_key"] == "jit_sample|copy|f32[512,256000]"
     assert copy["bytes_read"] == copy["bytes_written"] == 512 * 256000 * 4
     convert = table.loc["convert_element_type.1"]
     assert convert["category"] == "convert" and convert["operand_shapes"] == "bf16[512,256000]{1,0}"
