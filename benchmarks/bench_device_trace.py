@@ -18,7 +18,7 @@ Then each tool runs in its own subprocess on the same file (peak RSS is that con
 
 Usage::
 
-    python benchmarks/bench_device_trace.py [--workdir DIR] [--size-mb 200] [--cores 8]
+    python benchmarks/bench_device_trace.py [--workdir DIR] [--size-mb 200] [--cores 8] [--xplane FILE]
 
 The trace is generated into ``--workdir`` (default: a temporary directory) and never committed.
 """
@@ -207,8 +207,8 @@ def _measure(tool: str, xplane: Path) -> dict[str, Any]:
         t0 = time.perf_counter()
         stats = load_opstats(xplane)
         seconds = time.perf_counter() - t0
-        rows = len(stats.table)
-        total = float(stats.table["total_time_us"].sum())
+        table = [{"program_id": int(r.program_id), "op": str(r.op), "occurrences": int(r.occurrences),
+                  "total_time_us": float(r.total_time_us)} for r in stats.table.itertuples(index=False)]
     else:
         from xprof.convert import raw_to_tool_data
 
@@ -222,11 +222,21 @@ def _measure(tool: str, xplane: Path) -> dict[str, Any]:
         doc = json.loads(data)
         doc = doc[0] if isinstance(doc, list) else doc
         ids = [c["id"] for c in doc["cols"]]
-        table = [dict(zip(ids, [c.get("v") for c in r["c"]], strict=False)) for r in doc.get("rows") or []]
-        rows = len(table)
-        total = sum(float(r["total_time"]) for r in table)
-    return {"seconds": seconds, "peak_rss_mib": _vm("VmHWM"), "rss_before_mib": base, "rows": rows,
-            "total_time_us": total}
+        cells = [dict(zip(ids, [c.get("v") for c in r["c"]], strict=False)) for r in doc.get("rows") or []]
+        table = [{"program_id": int(c["program_id"]), "op": str(c["hlo_op_name"]),
+                  "occurrences": int(c["occurrences"]), "total_time_us": float(c["total_time"])} for c in cells]
+    return {"seconds": seconds, "peak_rss_mib": _vm("VmHWM"), "rss_before_mib": base, "rows": len(table),
+            "total_time_us": sum(r["total_time_us"] for r in table), "table": table}
+
+
+def _differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> int:
+    """How many (program id, op) rows differ between two tables (missing, occurrences, total time)."""
+    def keyed(t: list[dict[str, Any]]) -> dict[tuple[int, str], tuple[int, float]]:
+        return {(r["program_id"], r["op"]): (r["occurrences"], r["total_time_us"]) for r in t}
+    ka, kb = keyed(a), keyed(b)
+    return sum(1 for k in set(ka) | set(kb)
+               if k not in ka or k not in kb or ka[k][0] != kb[k][0]
+               or abs(ka[k][1] - kb[k][1]) > max(1e-3, 1e-6 * abs(kb[k][1])))
 
 
 def _child(args: list[str]) -> dict[str, Any]:
@@ -246,6 +256,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--size-mb", type=float, default=200.0)
     parser.add_argument("--cores", type=int, default=8)
+    parser.add_argument("--xplane", type=Path, default=None, help="measure this trace instead of generating one")
     parser.add_argument("--child", nargs=2, metavar=("TOOL", "XPLANE"), help=argparse.SUPPRESS)
     parser.add_argument("--generate", nargs=3, metavar=("OUT", "SIZE_MB", "CORES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -258,11 +269,13 @@ def main() -> None:
         return
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="hlo-doctor-bench-device-"))
-    xplane = work / "plugins" / "profile" / "2026_01_01_00_00_00" / "tpu-host.xplane.pb"
-    t0 = time.perf_counter()
-    _child(["--generate", str(xplane), str(args.size_mb), str(args.cores)])
+    xplane = args.xplane or work / "plugins" / "profile" / "2026_01_01_00_00_00" / "tpu-host.xplane.pb"
+    if args.xplane is None:
+        t0 = time.perf_counter()
+        _child(["--generate", str(xplane), str(args.size_mb), str(args.cores)])
+        print(f"generated {xplane} in {time.perf_counter() - t0:.0f} s")
     size = xplane.stat().st_size / 2**20
-    print(f"generated {xplane} ({size:.1f} MiB, {args.cores} cores) in {time.perf_counter() - t0:.0f} s")
+    print(f"{xplane}: {size:.1f} MiB")
     results = {tool: _child(["--child", tool, str(xplane)]) for tool in ("hlo-doctor", "xprof hlo_stats")}
     ours = results["hlo-doctor"]
     ours_seconds = float(ours.get("seconds", "nan"))
@@ -275,6 +288,9 @@ def main() -> None:
         print(f"{tool:16} {r['seconds']:>8.1f} {r['peak_rss_mib']:>13.0f} {r['peak_rss_mib'] / size:>12.1f} "
               f"{r['peak_rss_mib'] - r['rss_before_mib']:>11.0f} "
               f"{r['rows']:>6} {r['total_time_us']:>17.1f} {r['seconds'] / ours_seconds:>18.2f}")
+    if "table" in ours and "table" in results["xprof hlo_stats"]:
+        differ = _differences(ours["table"], results["xprof hlo_stats"]["table"])
+        print(f"rows that differ between hlo-doctor and xprof (program id, op, occurrences, total time): {differ}")
     (work / "results.json").write_text(json.dumps({"size_mib": size, "cores": args.cores, **results}, indent=1))
     print(f"trace and results.json in {work}")
 
