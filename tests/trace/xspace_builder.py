@@ -322,6 +322,14 @@ class TpuCore:
         self.builder.event(self.ops, self.op_metadata(module, program_id, op), 0.0, total_ns,
                            num_occurrences=occurrences)
 
+    def side_lines(self, module: RealModule, program_id: int, op: str, start_ns: float) -> None:
+        """Events on the ``Async XLA Ops`` and ``XLA TraceMe`` lines, which are not op time for xprof
+        (an async copy of ``op`` under its own metadata, and a TraceMe)."""
+        for name in ("Async XLA Ops", "XLA TraceMe"):
+            line = self.builder.line(name, None, int(self.ops.timestamp_ns))
+            self.builder.event(line, self.op_metadata(module, program_id, op), start_ns, 3_000.0)
+            self.builder.event(line, self.builder.event_metadata(f"{name} mark"), start_ns + 4_000.0, 2_000.0)
+
     def step(self, step_num: int, start_ns: float, duration_ns: float) -> None:
         """A device step on the ``Steps`` line (named by its number, ``group_id`` stat)."""
         mid = self.builder.event_metadata(str(step_num))
