@@ -8,6 +8,7 @@ xprof converts a copy of the file (it writes cache files beside its input).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,11 @@ import pytest
 from xspace_builder import (
     GpuDevice,
     RealModule,
+    Ref,
     Rows,
     SpaceBuilder,
     TpuCore,
+    Uint,
     assert_rows_match,
     compile_module,
     table_rows,
@@ -152,6 +155,34 @@ def case_gpu(root: Path, sampler: RealModule, layer: RealModule) -> Path:
     return space.write(root)
 
 
+def case_ops_xprof_does_not_count(root: Path, sampler: RealModule, layer: RealModule) -> Path:
+    # XLA Ops events whose metadata has symbol_id 0 (the program's root) or no ids at all: xprof keys
+    # ops by (program id, non-zero symbol id) and drops these (op_metrics_db_utils.cc).
+    space = SpaceBuilder()
+    space.add_module(sampler, BIG_ID)
+    core = TpuCore(space, 0)
+    end = _steps(core, sampler, BIG_ID, 3)
+    op = sampler.ops[0]
+    root_meta = core.builder.event_metadata(op.text, op.name, {"program_id": BIG_ID, "symbol_id": 0})
+    no_ids = core.builder.event_metadata(op.text, op.name, {"hlo_category": op.category})
+    core.builder.event(core.ops, root_meta, end + 1_000.0, 3_000.0)
+    core.builder.event(core.ops, no_ids, end + 5_000.0, 3_000.0)
+    return space.write(root)
+
+
+def case_gpu_kernel_without_program_id(root: Path, sampler: RealModule, layer: RealModule) -> Path:
+    # A kernel with hlo_op/hlo_module but no program_id: xprof leaves it out of hlo_stats.
+    space = SpaceBuilder()
+    space.add_module(sampler, BIG_ID)
+    gpu = GpuDevice(space, 0)
+    gpu.kernel(sampler, BIG_ID, sampler.ops[0].name, 0.0, 5_000.0)
+    gpu.kernel(sampler, BIG_ID, sampler.ops[1].name, 6_000.0, 7_000.0, memcpy=True)
+    loose = gpu.builder.event_metadata("loose_kernel")
+    gpu.builder.event(gpu.stream, loose, 14_000.0, 4_000.0, {
+        "correlation_id": Uint(99), "context_id": "$$1", "hlo_op": Ref("loose"), "hlo_module": Ref("jit_other")})
+    return space.write(root)
+
+
 def test_program_ids_above_2_63(tmp_path: Path, sampler: RealModule, layer: RealModule) -> None:
     stats, expected = judge(case_program_ids_above_2_63(tmp_path / "run", sampler, layer), tmp_path)
     assert {pid for pid, _ in expected} == {BIG_ID}
@@ -200,3 +231,23 @@ def test_gpu_plane_as_cupti_writes_it(tmp_path: Path, sampler: RealModule, layer
     assert {pid for pid, _ in expected} == {453212, 659683}
     assert stats.backend == "gpu"
     assert stats.device_kind == "NVIDIA H200"
+
+
+def test_ops_xprof_does_not_count(tmp_path: Path, sampler: RealModule, layer: RealModule) -> None:
+    stats, expected = judge(case_ops_xprof_does_not_count(tmp_path / "run", sampler, layer), tmp_path)
+    assert all(occ == 3 for occ, _ in expected.values())
+
+
+def test_gpu_kernel_without_program_id(tmp_path: Path, sampler: RealModule, layer: RealModule) -> None:
+    stats, expected = judge(case_gpu_kernel_without_program_id(tmp_path / "run", sampler, layer), tmp_path)
+    assert [int(p) for p in stats.table["program_id"]] == [BIG_ID] * len(expected)
+
+
+def test_uint64_ids_stay_exact_next_to_a_missing_id(tmp_path: Path, sampler: RealModule,
+                                                    layer: RealModule) -> None:
+    # A row without a program id must not turn the column into floats (2**63 + x is not a float64).
+    stats = load_opstats(case_program_ids_above_2_63(tmp_path / "run", sampler, layer))
+    doc = json.loads(to_json(stats))
+    doc["rows"].append({**doc["rows"][0], "program_id": None, "op": "no_id", "canonical_key": "x|no_id|"})
+    again = from_json(json.dumps(doc))
+    assert list(again.table["program_id"]) == [BIG_ID] * len(stats.table) + [None]

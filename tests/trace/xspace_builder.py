@@ -379,8 +379,8 @@ class GpuDevice:
 # The judge: xprof's hlo_stats next to hlo-doctor's table
 # ---------------------------------------------------------------------------------------------
 
-Rows = dict[tuple[int, str], tuple[int, float]]
-"""(program id, op name) -> (occurrences, total time in us)."""
+Rows = dict[tuple[int | None, str], tuple[int, float]]
+"""(program id, op name) -> (occurrences, total time in us); hlo-doctor's program id may be None."""
 
 
 def xprof_rows(xplane: Path, workdir: Path) -> Rows:
@@ -410,7 +410,8 @@ def table_rows(table: Any) -> Rows:
     records = table.to_dict(orient="records") if hasattr(table, "to_dict") else table
     rows: Rows = {}
     for rec in records:
-        key = (int(rec["program_id"]), str(rec["op"]))
+        pid = rec["program_id"]
+        key = (None if pid is None else int(pid), str(rec["op"]))
         assert key not in rows, f"hlo-doctor gave two rows for {key}"
         rows[key] = (int(rec["occurrences"]), float(rec["total_time_us"]))
     return rows
@@ -419,11 +420,11 @@ def table_rows(table: Any) -> Rows:
 def assert_rows_match(expected: Rows, got: Rows) -> None:
     """hlo-doctor's rows equal xprof's: the same (program id, op) keys, occurrences, total time
     (xprof prints microseconds with 3 decimals)."""
-    missing = sorted(set(expected) - set(got))
-    extra = sorted(set(got) - set(expected))
+    missing = sorted(set(expected) - set(got), key=str)
+    extra = sorted(set(got) - set(expected), key=str)
     assert not missing and not extra, (
         f"hlo-doctor and xprof disagree on which (program id, op) ran: only in xprof {missing[:5]}, "
         f"only in hlo-doctor {extra[:5]}")
-    wrong = [f"{key}: hlo-doctor {got[key]} != xprof {value}" for key, value in sorted(expected.items())
+    wrong = [f"{key}: hlo-doctor {got[key]} != xprof {value}" for key, value in sorted(expected.items(), key=str)
              if got[key][0] != value[0] or abs(got[key][1] - value[1]) > max(1e-3, 1e-6 * abs(value[1]))]
     assert not wrong, "rows differ (occurrences, total us): " + "; ".join(wrong[:5])
