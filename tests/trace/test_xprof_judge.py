@@ -30,6 +30,7 @@ from xspace_builder import (
 )
 
 from hlo_doctor.opstats import OpStats, from_json, load_opstats, to_csv, to_json
+from hlo_doctor.trace import find_xplanes
 
 # A libtpu program id from xprof's own test trace (tpu_inference_2.xplane.pb): above 2**63.
 BIG_ID = 12190760917235803885
@@ -54,11 +55,12 @@ def layer() -> RealModule:
     return compile_module(_layer, jnp.ones((8, 32), jnp.float32), jnp.ones((32, 32), jnp.float32))
 
 
-def judge(xplane: Path, tmp_path: Path) -> tuple[OpStats, Rows]:
-    """Both tables on one file; assert xprof has rows and hlo-doctor matches them row for row."""
-    expected = xprof_rows(xplane, tmp_path)
+def judge(capture: Path, tmp_path: Path) -> tuple[OpStats, Rows]:
+    """Both tables on one capture (an xplane, or a run directory of one per host); assert xprof has
+    rows and hlo-doctor matches them row for row."""
+    expected = xprof_rows(find_xplanes(capture), tmp_path)
     assert expected, "xprof's hlo_stats returned no rows: the built trace is not laid out as xprof reads it"
-    stats = load_opstats(xplane)
+    stats = load_opstats(capture)
     assert_rows_match(expected, table_rows(stats.table))
     return stats, expected
 
@@ -138,6 +140,16 @@ def case_two_cores(root: Path, sampler: RealModule, layer: RealModule) -> Path:
         # Async ops and TraceMes are not op time (xprof reads the XLA Ops line only).
         core.side_lines(layer, BIG_ID, layer.ops[0].name, 5_000.0)
     return space.write(root)
+
+
+def case_two_hosts(root: Path, sampler: RealModule, layer: RealModule) -> Path:
+    # One xplane per host in one run directory (a multi-host capture), one core each.
+    for host in ("tpu-host-0", "tpu-host-1"):
+        space = SpaceBuilder(host)
+        space.add_module(layer, BIG_ID)
+        _steps(TpuCore(space, 0), layer, BIG_ID, 3)
+        space.write(root)
+    return root
 
 
 def case_gpu(root: Path, sampler: RealModule, layer: RealModule) -> Path:
@@ -224,6 +236,12 @@ def test_two_cores(tmp_path: Path, sampler: RealModule, layer: RealModule) -> No
     assert all(occ == 6 for occ, _ in expected.values())
     assert set(stats.table["devices"]) == {2}
     assert stats.num_steps == 3
+
+
+def test_two_hosts(tmp_path: Path, sampler: RealModule, layer: RealModule) -> None:
+    stats, expected = judge(case_two_hosts(tmp_path / "run", sampler, layer), tmp_path)
+    assert all(occ == 6 for occ, _ in expected.values())
+    assert set(stats.table["devices"]) == {2}
 
 
 def test_gpu_plane_as_cupti_writes_it(tmp_path: Path, sampler: RealModule, layer: RealModule) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -383,15 +383,19 @@ Rows = dict[tuple[int | None, str], tuple[int, float]]
 """(program id, op name) -> (occurrences, total time in us); hlo-doctor's program id may be None."""
 
 
-def xprof_rows(xplane: Path, workdir: Path) -> Rows:
-    """xprof's ``hlo_stats`` of ``xplane``, converted from a copy in ``workdir`` (xprof writes cache
-    files beside its input). Columns are looked up by id: their order moves between releases."""
+def xprof_rows(xplanes: Path | Sequence[Path], workdir: Path) -> Rows:
+    """xprof's ``hlo_stats`` of one capture (one xplane per host), converted from copies in ``workdir``
+    (xprof writes cache files beside its input). Columns are looked up by id: their order moves
+    between releases."""
     from xprof.convert import raw_to_tool_data
 
-    copy = workdir / "xprof_copy" / xplane.name
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(xplane, copy)
-    data, _ = raw_to_tool_data.xspace_to_tool_data([str(copy)], "hlo_stats", {})
+    copies = []
+    for xplane in [xplanes] if isinstance(xplanes, Path) else xplanes:
+        copy = workdir / "xprof_copy" / xplane.name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(xplane, copy)
+        copies.append(str(copy))
+    data, _ = raw_to_tool_data.xspace_to_tool_data(copies, "hlo_stats", {})
     doc: Any = json.loads(data)
     if isinstance(doc, list):
         doc = doc[0]
