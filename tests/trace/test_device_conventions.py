@@ -191,3 +191,19 @@ def test_conventions_metadata_by_id_device_clock_occurrences_and_cores(tmp_path:
     assert table.loc[BIG_ID, "total_time_us"] == pytest.approx(16.0)  # 4 x 4 us, device clock
     assert table.loc[BIG_ID, "runs_per_step"] == 1.0  # per device per step: what HD003 divides by
     assert table.loc[other, "occurrences"] == 6 and table.loc[other, "total_time_us"] == pytest.approx(12.0)
+
+
+def test_h200_capture_table() -> None:
+    """The real H200 capture (jax 0.11.2, CUPTI): device kind, step time and the sampler's tail."""
+    run = Path(__file__).resolve().parents[2] / "sample_traces" / "gpu_h200_original"
+    stats = load_opstats(run)
+    assert stats.backend == "gpu" and stats.device_kind == "NVIDIA H200" and stats.num_devices == 1
+    assert stats.num_steps == 5 and stats.step_time_us == pytest.approx(1884.2, abs=0.1)
+    table = stats.table.set_index("op")
+    assert table.loc["copy.1", "time_per_step_us"] == pytest.approx(30.0, abs=0.1)
+    assert table.loc["copy.1", "module"] == "jit_sample" and table.loc["copy.1", "category"] == "copy"
+    assert table.loc["copy.1", "shape"] == "f32[64,256000]{1,0}"
+    assert table.loc["wrapped_convert", "time_per_step_us"] == pytest.approx(23.4, abs=0.1)
+    assert table.loc["wrapped_convert", "runs_per_step"] == 1.0
+    assert table.loc["input_reduce_fusion", "time_per_step_us"] == pytest.approx(21.9, abs=0.1)
+    assert all(type(p) is int for p in stats.table["program_id"])
