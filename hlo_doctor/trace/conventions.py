@@ -4,10 +4,10 @@
   ``hlo_op``, ``hlo_module``, ``program_id``, ``run_id``. Step marks are host events with a
   ``step_num`` stat (``jax.profiler.StepTraceAnnotation``); compile work is the Python tracer's
   ``cache_miss``, ``_pjit_lower``, ``backend_compile``... (and XLA's own compile TraceMes).
-- TPU/GPU: device planes (``/device:TPU:0``, ``/device:GPU:0``); the ``XLA Ops`` line when the plane
-  has one (its events are named after the op; the module comes from a stat or from the enclosing
-  ``XLA Modules`` event named ``module(program_id)``), otherwise every event that carries an
-  ``hlo_op`` stat (GPU kernels).
+- TPU/GPU: device planes (``/device:TPU:0``, ``/device:GPU:0``), read by
+  :mod:`hlo_doctor.trace.device`.
+
+Also the names shared by both: an op's HLO text, ``module(program_id)``.
 """
 
 from __future__ import annotations
