@@ -194,7 +194,7 @@ def test_a_line_it_cannot_read_is_an_error_naming_the_line() -> None:
     with pytest.raises(InputError, match=r"^m\.hlo:\d+: not a computation: 'something else'"):
         parse_module(stray, origin="m.hlo")
     empty = _xla(BUFFER) + "\n%empty () -> f32[] {\n}\n"
-    with pytest.raises(InputError, match=r"^m\.hlo:12: computation empty has no instructions"):
+    with pytest.raises(InputError, match=r"^m\.hlo:10: computation empty has no instructions"):
         parse_module(empty, origin="m.hlo")
 
 
