@@ -7,7 +7,7 @@ event, not by a Python object per field.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +17,6 @@ import pandas as pd
 from hlo_doctor.trace.model import OpEvents
 
 _WIDTH = 10
-# One op event of a host line: (start ns, duration ns, module, op, program id, run id).
-LineOp = tuple[float, float, str, str, int, int]
 
 
 @dataclass(slots=True)
@@ -90,7 +88,7 @@ class OpColumns:
             return
         order = np.lexsort((-duration_ns, start_ns))
         start_ns, duration_ns = start_ns[order].astype(np.float64), duration_ns[order].astype(np.float64)
-        parts = (
+        parts: tuple[np.ndarray, ...] = (
             np.full(n, self.hosts.code(host), np.int32), np.full(n, self.devices.code(device), np.int32),
             module[order].astype(np.int32), program_id[order].astype(np.int32), op[order].astype(np.int32),
             start_ns, duration_ns, self_times(start_ns, duration_ns),
@@ -98,19 +96,6 @@ class OpColumns:
         for column, part in zip(self.chunks, parts, strict=True):
             column.append(part)
         self.count += n
-
-    def add_line(self, events: Sequence[LineOp], host: str, device: str) -> None:
-        """Add one host line's op events, given one tuple per event."""
-        if not events:
-            return
-        self.add(host, device,
-                 np.fromiter((self.modules.code(e[2]) for e in events), np.int32, len(events)),
-                 np.fromiter((self.program_ids.code(e[4]) for e in events), np.int32, len(events)),
-                 np.fromiter((self.ops.code(e[3]) for e in events), np.int32, len(events)),
-                 np.fromiter((e[0] for e in events), np.float64, len(events)),
-                 np.fromiter((e[1] for e in events), np.float64, len(events)),
-                 np.fromiter((e[5] for e in events), np.int64, len(events)),
-                 np.ones(len(events), np.int64))
 
     def finish(self) -> OpEvents:
         """The columns as :class:`OpEvents`, in the order the lines were added."""

@@ -4,22 +4,26 @@
   ``hlo_op``, ``hlo_module``, ``program_id``, ``run_id``. Step marks are host events with a
   ``step_num`` stat (``jax.profiler.StepTraceAnnotation``); compile work is the Python tracer's
   ``cache_miss``, ``_pjit_lower``, ``backend_compile``... (and XLA's own compile TraceMes).
-- TPU/GPU: device planes (``/device:TPU:0``, ``/device:GPU:0``); the ``XLA Ops`` line when the plane
-  has one (its events are named after the op; the module comes from a stat or from the enclosing
-  ``XLA Modules`` event named ``module(program_id)``), otherwise every event that carries an
-  ``hlo_op`` stat (GPU kernels).
+- TPU/GPU: device planes (``/device:TPU:0``, ``/device:GPU:0``), read by
+  :mod:`hlo_doctor.trace.device`.
+
+Also the names shared by both: an op's HLO text, ``module(program_id)``.
 """
 
 from __future__ import annotations
 
 import re
+from array import array
 
-from hlo_doctor.trace.columns import LineOp, OpColumns
+import numpy as np
+
+from hlo_doctor.trace.columns import OpColumns
 from hlo_doctor.trace.model import CompileEvent, StepMark
 from hlo_doctor.trace.xspace import (
     MODULE_WITH_ID,
     XPlane,
     event_names,
+    program_id_of,
     stat_names,
     stat_value,
 )
@@ -82,9 +86,12 @@ def read_host_plane(plane: XPlane, host: str, want_ops: bool, cols: OpColumns,
     names = event_names(plane)
     snames = stat_names(plane)
     wanted = {sid: name for sid, name in snames.items() if name in _HOST_STATS}
+    module_code, op_code, pid_code = cols.modules.code, cols.ops.code, cols.program_ids.code
     for line in plane.lines:
         lname = line.name
-        line_ops: list[LineOp] = []
+        # Columns of this line's op events (array.array: no Python object kept per event).
+        starts, durs, runs = array("d"), array("d"), array("q")
+        mods, ops, pids = array("i"), array("i"), array("i")
         for ev in line.events:
             name = names.get(ev.metadata_id, "")
             # Python-tracer events ("$file.py:12 func") carry no stats worth reading.
@@ -100,12 +107,15 @@ def read_host_plane(plane: XPlane, host: str, want_ops: bool, cols: OpColumns,
                 op = sd.get("hlo_op")
                 if op is not None:
                     if want_ops:
-                        pid = sd.get("program_id")
+                        pid = program_id_of(sd.get("program_id"))
                         run = sd.get("run_id")
                         start, dur = _event_times(line, ev)
-                        line_ops.append((start, dur, str(sd.get("hlo_module", "")), str(op),
-                                         int(pid) if pid is not None else -1,  # type: ignore[call-overload]
-                                         int(run) if run is not None else -1))  # type: ignore[call-overload]
+                        starts.append(start)
+                        durs.append(dur)
+                        runs.append(int(run) if run is not None else -1)  # type: ignore[call-overload]
+                        mods.append(module_code(str(sd.get("hlo_module", ""))))
+                        ops.append(op_code(str(op)))
+                        pids.append(pid_code(pid if pid is not None else -1))
                     continue
                 if "step_num" in sd:
                     try:
@@ -121,6 +131,10 @@ def read_host_plane(plane: XPlane, host: str, want_ops: bool, cols: OpColumns,
                 compiles.append(CompileEvent(
                     name=name, start_us=start / 1e3, duration_us=dur / 1e3,
                     module=module, detail=f"{host} {pname} {lname}"))
-        cols.add_line(line_ops, host, pname)
+        if starts:
+            cols.add(host, pname, np.frombuffer(mods, np.int32), np.frombuffer(pids, np.int32),
+                     np.frombuffer(ops, np.int32), np.frombuffer(starts, np.float64),
+                     np.frombuffer(durs, np.float64), np.frombuffer(runs, np.int64),
+                     np.ones(len(starts), np.int32))
 
 

@@ -97,3 +97,18 @@ class Trace:
     """Devices whose op events the table counts: device planes with op events, or hosts on XLA:CPU."""
     warnings: tuple[str, ...] = ()
     """What the reader could not read as the conventions say and worked around, one line each."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostDispatch:
+    """Outermost ``PjitFunction(<name>)`` spans of one program on the host: what launching it costs."""
+
+    module: str
+    """``jit_<name>``: the module name XLA gives the program."""
+    calls: int
+    total_us: float
+
+    @property
+    def per_call_us(self) -> float:
+        """Mean host time of one dispatch."""
+        return self.total_us / self.calls if self.calls else 0.0
