@@ -25,7 +25,7 @@ from hlo_doctor.hlo import HloModule, HloShape, module_text_from_proto, parse_mo
 from hlo_doctor.hlo.categories import categorize, categorize_opcodes
 from hlo_doctor.opstats.keys import assign_canonical_keys, body_digest, natural
 from hlo_doctor.opstats.optext import parse_op_text
-from hlo_doctor.opstats.schema import COLUMN_NAMES, PER_STEP_COLUMNS, OpStats, empty_table, with_column_dtypes
+from hlo_doctor.opstats.schema import PER_STEP_COLUMNS, OpStats, table_from_rows
 from hlo_doctor.opstats.steps import steps_from_executions, steps_from_marks
 from hlo_doctor.trace import Trace
 
@@ -109,7 +109,7 @@ def build_opstats(
         notes.append("no HLO module in the trace for " + ", ".join(f"{m}({p})" for m, p in missing[:5]))
     assign_canonical_keys(rows, digests)
     _rank(rows)
-    table = with_column_dtypes(pd.DataFrame(rows, columns=list(COLUMN_NAMES)) if rows else empty_table())
+    table = table_from_rows(rows)
     return OpStats(
         table=table, step_time_us=step_time_us, step_times_us=tuple(float(t) for t in steps.times_us),
         num_steps=int(steps.count), step_source=steps.source, per_step=_per_step(ev, rows), modules=parsed,

@@ -15,14 +15,12 @@ from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.opstats.build import build_opstats
 from hlo_doctor.opstats.schema import (
-    COLUMN_NAMES,
     COLUMNS,
     JSON_FORMAT,
     PER_STEP_COLUMNS,
     OpStats,
-    empty_table,
     program_id_or_none,
-    with_column_dtypes,
+    table_from_rows,
 )
 from hlo_doctor.trace import CompileEvent, find_xplanes, program_id_of, read_trace, xprof_hlo_stats
 
@@ -114,12 +112,14 @@ def _from_doc(doc: dict[str, Any], origin: str) -> OpStats:
         if "runs_per_step" not in row:
             # An export from before the column: the same definition from the columns it has.
             row["runs_per_step"] = float(row["occurrences"]) / num_steps / max(int(row.get("devices") or 1), 1)
-    table = with_column_dtypes(pd.DataFrame(rows, columns=list(COLUMN_NAMES)).astype(object)) if rows else empty_table()
+    table = table_from_rows(rows)
     ps = doc.get("per_step", {})
     per_step = pd.DataFrame(ps.get("rows", []), columns=list(PER_STEP_COLUMNS))
     per_step = per_step.astype({"step": "int64", "module": "string", "op": "string",
                                 "canonical_key": "string", "time_us": "float64"})
-    per_step["program_id"] = pd.Series([program_id_or_none(v) for v in per_step["program_id"]],
+    # From the JSON rows themselves: the frame's own column may have gone through float64.
+    pid_at = PER_STEP_COLUMNS.index("program_id")
+    per_step["program_id"] = pd.Series([program_id_or_none(r[pid_at]) for r in ps.get("rows", [])],
                                        dtype=object, index=per_step.index)
     run = run_info_from_dict(doc["run"]) if doc.get("run") else None
     return OpStats(

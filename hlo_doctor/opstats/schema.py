@@ -6,6 +6,7 @@ Every stage that reads or writes op stats uses :data:`COLUMNS`; units are in the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -114,6 +115,19 @@ def program_id_or_none(value: object) -> int | None:
     if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
         return None
     return int(value)  # type: ignore[call-overload]
+
+
+def table_from_rows(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The table from one dict per row (keys: :data:`COLUMN_NAMES`), with the dtypes of :data:`COLUMNS`."""
+    if not rows:
+        return empty_table()
+    table = pd.DataFrame(rows, columns=list(COLUMN_NAMES))
+    for c in COLUMNS:
+        if c.dtype == "object":
+            # pandas reads ints next to a None as float64, which cannot hold a uint64 id above 2**53:
+            # the column is built again from the rows' own Python ints.
+            table[c.name] = pd.Series([row.get(c.name) for row in rows], dtype=object, index=table.index)
+    return with_column_dtypes(table)
 
 
 def with_column_dtypes(table: pd.DataFrame) -> pd.DataFrame:

@@ -11,6 +11,9 @@
   and duration; an aggregated event counts ``num_occurrences`` runs.
 - ``XLA Modules`` events are named ``module(program_id)``: the module that ran an op when neither
   the op nor the metadata plane says; the ``Steps`` line holds the device's steps.
+- Like xprof (``op_metrics_db_utils.cc``), an ``XLA Ops`` event whose metadata has ``symbol_id`` 0
+  (the program's root, not an op) is left out, with a warning. An op event without a program id
+  (which xprof also leaves out) is kept, counted without one, with a warning.
 """
 
 from __future__ import annotations
@@ -138,6 +141,10 @@ class DevicePlaneReader:
         """What an event with this metadata (and own stats) ran; None when it is not an op."""
         stats = {**self._stats_of(mid), **dict(own)}
         name, display = self._name_of(mid)
+        if op_line and stats.get("symbol_id") in (0, "0"):
+            self._warn(("root", mid), f"events of metadata {mid} ({display or name[:60]}) have symbol_id 0 "
+                                      "(a program's root, not an op): left out, as xprof does")
+            return None
         op_value = stats.get("hlo_op")
         if op_value is None:
             if not op_line:
@@ -238,9 +245,18 @@ class DevicePlaneReader:
         pairs = which * (len(span_what) + 1) + (span_of + 1)
         uniq, inverse = np.unique(pairs, return_inverse=True)
         codes = np.empty((len(uniq), 3), np.int64)
+        no_pid = np.zeros(len(uniq), bool)
         for u, pair in enumerate(uniq.tolist()):
             k, s = divmod(pair, len(span_what) + 1)
-            codes[u] = self._codes(infos[k], span_what[s - 1] if s > 0 else None)
+            info, span = infos[k], span_what[s - 1] if s > 0 else None
+            codes[u] = self._codes(info, span)
+            no_pid[u] = info is not None and info.program_id == _NO_ID and (span is None or span[1] == _NO_ID)
+        unkeyed = no_pid[inverse] & keep
+        if unkeyed.any():
+            # xprof keys ops by program id and leaves these out of hlo_stats; they are kept, and said.
+            self._warn(("no pid", line.name), f"{int(ev.occurrences[unkeyed].sum())} op events on "  # type: ignore[attr-defined]
+                                               f"{line.name} have no program id (xprof's hlo_stats "  # type: ignore[attr-defined]
+                                               "leaves them out): counted without one")
         mod_code, pid_code, op_code = codes[inverse, 0], codes[inverse, 1], codes[inverse, 2]
         self.cols.add(self.host, self.name, mod_code[keep], pid_code[keep], op_code[keep],
                       ev.start_ns[keep], ev.duration_ns[keep], run[keep], ev.occurrences[keep])
