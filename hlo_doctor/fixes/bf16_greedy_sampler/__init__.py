@@ -23,7 +23,7 @@ that is what tells a clean tree, a fixed one, a half-fixed one and one that does
 from __future__ import annotations
 
 from hlo_doctor.fixes.base import Plan
-from hlo_doctor.fixes.bf16_greedy_sampler.elements import FIX_ID, TITLE
+from hlo_doctor.fixes.bf16_greedy_sampler.elements import FIX_ID, LOGPROBS_ELEMENTS, TITLE
 from hlo_doctor.fixes.bf16_greedy_sampler.plan import build_plan
 from hlo_doctor.fixes.targets import Target
 
@@ -44,6 +44,8 @@ class Bf16GreedySampler:
     def explain_half_fixed(self, plan: Plan, variant: str) -> str:
         """What this half-fixed tree does at run time (which part misses the menu) and what to do."""
         runner, menu = plan.state("runner.eager_widening"), plan.state("precompile.sampling_dtype")
+        post, consumer = plan.state("runner.post_sample_widening"), plan.state("sampler.logprobs_widening_in_graph")
+        gather, pending = plan.state("precompile.logprobs_dtype"), set(plan.pending)
         if runner == "fixed" and menu == "original":
             lead = (
                 "half-fixed: the runner's eager float32 widening is gone but the precompile menu is still keyed on "
@@ -55,7 +57,20 @@ class Bf16GreedySampler:
                 "half-fixed: the precompile menu is keyed on the model dtype but the runner still widens to float32 "
                 "before sample(), so every decode step misses the precompiled sample()"
             )
-        elif variant == "full" and set(plan.pending) == {"sampler.logprobs_gated_output"}:
+        elif post == "fixed" and consumer == "original":
+            lead = (
+                "half-fixed: the runner no longer widens the logits after sampling but compute_and_gather_logprobs "
+                "does not widen them either, so with logprobs on they are computed in the model dtype (not the "
+                "float32 logprobs of the original)"
+            )
+        elif consumer == "fixed" and post == "fixed" and gather == "original":
+            lead = (
+                "half-fixed: the logprobs computation receives the model dtype but its precompiled menu is still "
+                "keyed on float32, so every step with logprobs compiles it at run time"
+            )
+        elif variant == "full" and "sampler.logprobs_gated_output" in pending and (
+            pending <= {"sampler.logprobs_gated_output"} | LOGPROBS_ELEMENTS
+        ):
             lead = (
                 "the upstream variant is applied; the full variant also drops the float32 logits output of sample() "
                 "when logprobs are off"
