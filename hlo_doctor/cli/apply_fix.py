@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.cli.common import FormatChoice, console, examples, handle_errors, output_option, write_output
 from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.fixes import (
     FixApplied,
@@ -84,7 +84,14 @@ def _print_summary(result: FixResult, show_diff: bool) -> None:
             console.print(f"  [red]not found:[/] {escape(anchor)}", soft_wrap=True)
 
 
-@click.command("apply-fix")
+JSON_SCHEMA = "hlo-doctor.apply-fix/1"
+
+
+@click.command("apply-fix", epilog=examples(
+    "hlo-doctor apply-fix bf16-greedy-sampler --target .venv/lib/python3.12/site-packages/tpu_inference --dry-run",
+    "hlo-doctor apply-fix bf16-greedy-sampler --target ~/src/tpu-inference --format json -o fix.json",
+    "hlo-doctor apply-fix bf16-greedy-sampler --target ~/src/tpu-inference --revert",
+))
 @click.argument("fix_id", metavar="FIX", type=click.Choice(list(available_fixes())))
 @click.option("--target", "target", required=True, type=click.Path(path_type=Path),
               help="tpu_inference package dir, tpu-inference checkout, unpacked wheel, or the engine's source tree.")
@@ -93,9 +100,10 @@ def _print_summary(result: FixResult, show_diff: bool) -> None:
 @click.option("--variant", type=click.Choice(["full", "upstream"]), default="full", show_default=True,
               help="upstream: the upstream contract; full: also no float32 logits from sample() without logprobs.")
 @click.option("--complete", is_flag=True, help="Finish a half-fixed tree instead of stopping with a diagnosis.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="Machine output on stdout (or --output): json; text prints the diff on a dry run.")
-@click.option("--output", type=click.Path(path_type=Path), default=None, help="Write the machine output here.")
+@click.option("--format", "fmt", type=FormatChoice(["table", "json"], {"text": "table"}), default="table",
+              show_default=True, help="table: summary for people on stderr (and the diff on stdout on a dry "
+                                      "run); json: machine output on stdout or --output.")
+@output_option("Write the machine output (json, or a dry run's diff) to FILE ('-': stdout).")
 @handle_errors
 def apply_fix_cmd(
     fix_id: str,
@@ -122,7 +130,7 @@ def apply_fix_cmd(
         result = apply_fix(fix_id, target, variant=variant, dry_run=dry_run, complete=complete)
     _print_summary(result, show_diff=False)
     if fmt == "json":
-        write_output(json.dumps(result.to_dict(), indent=2) + "\n", output)
+        write_output(json.dumps({"schema": JSON_SCHEMA, **result.to_dict()}, indent=2) + "\n", output)
     elif isinstance(result, FixApplied) and result.dry_run:
         # The diff is the product of a dry run: plain text on stdout, pipeable into `patch -p1`.
         write_output(result.diff, output)

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Every accelerator check in one run: the whole loop at the defaults, the seed report's two hand
+# fixes (both must FAIL), the seed's sampler at its own shape (batch 512), and the fix verified in
+# its upstream variant and with logprobs on. Captures and reports land under OUTDIR/work; the archive
+# OUTDIR/device-checks.tar.gz is rewritten after every step, so a run cut short still returns what
+# it finished.
+#   bash benchmarks/device/checks.sh OUTDIR [SECONDS_PER_STEP]
+# SIZE_ARGS (e.g. "--vocab 4096 --batch 16 --rounds 2") shrinks the loop for a dry run on a CPU;
+# ONLY (e.g. "doctor verify-logprobs") runs a subset of the steps.
+set -u
+OUTDIR=${1:?usage: checks.sh OUTDIR [SECONDS_PER_STEP]}
+LIMIT=${2:-150}
+read -r -a SIZE <<< "${SIZE_ARGS:-}"
+W=$OUTDIR/work
+mkdir -p "$W"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+PY=${PYTHON:-python3}
+hd() { timeout "$LIMIT" "$PY" -c "import sys; from hlo_doctor.cli import main; sys.argv[0]='hlo-doctor'; main()" "$@"; }
+wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
+archive() {
+  find "$W" -name '__pycache__' -prune -exec rm -rf {} + 2>/dev/null
+  tar -czf "$OUTDIR/device-checks.tar.gz.part" -C "$W" --exclude './tree-*' --exclude './doctor/treatment-engine' . \
+    && mv "$OUTDIR/device-checks.tar.gz.part" "$OUTDIR/device-checks.tar.gz"
+}
+step() {
+  local name=$1; shift
+  wanted "$name" || return 0
+  local t0=$SECONDS
+  echo "=== $name: hlo-doctor $*"
+  hd "$@" > "$W/$name.txt" 2>&1
+  local rc=$?
+  tail -n 30 "$W/$name.txt"
+  echo "=== $name: exit $rc in $((SECONDS - t0)) s"
+  archive
+}
+attempt_tree() {
+  "$PY" -c "import sys; sys.path.insert(0, 'tests/verify'); from pathlib import Path; import hlo_doctor.engine as e; from seed_attempts import build_attempt; build_attempt('$1', Path(e.__file__).parent, Path('$W/tree-$1'))"
+}
+
+{ nvidia-smi -L 2>/dev/null; "$PY" -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"; } | tee "$W/device.txt"
+
+step doctor doctor --out "$W/doctor" "${SIZE[@]}"
+wanted verify-runner-convert-removed && attempt_tree runner-convert-removed
+step verify-runner-convert-removed verify --treatment "$W/tree-runner-convert-removed" --out "$W/verify-runner-convert-removed" "${SIZE[@]}"
+step seed-b512 profile benchmarks/device/seed_sampler.py:step --steps 10 --warmup 2 --out "$W/seed-b512"
+step seed-b512-fixed profile benchmarks/device/seed_sampler.py:step_fixed --steps 10 --warmup 2 --out "$W/seed-b512-fixed"
+step verify-upstream verify --fix bf16-greedy-sampler --variant upstream --out "$W/verify-upstream" "${SIZE[@]}"
+step verify-logprobs verify --fix bf16-greedy-sampler --logprobs --out "$W/verify-logprobs" "${SIZE[@]}"
+wanted verify-conditional-output-convert && attempt_tree conditional-output-convert
+step verify-conditional-output-convert verify --treatment "$W/tree-conditional-output-convert" --out "$W/verify-conditional-output-convert" "${SIZE[@]}"
+archive
+ls -la "$OUTDIR"
