@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.cli.common import console, examples, handle_errors, write_output
+from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode
+from hlo_doctor.render.verify import fmt_us, metric_rows, render_json, render_markdown
 from hlo_doctor.verify import (
     DEFAULT_ALPHA,
     DEFAULT_MAX_TOKENS,
@@ -21,29 +20,8 @@ from hlo_doctor.verify import (
     DEFAULT_TTFT_BOUND,
     VerifyReport,
     VerifySettings,
-    fmt_us,
-    metric_rows,
-    render_json,
-    render_markdown,
     run_verify,
 )
-
-
-@contextmanager
-def progress_display() -> Iterator[Callable[[str, int, int], None]]:
-    """A rich progress display on stderr driven by ``progress(stage, done, total)``."""
-    with Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def update(stage: str, done: int, total: int) -> None:
-            # Warm-up and profile stages get one bar each; measured rounds share one bar.
-            key = stage
-            if key not in tasks:
-                tasks[key] = bar.add_task(stage, total=max(total, 1))
-            bar.update(tasks[key], completed=done, total=max(total, 1))
-
-        yield update
 
 
 def print_report(report: VerifyReport) -> None:
@@ -88,7 +66,10 @@ def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
     return json_path, md_path
 
 
-@click.command("verify")
+@click.command("verify", epilog=examples(
+    "hlo-doctor verify --fix bf16-greedy-sampler --rounds 5",
+    "hlo-doctor verify --baseline ~/src/engine --treatment ~/src/engine-fixed --format md -o verify.md",
+))
 @click.option("--fix", "fix", metavar="FIX", help="Bundled fix to verify (bf16-greedy-sampler): the treatment is "
               "a temporary patched copy of the baseline.")
 @click.option("--variant", type=click.Choice(["full", "upstream"]), default="full", show_default=True,
@@ -147,7 +128,7 @@ def verify_cmd(fix: str | None, variant: str, baseline: Path | None, treatment: 
         max_tokens=max_tokens, vocab=vocab, logprobs=logprobs, ttft_bound=ttft_bound, min_effect=min_effect,
         alpha=alpha, require_improvement=require_improvement, out_dir=out_dir, baseline_run=baseline_run,
     )
-    with progress_display() as progress:
+    with progress_bars(keep=True, label_width=34) as progress:
         report = run_verify(settings, progress=progress)
     print_report(report)
     if out_dir is not None:
