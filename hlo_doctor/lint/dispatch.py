@@ -37,23 +37,20 @@ def read_host_dispatch(paths: list[Path]) -> tuple[HostDispatch, ...]:
     their outermost span. A file that cannot be parsed yields nothing: the estimate then counts
     device time only, as before.
     """
-    from google.protobuf.message import DecodeError
-
-    from hlo_doctor.trace import xplane_pb2
+    from hlo_doctor.core.errors import InputError
+    from hlo_doctor.trace.xspace import event_names, parse_xspace
 
     calls: dict[str, int] = {}
     total: dict[str, float] = {}
     for path in paths:
-        space = xplane_pb2.XSpace()  # type: ignore[attr-defined]
         try:
-            space.ParseFromString(path.read_bytes())
-        except (DecodeError, OSError):
+            space = parse_xspace(path.read_bytes(), str(path))
+        except (InputError, OSError):
             continue
         for plane in space.planes:
             if not plane.name.startswith("/host:") or plane.name == "/host:metadata":
                 continue
-            names = {k: m.group(1) for k, v in plane.event_metadata.items()
-                     if (m := _DISPATCH.match(v.name))}
+            names = {k: m.group(1) for k, v in event_names(plane).items() if (m := _DISPATCH.match(v))}
             if not names:
                 continue
             for line in plane.lines:
