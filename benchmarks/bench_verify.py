@@ -6,8 +6,8 @@ interleaved A/B run:
 
 - ``full``: ``bf16-greedy-sampler --variant full`` (argmax on bf16, no f32 logits without logprobs);
 - ``upstream``: ``bf16-greedy-sampler --variant upstream`` (argmax on bf16, f32 logits in-graph);
-- ``conditional-output-convert``: the 0.23.0 hand fix (tests/seed_attempts.py);
-- ``runner-convert-removed``: the 0.24.0 hand fix (tests/seed_attempts.py).
+- ``conditional-output-convert``: the 0.23.0 hand fix (tests/verify/seed_attempts.py);
+- ``runner-convert-removed``: the 0.24.0 hand fix (tests/verify/seed_attempts.py).
 
 Prints one table with each treatment's ratios to the baseline side by side (throughput, batch TTFT
 worst/median, TPOT, decode step, compiles, the removed ops' time per step) and the checks that
@@ -29,7 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "verify"))
 
 TREATMENTS = ("full", "upstream", "conditional-output-convert", "runner-convert-removed")
 
@@ -49,7 +49,9 @@ def main() -> int:
     from hlo_doctor.capture import capture_callable
     from hlo_doctor.engines import load_engine
     from hlo_doctor.fixes import patched_copy
-    from hlo_doctor.verify import VerifySettings, engine_config, render_json, render_markdown, run_verify
+    from hlo_doctor.render.verify import to_json as render_json
+    from hlo_doctor.render.verify import to_markdown as render_markdown
+    from hlo_doctor.verify import VerifySettings, engine_config, run_verify
 
     engine_dir = ROOT / "hlo_doctor" / "engine"
     wanted = [t for t in args.only.split(",") if t]

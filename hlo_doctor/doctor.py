@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from hlo_doctor.core.errors import ExitCode, InputError
-from hlo_doctor.core.format import fmt_ms
 from hlo_doctor.core.model import ProgressFn
+from hlo_doctor.render.verify import to_json as render_json
+from hlo_doctor.render.verify import to_markdown as render_markdown
 from hlo_doctor.verify import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_PROFILE_STEPS,
@@ -38,13 +39,10 @@ from hlo_doctor.verify import (
     VerifyReport,
     VerifySettings,
     engine_config,
-    metric_rows,
-    render_json,
-    render_markdown,
     run_verify,
 )
 
-__all__ = ["DoctorResult", "DoctorSettings", "render_report", "run_doctor"]
+__all__ = ["DoctorResult", "DoctorSettings", "run_doctor"]
 
 
 _ARTIFACTS = ("profile", "diagnose.json", "diagnose.md", "fix.diff", "treatment-engine", "verify", "verify.json",
@@ -76,7 +74,7 @@ class DoctorResult:
     engine_dir: str
     profile_run: Path
     diagnosis: Any
-    """:class:`hlo_doctor.diagnose.Diagnosis` of the baseline's trace."""
+    """:class:`hlo_doctor.lint.Diagnosis` of the baseline's trace."""
     fix_id: str | None
     fix_diff: str
     treatment_dir: Path | None
@@ -154,13 +152,11 @@ def _pick_fix(diagnosis: Any) -> str | None:
 
 def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> DoctorResult:
     """Run the loop on ``settings.engine`` and write every artifact to ``settings.out_dir``."""
-    from hlo_doctor.capture import capture_callable
-    from hlo_doctor.diagnose import diagnose, load_context
-    from hlo_doctor.engines import load_engine
+    from hlo_doctor.engines import capture_engine, load_engine
     from hlo_doctor.fixes import FixApplied, apply_fix, patched_copy
+    from hlo_doctor.lint import diagnose, load_context, load_rulebook
     from hlo_doctor.render.diagnosis import to_json as diagnosis_json
     from hlo_doctor.render.diagnosis import to_markdown as diagnosis_md
-    from hlo_doctor.rulebook import load_rulebook
 
     report = progress or (lambda stage, done, total: None)
     if settings.engine is not None and not Path(settings.engine).is_dir():
@@ -179,10 +175,8 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     module = load_engine(settings.engine)
     engine_dir = Path(module.__file__).resolve().parent  # type: ignore[arg-type]
     config = engine_config(module, verify_settings)
-    target = module.profile_target(config)
-    profile_run = capture_callable(
-        target.step, steps=settings.profile_steps, warmup=1, out_dir=out / "profile", target=f"engine:{engine_dir}",
-        config=json.loads(json.dumps(target.describe(), default=str)), warmup_fn=target.warmup,
+    profile_run = capture_engine(
+        module, config, name=f"engine:{engine_dir}", out_dir=out / "profile", steps=settings.profile_steps,
         progress=lambda stage, done, total: report(f"profile: {stage}", done, total),
     )
     stages.append(("profile", time.perf_counter() - t0))
@@ -222,87 +216,8 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     result = DoctorResult(settings=settings, engine_dir=str(engine_dir), profile_run=profile_run,
                           diagnosis=diagnosis, fix_id=fix_id, fix_diff=fix_diff, treatment_dir=treatment_dir,
                           verify=verify, stage_seconds=tuple(stages))
+    from hlo_doctor.render.doctor import to_markdown as render_report
+
     (out / "report.md").write_text(render_report(result))
     (out / "doctor.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
     return result
-
-
-def _diff_stats(diff: str) -> list[tuple[str, int, int]]:
-    """(file, lines added, lines removed) per file of a unified diff."""
-    stats: list[tuple[str, int, int]] = []
-    for line in diff.splitlines():
-        if line.startswith("+++ "):
-            stats.append((line[4:].removeprefix("b/"), 0, 0))
-        elif stats and line.startswith("+") and not line.startswith("+++"):
-            name, a, r = stats[-1]
-            stats[-1] = (name, a + 1, r)
-        elif stats and line.startswith("-") and not line.startswith("---"):
-            name, a, r = stats[-1]
-            stats[-1] = (name, a, r + 1)
-    return stats
-
-
-def render_report(result: DoctorResult) -> str:
-    """``report.md``: what was found, what the fix changed, what it measured, the verdict."""
-    d = result.diagnosis
-    lines = [f"# hlo-doctor doctor: {result.verdict}", ""]
-    lines.append(f"Engine `{result.engine_dir}`; artifacts in `{result.settings.out_dir}`; "
-                 f"{result.elapsed_s:.0f} s in all (" +
-                 ", ".join(f"{name} {s:.0f} s" for name, s in result.stage_seconds) + ").")
-    lines += ["", "## 1. What was found", "",
-              f"Diagnosis of the engine's own trace (`profile/`, {d.num_steps} decode steps, "
-              f"backend {d.backend or '?'}): {d.summary_line()}.", ""]
-    if d.findings:
-        lines += ["| rule | op | shape | time/step | % of step | source | fix |", "|---|---|---|---:|---:|---|---|"]
-        for f in d.findings:
-            pct = "-" if f.pct_of_step is None else f"{f.pct_of_step:.1f}%"
-            lines.append(f"| {f.code} | {f.module}/{f.op} | `{f.shape}` | {fmt_ms(f.time_per_step_us)} | {pct} | "
-                         f"{f.source or '-'} | {f.fix or '-'} |")
-    lines += ["", "## 2. What the fix changed", ""]
-    if result.fix_id is None:
-        lines.append("No bundled fix applies to these findings; nothing was changed.")
-    else:
-        lines.append(f"`hlo-doctor apply-fix {result.fix_id}` ({result.settings.variant} variant) on a copy of the "
-                     f"engine (`treatment-engine/`; the original is untouched), diff in `fix.diff`:")
-        lines.append("")
-        for name, added, removed in _diff_stats(result.fix_diff):
-            lines.append(f"- `{name}`: +{added} -{removed}")
-    lines += ["", "## 3. What it measured", ""]
-    v = result.verify
-    if v is None:
-        lines.append("Nothing to verify.")
-    else:
-        cfg = v.config
-        lines.append(f"`hlo-doctor verify`: baseline and treatment in one process, each warmed up with its own "
-                     f"precompiled menu, {v.settings.rounds} interleaved rounds each of the offline batch "
-                     f"(batch {cfg.get('batch')}, vocab {cfg.get('vocab_size')}, {cfg.get('max_tokens')} tokens "
-                     f"per request).")
-        lines += ["", "| # | check | result | figure |", "|---|---|---|---|"]
-        for c in v.checks:
-            lines.append(f"| {c.number} | {c.name} | {'pass' if c.passed else '**FAIL**'} | "
-                         f"{c.figure.replace('|', '/')} |")
-        lines += ["", "| metric | baseline | treatment | ratio | 95% interval | outcome |",
-                  "|---|---:|---:|---:|---|---|"]
-        for row in metric_rows(v):
-            lines.append("| " + " | ".join(x.replace("|", "/") for x in row) + " |")
-        if v.removed_ops:
-            lines += ["", "Wasteful ops of the baseline and what became of them in the treatment's own trace:", ""]
-            for o in v.removed_ops:
-                now = "" if o.status == "gone" else f" ({fmt_ms(o.treatment_time_per_step_us)} per step)"
-                lines.append(f"- {o.code} `{o.module}/{o.op}` `{o.shape}`: {fmt_ms(o.time_per_step_us)} per step, "
-                             f"{o.status}{now}")
-    lines += ["", "## 4. Verdict", ""]
-    if v is None:
-        lines.append(result.verdict)
-    else:
-        failed = [c for c in v.checks if not c.passed]
-        if not failed:
-            tp = v.throughput
-            change = (f"throughput {tp.outcome} (x{tp.ratio:.3f} median"
-                      + ("" if not tp.tested else f", 95% CI [{tp.ci_low:.3f}, {tp.ci_high:.3f}]") + ")"
-                      if tp is not None else "throughput not measured")
-            lines.append(f"**PASS**: the fix stays on the precompiled menu, keeps the tokens and removes the wasteful "
-                         f"ops from the trace; {change}.")
-        else:
-            lines.append("**FAIL**: " + "; ".join(f"check {c.number} ({c.name}): {c.figure}" for c in failed))
-    return "\n".join(lines) + "\n"

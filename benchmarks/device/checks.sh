@@ -35,7 +35,7 @@ step() {
   archive
 }
 attempt_tree() {
-  "$PY" -c "import sys; sys.path.insert(0, 'tests'); from pathlib import Path; import hlo_doctor.engine as e; from seed_attempts import build_attempt; build_attempt('$1', Path(e.__file__).parent, Path('$W/tree-$1'))"
+  "$PY" -c "import sys; sys.path.insert(0, 'tests/verify'); from pathlib import Path; import hlo_doctor.engine as e; from seed_attempts import build_attempt; build_attempt('$1', Path(e.__file__).parent, Path('$W/tree-$1'))"
 }
 
 { nvidia-smi -L 2>/dev/null; "$PY" -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"; } | tee "$W/device.txt"

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import click
+from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
@@ -45,43 +46,42 @@ def _shown(path: Path) -> str:
 
 
 def _print_summary(result: FixResult, show_diff: bool) -> None:
-    kind = getattr(result, "target_kind", "")
-    release = getattr(result, "release", "")
-    console.print(f"[bold]{result.fix_id if hasattr(result, 'fix_id') else ''}[/] on {kind}, release [bold]{release}[/]")
-    elements = getattr(result, "elements", ())
-    if elements:
+    console.print(f"[bold]{escape(result.fix_id)}[/] on {escape(result.target_kind)}, release [bold]{escape(result.release)}[/]")
+    if result.recovered:
+        console.print(f"[yellow]recovered:[/] {escape(result.recovered)}", soft_wrap=True)
+    if result.elements:
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         table.add_column("part", justify="right")
         table.add_column("element", max_width=40)
         table.add_column("found", no_wrap=True)
         table.add_column("where", min_width=20, overflow="fold")
-        for element in elements:
+        for element in result.elements:
             style = _STATE_STYLE.get(element.state, "")
-            table.add_row(str(element.part), element.title, f"[{style}]{element.state}[/]", element.where)
+            table.add_row(str(element.part), escape(element.title), f"[{style}]{escape(element.state)}[/]", escape(element.where))
         console.print(table)
     if isinstance(result, FixApplied):
         verb = "reverted" if result.reverted else ("would change" if result.dry_run else "changed")
         console.print(f"[green]{verb}[/] {len(result.files)} file(s):")
         for path in result.files:
-            console.print(f"  {_shown(path)}")
+            console.print(f"  {escape(_shown(path))}")
         if not result.reverted:
             console.print(f"parts applied: {', '.join(str(p) for p in result.parts_applied) or 'none'} "
-                          f"(variant {result.variant})")
+                          f"(variant {escape(result.variant)})")
         for note in result.notes:
-            console.print(f"[dim]note:[/] {note}")
+            console.print(f"[dim]note:[/] {escape(note)}")
         if result.manifest_path is not None:
-            console.print(f"manifest: {_shown(result.manifest_path)} (revert with --revert)")
+            console.print(f"manifest: {escape(_shown(result.manifest_path))} (revert with --revert)")
         if show_diff and result.diff:
             console.print(Syntax(result.diff, "diff", theme="ansi_dark", word_wrap=True))
     elif isinstance(result, FixSkipped):
-        console.print(f"[green]{result.kind}[/]: {result.reason}")
+        console.print(f"[green]{escape(result.kind)}[/]: {escape(result.reason)}")
     else:
         if result.kind == "half-fixed":
-            console.print(f"[bold yellow]{result.reason}[/]", soft_wrap=True)
+            console.print(f"[bold yellow]{escape(result.reason)}[/]", soft_wrap=True)
         else:
-            console.print(f"[bold red]refused ({result.kind}):[/] {result.reason}", soft_wrap=True)
+            console.print(f"[bold red]refused ({escape(result.kind)}):[/] {escape(result.reason)}", soft_wrap=True)
         for anchor in result.missing_anchors:
-            console.print(f"  [red]not found:[/] {anchor}", soft_wrap=True)
+            console.print(f"  [red]not found:[/] {escape(anchor)}", soft_wrap=True)
 
 
 JSON_SCHEMA = "hlo-doctor.apply-fix/1"

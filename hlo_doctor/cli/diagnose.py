@@ -25,9 +25,8 @@ from hlo_doctor.cli.common import (
 from hlo_doctor.cli.config import repository_root
 from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.core.model import Severity
-from hlo_doctor.diagnose import diagnose, load_context
+from hlo_doctor.lint import diagnose, load_context, load_rulebook
 from hlo_doctor.render.diagnosis import FORMATS, to_terminal, to_text
-from hlo_doctor.rulebook import load_rulebook
 
 _SEVERITIES = [s.name.lower() for s in Severity]
 

@@ -3,7 +3,6 @@ existing capture)."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from collections.abc import Callable
 from pathlib import Path
@@ -128,14 +127,9 @@ def _common(func: Callable[..., Any]) -> Callable[..., Any]:
 _ENGINE_OPTIONS = {"batch": "batch", "vocab": "vocab_size", "layers": "num_layers"}
 
 
-def _engine_target(
-    engine_path: Path | None, overrides: dict[str, Any],
-) -> tuple[Any, str, dict[str, Any], Callable[[], None]]:
-    """The bundled reference engine's profile target (or the engine source tree at ``engine_path``).
-
-    Returns the target, its name for run.json, the config dict (filled in after warm-up, when the
-    engine can describe its precompiled menu) and the warm-up function.
-    """
+def _engine_target(engine_path: Path | None, overrides: dict[str, Any]) -> Any:
+    """The bundled reference engine's capture target (or that of the engine source tree at ``engine_path``),
+    configured with the options given (``None``: the engine's default); an :class:`EngineTarget`."""
     try:
         engines = importlib.import_module("hlo_doctor.engines")
     except ModuleNotFoundError as exc:
@@ -144,31 +138,18 @@ def _engine_target(
         raise NotAvailableError("the reference engine is not available in this build",
                                 "pass a TARGET (path/to/file.py:func) or --attach HOST:PORT") from exc
     eng = engines.load_engine(engine_path)
-    known: set[str] = set()
-    if dataclasses.is_dataclass(eng.EngineConfig):
-        known = {f.name for f in dataclasses.fields(eng.EngineConfig)}
+    known = engines.config_fields(eng)
     given: dict[str, Any] = {}
     for option, value in overrides.items():
         if value is None:
             continue
         field_name = _ENGINE_OPTIONS.get(option, option)
-        if known and field_name not in known:
+        if field_name not in known:
             raise InputError(f"--{option}: this engine's config has no {field_name}",
                              f"its fields: {', '.join(sorted(known))}")
         given[field_name] = value
-    config_obj = engines.checked_config(eng, **given) if hasattr(engines, "checked_config") \
-        else eng.EngineConfig(**given)
-    target = eng.profile_target(config_obj)
-    name = "engine" + (f":{engine_path}" if engine_path is not None else "")
-    config: dict[str, Any] = {}
-
-    def warmup() -> None:
-        target.warmup()
-        # After warm-up the engine can say what it built (its precompiled menu): record that.
-        if hasattr(target, "describe"):
-            config.update(dict(target.describe()))
-
-    return target, name, config, warmup
+    config = engines.checked_config(eng, **given)
+    return engines.engine_target(eng, config, "engine" + (f":{engine_path}" if engine_path is not None else ""))
 
 
 @click.command("profile", epilog=examples(
@@ -232,9 +213,9 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
             step_fn = resolve_target(target)
             name = target
         else:
-            engine_target, name, config, warmup_fn = _engine_target(
-                engine_path, {"batch": batch, "vocab": vocab, "layers": layers})
-            step_fn = engine_target.step
+            engine_target = _engine_target(engine_path, {"batch": batch, "vocab": vocab, "layers": layers})
+            step_fn, name, config, warmup_fn = (engine_target.step, engine_target.name, engine_target.metadata,
+                                                engine_target.warmup)
         with progress_bars(_PHASES) as progress:
             run_dir, stats = capture_run(step_fn, steps=steps, warmup=warmup, out_dir=out_dir, target=name,
                                          config=config, warmup_fn=warmup_fn, progress=progress)

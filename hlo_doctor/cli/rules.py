@@ -20,7 +20,7 @@ from hlo_doctor.cli.common import (
     write_output,
 )
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.rulebook import LoadedRule, RuleBook, load_rulebook
+from hlo_doctor.lint import LoadedRule, RuleBook, load_rulebook
 
 _RULES_OPTION = click.option("--rules", "rules_dirs", multiple=True, type=click.Path(path_type=Path),
                              help="Also load the rule files of this folder; repeatable.")

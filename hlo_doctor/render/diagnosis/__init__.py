@@ -1,6 +1,6 @@
 """Renderers of a diagnosis: rich terminal report, JSON, Markdown (PR comments), SARIF 2.1.0.
 
-Each takes a :class:`hlo_doctor.diagnose.Diagnosis` and returns text (or, for the terminal, a rich
+Each takes a :class:`hlo_doctor.lint.Diagnosis` and returns text (or, for the terminal, a rich
 renderable that the CLI prints). Nothing here prints.
 """
 
@@ -16,8 +16,7 @@ from hlo_doctor.render.diagnosis.sarif import to_sarif
 from hlo_doctor.render.diagnosis.terminal import to_terminal
 
 if TYPE_CHECKING:
-    from hlo_doctor.diagnose import Diagnosis
-    from hlo_doctor.rulebook import RuleBook
+    from hlo_doctor.lint import Diagnosis, RuleBook
 
 FORMATS = ("table", "concise", "github", "json", "md", "sarif")
 """``--format`` values: ``table`` is for people (stderr; ``concise`` lines off a terminal), the others

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from hlo_doctor.core.format import json_safe
 
 if TYPE_CHECKING:
-    from hlo_doctor.diagnose import Diagnosis
+    from hlo_doctor.lint import Diagnosis
 
 JSON_SCHEMA = "hlo-doctor.diagnosis/1"
 

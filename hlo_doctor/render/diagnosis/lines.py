@@ -16,7 +16,7 @@ from hlo_doctor.render.github import annotation
 from hlo_doctor.render.locations import map_source
 
 if TYPE_CHECKING:
-    from hlo_doctor.diagnose import Diagnosis
+    from hlo_doctor.lint import Diagnosis
 
 __all__ = ["to_concise", "to_github"]
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from hlo_doctor.core.format import fmt_pct, fmt_us, short_path
 
 if TYPE_CHECKING:
-    from hlo_doctor.diagnose import Diagnosis
+    from hlo_doctor.lint import Diagnosis
 
 
 def _cell(text: str) -> str:

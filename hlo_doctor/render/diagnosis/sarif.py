@@ -28,8 +28,7 @@ from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.render.locations import map_source
 
 if TYPE_CHECKING:
-    from hlo_doctor.diagnose import Diagnosis
-    from hlo_doctor.rulebook import RuleBook
+    from hlo_doctor.lint import Diagnosis, RuleBook
 
 __all__ = ["INFORMATION_URI", "RULES_DOC_URI", "SARIF_SCHEMA", "SOURCE_ROOT_ID", "rule_help_uri",
            "sarif_level", "to_sarif"]

@@ -13,7 +13,7 @@ from hlo_doctor.core.format import fmt_pct, fmt_us, short_path
 from hlo_doctor.core.model import Severity
 
 if TYPE_CHECKING:
-    from hlo_doctor.diagnose import Diagnosis
+    from hlo_doctor.lint import Diagnosis
 
 _STYLE = {Severity.ERROR: "bold red", Severity.HIGH: "red", Severity.MEDIUM: "yellow",
           Severity.LOW: "cyan", Severity.INFO: "dim"}
@@ -66,4 +66,6 @@ def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType
                           style="dim"))
     style = "bold green" if not diagnosis.findings else "bold"
     parts.append(Text(diagnosis.summary_line(), style=style))
+    if diagnosis.compiler_inserted_line():
+        parts.append(Text(diagnosis.compiler_inserted_line(), style="dim"))
     return Group(*parts)

@@ -1,0 +1,94 @@
+"""``report.md`` of ``hlo-doctor doctor``: what was found, what the fix changed, what it measured, the verdict."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hlo_doctor.core.format import fmt_ms
+from hlo_doctor.render.verify import metric_rows
+
+if TYPE_CHECKING:
+    from hlo_doctor.doctor import DoctorResult
+
+__all__ = ["to_markdown"]
+
+
+def _diff_stats(diff: str) -> list[tuple[str, int, int]]:
+    """(file, lines added, lines removed) per file of a unified diff."""
+    stats: list[tuple[str, int, int]] = []
+    for line in diff.splitlines():
+        if line.startswith("+++ "):
+            stats.append((line[4:].removeprefix("b/"), 0, 0))
+        elif stats and line.startswith("+") and not line.startswith("+++"):
+            name, a, r = stats[-1]
+            stats[-1] = (name, a + 1, r)
+        elif stats and line.startswith("-") and not line.startswith("---"):
+            name, a, r = stats[-1]
+            stats[-1] = (name, a, r + 1)
+    return stats
+
+
+def to_markdown(result: DoctorResult) -> str:
+    """``report.md``: what was found, what the fix changed, what it measured, the verdict."""
+    d = result.diagnosis
+    lines = [f"# hlo-doctor doctor: {result.verdict}", ""]
+    lines.append(f"Engine `{result.engine_dir}`; artifacts in `{result.settings.out_dir}`; "
+                 f"{result.elapsed_s:.0f} s in all (" +
+                 ", ".join(f"{name} {s:.0f} s" for name, s in result.stage_seconds) + ").")
+    lines += ["", "## 1. What was found", "",
+              f"Diagnosis of the engine's own trace (`profile/`, {d.num_steps} decode steps, "
+              f"backend {d.backend or '?'}): {d.summary_line()}.", ""]
+    if d.findings:
+        lines += ["| rule | op | shape | time/step | % of step | source | fix |", "|---|---|---|---:|---:|---|---|"]
+        for f in d.findings:
+            pct = "-" if f.pct_of_step is None else f"{f.pct_of_step:.1f}%"
+            lines.append(f"| {f.code} | {f.module}/{f.op} | `{f.shape}` | {fmt_ms(f.time_per_step_us)} | {pct} | "
+                         f"{f.source or '-'} | {f.fix or '-'} |")
+    lines += ["", "## 2. What the fix changed", ""]
+    if result.fix_id is None:
+        lines.append("No bundled fix applies to these findings; nothing was changed.")
+    else:
+        lines.append(f"`hlo-doctor apply-fix {result.fix_id}` ({result.settings.variant} variant) on a copy of the "
+                     f"engine (`treatment-engine/`; the original is untouched), diff in `fix.diff`:")
+        lines.append("")
+        for name, added, removed in _diff_stats(result.fix_diff):
+            lines.append(f"- `{name}`: +{added} -{removed}")
+    lines += ["", "## 3. What it measured", ""]
+    v = result.verify
+    if v is None:
+        lines.append("Nothing to verify.")
+    else:
+        cfg = v.config
+        lines.append(f"`hlo-doctor verify`: baseline and treatment in one process, each warmed up with its own "
+                     f"precompiled menu, {v.settings.rounds} interleaved rounds each of the offline batch "
+                     f"(batch {cfg.get('batch')}, vocab {cfg.get('vocab_size')}, {cfg.get('max_tokens')} tokens "
+                     f"per request).")
+        lines += ["", "| # | check | result | figure |", "|---|---|---|---|"]
+        for c in v.checks:
+            lines.append(f"| {c.number} | {c.name} | {'pass' if c.passed else '**FAIL**'} | "
+                         f"{c.figure.replace('|', '/')} |")
+        lines += ["", "| metric | baseline | treatment | ratio | 95% interval | outcome |",
+                  "|---|---:|---:|---:|---|---|"]
+        for row in metric_rows(v):
+            lines.append("| " + " | ".join(x.replace("|", "/") for x in row) + " |")
+        if v.removed_ops:
+            lines += ["", "Wasteful ops of the baseline and what became of them in the treatment's own trace:", ""]
+            for o in v.removed_ops:
+                now = "" if o.status == "gone" else f" ({fmt_ms(o.treatment_time_per_step_us)} per step)"
+                lines.append(f"- {o.code} `{o.module}/{o.op}` `{o.shape}`: {fmt_ms(o.time_per_step_us)} per step, "
+                             f"{o.status}{now}")
+    lines += ["", "## 4. Verdict", ""]
+    if v is None:
+        lines.append(result.verdict)
+    else:
+        failed = [c for c in v.checks if not c.passed]
+        if not failed:
+            tp = v.throughput
+            change = (f"throughput {tp.outcome} (x{tp.ratio:.3f} median"
+                      + ("" if not tp.tested else f", 95% CI [{tp.ci_low:.3f}, {tp.ci_high:.3f}]") + ")"
+                      if tp is not None else "throughput not measured")
+            lines.append(f"**PASS**: the fix stays on the precompiled menu, keeps the tokens and removes the wasteful "
+                         f"ops from the trace; {change}.")
+        else:
+            lines.append("**FAIL**: " + "; ".join(f"check {c.number} ({c.name}): {c.figure}" for c in failed))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,99 @@
+"""Renderers of a verify report: JSON, Markdown, and the metric rows the terminal table shows."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from hlo_doctor.core.format import fmt_ms
+from hlo_doctor.statistics import SampleComparison
+from hlo_doctor.verify.checks import ratio as _ratio
+from hlo_doctor.verify.results import VerifyReport
+
+__all__ = ["metric_rows", "to_json", "to_markdown"]
+
+
+def to_json(report: VerifyReport) -> str:
+    """The whole report as JSON."""
+    return json.dumps(report.to_dict(), indent=2, default=str) + "\n"
+
+
+def metric_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str, str]]:
+    """(metric, baseline, treatment, ratio, interval, outcome) rows: the table people read.
+
+    Throughput, batch TTFT, TPOT and decode step are medians (over rounds; the decode step over every
+    step of every round); ``removed ms/step`` and ``argmax ms/step`` come from the two captures.
+    """
+    b, t = report.baseline, report.treatment
+    rows: list[tuple[str, str, str, str, str, str]] = []
+
+    def cmp_row(name: str, comparison: SampleComparison | None, fmt: str) -> None:
+        if comparison is None:
+            return
+        interval = ("-" if math.isnan(comparison.ci_low)
+                    else f"[{comparison.ci_low:.3f}, {comparison.ci_high:.3f}]")
+        rows.append((name, format(comparison.baseline_median, fmt), format(comparison.candidate_median, fmt),
+                     f"x{comparison.ratio:.3f}", interval, str(comparison.outcome)))
+
+    cmp_row("throughput tok/s", report.throughput, ",.1f")
+    cmp_row("batch TTFT ms", report.ttft, ",.1f")
+    t_worst = max(r.batch_ttft_ms for r in t.rounds)
+    b_worst = max(r.batch_ttft_ms for r in b.rounds)
+    rows.append(("TTFT worst round", f"{b_worst:,.1f}", f"{t_worst:,.1f}",
+                 f"x{_ratio(t_worst, b_worst):.3f}", "-", ""))
+    rows.append(("TPOT ms", f"{b.median('tpot_ms'):,.1f}", f"{t.median('tpot_ms'):,.1f}",
+                 f"x{_ratio(t.median('tpot_ms'), b.median('tpot_ms')):.3f}", "-", ""))
+    cmp_row("decode step ms", report.step_time, ",.1f")
+    rows.append(("compiles", str(b.compiles), str(t.compiles), "-", "-", ""))
+    removed = report.removed_time_per_step_us
+    if removed is not None:
+        rows.append(("removed ms/step", f"{removed / 1000:,.3f}", "0", "-", "-", "gone"))
+    for o in report.removed_ops:
+        if o.status == "narrowed" and o.time_per_step_us and o.treatment_time_per_step_us is not None:
+            rows.append(("argmax ms/step", f"{o.time_per_step_us / 1000:,.3f}",
+                         f"{o.treatment_time_per_step_us / 1000:,.3f}",
+                         f"x{_ratio(o.treatment_time_per_step_us, o.time_per_step_us):.3f}", "-", "narrowed"))
+    return rows
+
+
+def to_markdown(report: VerifyReport) -> str:
+    """The report as Markdown (a PR comment or a file beside the JSON)."""
+    s = report.settings
+    status = "PASS" if report.passed else "FAIL"
+    lines = [f"## hlo-doctor verify: {status} ({report.verdict})", ""]
+    what = f"fix `{s.fix}` ({s.variant})" if s.fix and s.treatment is None else "treatment tree"
+    cfg = report.config
+    lines.append(
+        f"Baseline `{report.baseline.source}` vs {what} `{report.treatment.source}`; "
+        f"{s.rounds} interleaved rounds per variant, batch {cfg.get('batch')}, vocab {cfg.get('vocab_size')}, "
+        f"{cfg.get('max_tokens')} tokens per request, backend {report.backend}, {report.elapsed_s:.0f} s."
+    )
+    lines += ["", "| # | check | result | figure |", "|---|---|---|---|"]
+    for c in report.checks:
+        lines.append(f"| {c.number} | {c.name} | {'pass' if c.passed else '**FAIL**'} | {_md(c.figure)} |")
+    details = [c for c in report.checks if c.detail]
+    if details:
+        lines.append("")
+        lines += [f"- check {c.number} ({c.name}): {_md(c.detail)}" for c in details]
+    lines += ["", "Medians over the rounds (decode step: over every step of every round); removed and argmax "
+              "times from the captures.", "", "| metric | baseline | treatment | ratio | 95% interval | outcome |",
+              "|---|---:|---:|---:|---|---|"]
+    for row in metric_rows(report):
+        lines.append("| " + " | ".join(_md(x) for x in row) + " |")
+    if report.removed_ops:
+        lines += ["", "Wasteful ops in the baseline's trace (hlo-doctor rules) and in the treatment's:", "",
+                  "| rule | op | shape | baseline time/step | treatment time/step | in treatment |",
+                  "|---|---|---|---:|---:|---|"]
+        for o in report.removed_ops:
+            lines.append(f"| {o.code} | {o.module}/{o.op} | `{o.shape}` | {fmt_ms(o.time_per_step_us)} | "
+                         f"{fmt_ms(o.treatment_time_per_step_us) if o.status != 'gone' else '0 (gone)'} | {o.status} |")
+    for note in report.notes:
+        lines += ["", f"Note: {note}"]
+    if report.fix_diff:
+        lines += ["", "<details><summary>What the fix changed</summary>", "", "```diff", report.fix_diff.rstrip(),
+                  "```", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")

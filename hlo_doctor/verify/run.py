@@ -1,0 +1,150 @@
+"""``run_verify``: prepare both variants, warm them, run interleaved rounds, capture, decide the checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hlo_doctor.core.errors import HloDoctorError
+from hlo_doctor.statistics import SampleComparison, compare_samples
+from hlo_doctor.verify.checks import (
+    check_compiles,
+    check_hlo,
+    check_throughput,
+    check_tokens,
+    check_ttft,
+    removed_ops,
+)
+from hlo_doctor.verify.compiles import CompileCounter
+from hlo_doctor.verify.evidence import capture_variant, hlo_evidence
+from hlo_doctor.verify.results import HloEvidence, RoundResult, VariantSummary, VerifyReport
+from hlo_doctor.verify.settings import ProgressFn, VerifySettings, validate_settings
+from hlo_doctor.verify.variants import Variant, load_variant, make_treatment, shipped_engine_dir
+
+
+def run_verify(settings: VerifySettings, progress: ProgressFn | None = None) -> VerifyReport:
+    """Warm both variants, run interleaved measured rounds, capture the treatment, decide the checks.
+
+    Raises :class:`InputError` for unusable settings or trees (before anything is measured).
+    """
+    validate_settings(settings)
+    report = progress or (lambda stage, done, total: None)
+    started = time.perf_counter()
+    with _workspace(settings.out_dir) as work:
+        baseline_dir = Path(settings.baseline).resolve() if settings.baseline else shipped_engine_dir()
+        fix_diff = ""
+        if settings.treatment is not None:
+            treatment_dir = Path(settings.treatment).resolve()
+        else:
+            assert settings.fix is not None
+            treatment_dir, fix_diff = make_treatment(settings.fix, settings.variant, baseline_dir, work)
+        report("prepare", 0, 2)
+        base = load_variant("baseline", baseline_dir, settings, bundled=settings.baseline is None)
+        treat = load_variant("treatment", treatment_dir, settings)
+        report("prepare", 2, 2)
+        return _measure(settings, base, treat, work, fix_diff, report, started)
+
+
+@contextmanager
+def _workspace(out_dir: Path | None) -> Iterator[Path]:
+    if out_dir is not None:
+        path = Path(out_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="hlo-doctor-verify-"))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _warm_and_measure(settings: VerifySettings, base: Variant, treat: Variant,
+                      report: ProgressFn) -> tuple[dict[str, list[RoundResult]], list[str], bool]:
+    """Warm both variants, then ``settings.rounds`` pairs of rounds: AB, BA, AB...
+
+    Returns the rounds per label, the notes on how they ran, and whether every round started cold.
+    """
+    counter = CompileCounter()
+    rounds: dict[str, list[RoundResult]] = {"baseline": [], "treatment": []}
+    variants = {"baseline": base, "treatment": treat}
+    notes: list[str] = []
+    with counter.listening():
+        for v in (base, treat):
+            report(f"warm-up {v.label}", 0, 1)
+            v.warmup()
+            report(f"warm-up {v.label}", 1, 1)
+        if base.rewarms or treat.rewarms:
+            notes.append("an engine without OfflineEngine was driven by run_offline_batch: it re-warmed each round "
+                         "(outside the measured window)")
+        cold = base.cold_rounds and treat.cold_rounds
+        if not cold:
+            notes.append("the engine cannot restart its sampler cold between rounds (no restart_sampler): a menu miss "
+                         "compiles in the first round only, and check 2 compares worst rounds")
+        total = 2 * settings.rounds
+        order = 0
+        report("rounds", 0, total)
+        for pair in range(settings.rounds):
+            # AB, BA, AB...: neither variant always runs right after the other one.
+            labels = ("baseline", "treatment") if pair % 2 == 0 else ("treatment", "baseline")
+            for label in labels:
+                rounds[label].append(variants[label].measure_round(counter, len(rounds[label]), order))
+                order += 1
+                report("rounds", order, total)
+    return rounds, notes, cold
+
+
+def _measure(settings: VerifySettings, base: Variant, treat: Variant, work: Path, fix_diff: str,
+             report: ProgressFn, started: float) -> VerifyReport:
+    import jax
+
+    rounds, notes, cold = _warm_and_measure(settings, base, treat, report)
+    b, t = (VariantSummary(v.label, v.source, v.module.__name__, v.warmup_s, tuple(rounds[v.label]))
+            for v in (base, treat))
+
+    # Check 4 (and the baseline's wasteful ops for the "removed" figure): capture after the rounds so
+    # that the profiler cannot disturb a measured window.
+    treat_hlo = capture_variant(treat, settings, work / "treatment-run", report)
+    if settings.baseline_run is not None:
+        try:
+            base_hlo = hlo_evidence(Path(settings.baseline_run))
+        except HloDoctorError as exc:
+            base_hlo = HloEvidence(str(settings.baseline_run), (), (), (), None, error=exc.one_line())
+    else:
+        base_hlo = capture_variant(base, settings, work / "baseline-run", report)
+
+    def compare(baseline: list[float], treatment: list[float], lower_is_better: bool = True) -> SampleComparison:
+        return compare_samples(baseline, treatment, min_effect=settings.min_effect, alpha=settings.alpha,
+                               lower_is_better=lower_is_better, seed=settings.seed)
+
+    throughput = compare([r.throughput_tok_s for r in b.rounds], [r.throughput_tok_s for r in t.rounds], False)
+    step_time = compare(b.step_times_ms, t.step_times_ms)
+    ttft = compare([r.batch_ttft_ms for r in b.rounds], [r.batch_ttft_ms for r in t.rounds])
+    checks = (
+        check_compiles(b, t),
+        check_ttft(b, t, settings.ttft_bound, cold=cold),
+        check_tokens(base, treat, settings.logprobs),
+        check_hlo(treat_hlo),
+        check_throughput(throughput, step_time, settings.require_improvement),
+    )
+    return VerifyReport(
+        settings=settings, config=_jsonable(dataclasses.asdict(base.config)), baseline=b, treatment=t,
+        checks=checks, throughput=throughput, step_time=step_time, ttft=ttft, treatment_hlo=treat_hlo,
+        baseline_hlo=base_hlo, removed_ops=removed_ops(base_hlo, treat_hlo), fix_diff=fix_diff,
+        elapsed_s=time.perf_counter() - started, backend=jax.default_backend(), notes=tuple(notes),
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return json.loads(json.dumps(value, default=str))
