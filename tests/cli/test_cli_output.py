@@ -33,8 +33,10 @@ def test_diagnose_piped_is_one_line_per_finding() -> None:
     lines = r.stderr.splitlines()
     # The engine trace's sources are this checkout's engine files: relative paths, ruff-style.
     assert "hlo_doctor/engine/compilation_manager.py:103: HD003 [high] program jit_convert_element_type" in r.stderr
-    assert all(line.startswith(("hlo_doctor/engine/", "HD0")) for line in lines[:-1])
-    assert lines[-1].endswith("is recoverable") and len(lines) >= 3
+    summary = next(i for i, line in enumerate(lines) if line.endswith("is recoverable"))
+    assert summary >= 2 and all(line.startswith(("hlo_doctor/engine/", "HD0")) for line in lines[:summary])
+    # After the summary, only the note on compiler-inserted ops (no source line, no finding).
+    assert all(line.startswith("cpu: ") for line in lines[summary + 1:])
 
 
 def test_diagnose_github_annotations_by_default_under_actions() -> None:
