@@ -81,18 +81,16 @@ def _lookup(doc: dict[str, Any], key: str) -> Any:
     return value
 
 
-def _is_tpu_tree(tree: Path) -> bool:
-    return (tree / "tpu_inference").is_dir()
-
-
-def run_round(command: str, tree: Path, out: Path, *, label: str, index: int, timeout: float,
+def run_round(command: str, tree: Any, out: Path, *, label: str, index: int, timeout: float,
               fields: dict[str, tuple[str, ...]]) -> BenchRound:
     """Run the bench command once on ``tree``; an :class:`InputError` naming the round when it cannot be read."""
     where = f"--bench round {index + 1} ({label})"
-    cmd = command.replace("{tree}", shlex.quote(str(tree))).replace("{out}", shlex.quote(str(out)))
+    cmd = command.replace("{tree}", shlex.quote(str(tree.root))).replace("{out}", shlex.quote(str(out)))
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")  # the trees stay as they are
-    if _is_tpu_tree(tree):
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH", "")) if p)
+    tpu = _is_tpu_tree(tree)
+    if tpu:
+        # The folder that holds the tree's tpu_inference package, first on the path.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree.package_dir.parent), env.get("PYTHONPATH", "")) if p)
         env[RECOMPILATION_ENV] = "1"
     out.unlink(missing_ok=True)
     start = time.perf_counter()
@@ -128,14 +126,20 @@ def run_round(command: str, tree: Path, out: Path, *, label: str, index: int, ti
         raise InputError(f"{where}: no throughput in {out} (tried {', '.join(fields['throughput'])})",
                          "map it with --bench-metrics throughput=JSON_KEY")
     compile_note = ""
-    if "compiles" not in metrics and _is_tpu_tree(tree):
+    if "compiles" not in metrics and tpu:
         metrics["compiles"] = 0
         compile_note = f"{RECOMPILATION_ENV}=1 and the run succeeded"
     return BenchRound(label, index, seconds, metrics, compile_note)
 
 
-def bench_rounds(settings: Any, trees: dict[str, Path], work: Path, report: ProgressFn) -> dict[str, list[BenchRound]]:
-    """Interleaved rounds (AB BA AB...) of the bench command on both trees."""
+def _is_tpu_tree(tree: Any) -> bool:
+    from hlo_doctor.fixes.targets import TPU_INFERENCE
+
+    return bool(tree.project == TPU_INFERENCE)
+
+
+def bench_rounds(settings: Any, trees: dict[str, Any], work: Path, report: ProgressFn) -> dict[str, list[BenchRound]]:
+    """Interleaved rounds (AB BA AB...) of the bench command on both trees (detected targets)."""
     fields = _fields(settings.bench_metrics)
     rounds_n = settings.bench_rounds or settings.rounds
     out: dict[str, list[BenchRound]] = {"baseline": [], "treatment": []}
@@ -196,7 +200,7 @@ def serving_checks(settings: Any, rounds: dict[str, list[BenchRound]]) -> tuple[
     return tuple(checks), throughput
 
 
-def serving_level(settings: Any, baseline: Path, treatment: Path, work: Path, report: ProgressFn) -> Any:
+def serving_level(settings: Any, baseline: Any, treatment: Any, work: Path, report: ProgressFn) -> Any:
     """The serving level as a :class:`~hlo_doctor.verify.target.LevelResult` (its HLO check is the
     program level's, which runs first in the same report)."""
     from hlo_doctor.verify.target import LevelResult

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from hlo_doctor.verify.compiles import CompileCounter
 from hlo_doctor.verify.results import Check
 from hlo_doctor.verify.sampler_tree import (
     SourceFacts,
@@ -210,27 +209,28 @@ def measure_rounds(base: _Sampler, treat: _Sampler, logits: Any, rounds: int, st
     """Interleaved cold rounds (AB BA AB...) of ``steps`` sampling steps each."""
     import jax
 
-    counter = CompileCounter()
+    # The bundled engine's compile watch: backend compiles with JAX's cache-miss explanation.
+    from hlo_doctor.engine.recompilation import CompileWatch
+
     out: dict[str, list[ProgramRound]] = {"baseline": [], "treatment": []}
     pair = {"baseline": base, "treatment": treat}
     done = 0
-    with counter.listening():
-        for r in range(rounds):
-            for label in (("baseline", "treatment") if r % 2 == 0 else ("treatment", "baseline")):
-                s = pair[label]
-                s.warm_menu(tuple(logits.shape))
-                times: list[float] = []
-                with counter.window() as compiled:
-                    start = time.perf_counter()
-                    for _ in range(steps):
-                        t0 = time.perf_counter()
-                        jax.block_until_ready(s.step(logits))
-                        times.append((time.perf_counter() - t0) * 1000)
-                    total = time.perf_counter() - start
-                out[label].append(ProgramRound(label, times[0], tuple(times), logits.shape[0] * steps / total,
-                                               tuple(compiled)))
-                done += 1
-                progress("rounds", done, 2 * rounds)
+    for r in range(rounds):
+        for label in (("baseline", "treatment") if r % 2 == 0 else ("treatment", "baseline")):
+            s = pair[label]
+            s.warm_menu(tuple(logits.shape))
+            times: list[float] = []
+            with CompileWatch() as watch:
+                start = time.perf_counter()
+                for _ in range(steps):
+                    t0 = time.perf_counter()
+                    jax.block_until_ready(s.step(logits))
+                    times.append((time.perf_counter() - t0) * 1000)
+                total = time.perf_counter() - start
+            out[label].append(ProgramRound(label, times[0], tuple(times), logits.shape[0] * steps / total,
+                                           watch.reasons()))
+            done += 1
+            progress("rounds", done, 2 * rounds)
     return out
 
 

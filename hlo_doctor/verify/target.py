@@ -151,6 +151,9 @@ def _treatment_tree(settings: TargetSettings, target: Any, work: Path) -> tuple[
     dest = work / f"treatment-{settings.fix}-{settings.variant}"
     if dest.exists():
         shutil.rmtree(dest)
+    if target.root == target.package_dir and target.package_dir.name == "tpu_inference":
+        # A package directory (site-packages/tpu_inference): the copy keeps the package's name.
+        dest = dest / "tpu_inference"
     try:
         patched_copy(settings.fix, target.root, dest, variant=settings.variant)
     except HloDoctorError as exc:
@@ -187,7 +190,7 @@ def run_target(settings: TargetSettings, work: Path, progress: ProgressFn | None
         from hlo_doctor.verify.bench import serving_level
 
         # First: a bench command that cannot run is bad input, reported before anything else is measured.
-        serving = serving_level(settings, target.root, treatment.root, work, report)
+        serving = serving_level(settings, target, treatment, work, report)
     if target.project == TPU_INFERENCE:
         levels = [program_level(settings, target, treatment, report)]
         notes = list(levels[0].figures.get("notes", ()))

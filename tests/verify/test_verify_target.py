@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,9 @@ def test_hand_fix_that_keeps_the_f32_menu_fails_on_compiles_and_hd006(wheels: di
     code, doc, err = _verify("--target", str(wheels["0.24.0"]), "--treatment", str(half), "--rounds", "2", *SMALL)
     assert code == 1, err
     checks = _checks(doc)
-    assert not checks[1]["passed"] and "treatment round 1: jit(sample)" in checks[1]["detail"]
+    assert not checks[1]["passed"]
+    assert "treatment round 1: jit(sample): at logits, now bf16[8,1024] and before f32[8,1024]" in checks[1]["detail"]
+    assert not checks[2]["passed"]  # a compile inside the first step of every cold round
     assert not checks[6]["passed"] and "HD006" in checks[6]["detail"]
 
 
@@ -135,3 +138,29 @@ def test_bench_that_fails_times_out_or_writes_nothing_is_exit_2(wheels: dict[str
     assert result.exit_code == 2, result.output
     assert message in result.stderr and "Traceback" not in result.output
     assert tree_bytes(tree) == before
+
+
+# A stand-in for `vllm bench throughput --output-json {out}`: vllm's field names; on the treatment it
+# fails as tpu-inference's recompilation check does when a step misses the precompiled menu.
+FAKE_VLLM_BENCH = (
+    f"{sys.executable} -c \"import json, os, sys; tree, out = sys.argv[1:3]; "
+    "assert os.environ['VLLM_XLA_CHECK_RECOMPILATION'] == '1'; "
+    "sys.exit('RecompilationError: sample recompiled after warm-up') if 'treatment' in tree and {fail} else None; "
+    "json.dump({{'tokens_per_second': 1000.0, 'median_ttft_ms': 20.0, 'elapsed_time': 1.0}}, open(out, 'w'))\" "
+    "{{tree}} {{out}}"
+)
+
+
+def test_bench_reads_vllm_fields_and_the_recompilation_check(wheels: dict[str, Path]) -> None:
+    package = wheels["0.24.0"] / "tpu_inference"  # the package-directory form of a target
+    code, doc, err = _verify("--target", str(package), "--rounds", "1", "--bench", FAKE_VLLM_BENCH.format(fail=False),
+                             *SMALL)
+    serving = _checks(doc, "serving")
+    assert serving[1]["passed"] and serving[1]["figure"] == "treatment 0, baseline 0"
+    assert serving[2]["passed"] and 3 not in serving  # no tokens in vllm's JSON: no token check at this level
+    assert doc["treatment"].endswith("/tpu_inference")
+    code, doc, err = _verify("--target", str(package), "--rounds", "1", "--bench", FAKE_VLLM_BENCH.format(fail=True),
+                             *SMALL)
+    serving = _checks(doc, "serving")
+    assert code == 1 and not serving[1]["passed"] and "recompiled after warm-up" in serving[1]["detail"]
+    assert serving[5]["figure"].startswith("not run")
