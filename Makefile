@@ -10,7 +10,9 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@echo "installing hlo-doctor and its dependencies (jax, xprof, ...) into $(VENV): 1-2 minutes the first time"
+	# One line per package, no progress bars: readable in a terminal and in a CI log.
+	$(BIN)/python -m pip install --progress-bar off -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -71,8 +71,8 @@ def _vm(field: str) -> float:
 def _measure(tool: str, xplane: Path) -> dict[str, float]:
     """Run one conversion in this process; return seconds and peak RSS (MiB).
 
-    Both sides import what they need before the clock starts (jax's ProfileData and XLA's HLO
-    printer for hlo-doctor; xprof's converter for xprof).
+    Both sides import what they need before the clock starts (jax and XLA's HLO printer for
+    hlo-doctor; xprof's converter for xprof).
     """
     rows = -1
     if tool == "hlo-doctor":

@@ -32,11 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from hlo_doctor.core.errors import HloDoctorError, InputError
-from hlo_doctor.core.model import RunInfo
+from hlo_doctor.core.model import ProgressFn, RunInfo
 from hlo_doctor.opstats import OpStats, build_opstats, run_info_to_dict, write_exports
 from hlo_doctor.trace import find_xplanes, read_trace
 
-ProgressFn = Callable[[str, int, int], None]
 """``progress(phase, done, total)``: phase is ``warmup``, ``capture`` or ``analyze``."""
 
 StepFn = Callable[[], Any]

@@ -23,13 +23,14 @@ import dataclasses
 import json
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hlo_doctor.core.errors import ExitCode, InputError
-from hlo_doctor.render.verify import render_json, render_markdown
+from hlo_doctor.core.model import ProgressFn
+from hlo_doctor.render.verify import to_json as render_json
+from hlo_doctor.render.verify import to_markdown as render_markdown
 from hlo_doctor.verify import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_PROFILE_STEPS,
@@ -43,7 +44,6 @@ from hlo_doctor.verify import (
 
 __all__ = ["DoctorResult", "DoctorSettings", "run_doctor"]
 
-ProgressFn = Callable[[str, int, int], None]
 
 _ARTIFACTS = ("profile", "diagnose.json", "diagnose.md", "fix.diff", "treatment-engine", "verify", "verify.json",
               "verify.md", "report.md", "doctor.json")
@@ -74,7 +74,7 @@ class DoctorResult:
     engine_dir: str
     profile_run: Path
     diagnosis: Any
-    """:class:`hlo_doctor.diagnose.Diagnosis` of the baseline's trace."""
+    """:class:`hlo_doctor.lint.Diagnosis` of the baseline's trace."""
     fix_id: str | None
     fix_diff: str
     treatment_dir: Path | None
@@ -152,12 +152,11 @@ def _pick_fix(diagnosis: Any) -> str | None:
 
 def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> DoctorResult:
     """Run the loop on ``settings.engine`` and write every artifact to ``settings.out_dir``."""
-    from hlo_doctor.diagnose import diagnose, load_context
     from hlo_doctor.engines import capture_engine, load_engine
     from hlo_doctor.fixes import FixApplied, apply_fix, patched_copy
-    from hlo_doctor.report import render_json as diagnosis_json
-    from hlo_doctor.report import render_markdown as diagnosis_md
-    from hlo_doctor.rulebook import load_rulebook
+    from hlo_doctor.lint import diagnose, load_context, load_rulebook
+    from hlo_doctor.render.diagnosis import to_json as diagnosis_json
+    from hlo_doctor.render.diagnosis import to_markdown as diagnosis_md
 
     report = progress or (lambda stage, done, total: None)
     if settings.engine is not None and not Path(settings.engine).is_dir():
@@ -217,7 +216,7 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     result = DoctorResult(settings=settings, engine_dir=str(engine_dir), profile_run=profile_run,
                           diagnosis=diagnosis, fix_id=fix_id, fix_diff=fix_diff, treatment_dir=treatment_dir,
                           verify=verify, stage_seconds=tuple(stages))
-    from hlo_doctor.render.doctor import render_report
+    from hlo_doctor.render.doctor import to_markdown as render_report
 
     (out / "report.md").write_text(render_report(result))
     (out / "doctor.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")

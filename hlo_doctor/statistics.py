@@ -60,6 +60,8 @@ from enum import Enum
 import numpy as np
 from scipy import stats
 
+from hlo_doctor.core.format import json_float
+
 __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_MIN_SAMPLES",
@@ -128,28 +130,20 @@ class SampleComparison:
         """JSON-ready form (NaN and inf become None / strings)."""
         return {
             "outcome": str(self.outcome),
-            "ratio": _json_float(self.ratio),
-            "change_pct": _json_float(self.change_pct),
-            "ci_low": _json_float(self.ci_low),
-            "ci_high": _json_float(self.ci_high),
-            "p_value": _json_float(self.p_value),
-            "baseline_median": _json_float(self.baseline_median),
-            "candidate_median": _json_float(self.candidate_median),
+            "ratio": json_float(self.ratio),
+            "change_pct": json_float(self.change_pct),
+            "ci_low": json_float(self.ci_low),
+            "ci_high": json_float(self.ci_high),
+            "p_value": json_float(self.p_value),
+            "baseline_median": json_float(self.baseline_median),
+            "candidate_median": json_float(self.candidate_median),
             "n_baseline": self.n_baseline,
             "n_candidate": self.n_candidate,
             "min_effect": self.min_effect,
-            "alpha": _json_float(self.alpha),
+            "alpha": json_float(self.alpha),
             "lower_is_better": self.lower_is_better,
             "reason": self.reason,
         }
-
-
-def _json_float(x: float) -> float | str | None:
-    if math.isnan(x):
-        return None
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return float(x)
 
 
 def _ratio(candidate: float, baseline: float) -> float:

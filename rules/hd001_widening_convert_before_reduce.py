@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.diagnose import (
-    Context,
+from hlo_doctor.hlo.analysis import (
     convert_programs,
     dtype_shape,
     is_exact_widening,
@@ -14,22 +12,13 @@ from hlo_doctor.diagnose import (
     selection_reduce_kind,
     value_uses,
 )
-from hlo_doctor.rulebook import Example, Rule
+from hlo_doctor.lint import Context, Example, Finding, Rule, Severity
+from hlo_doctor.lint.testing import ARGMAX_REDUCER, GPU_TWO_STAGE_ARGMAX_BF16, eager_convert
 
 _ARGMAX_F32 = """\
 HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->(s32[8]{0}, f32[8,1024]{1,0})}
 
-%region_0.1 (a: f32[], b: s32[], c: f32[], d: s32[]) -> (f32[], s32[]) {
-  %a = f32[] parameter(0)
-  %b = s32[] parameter(1)
-  %c = f32[] parameter(2)
-  %d = s32[] parameter(3)
-  %gt = pred[] compare(%a, %c), direction=GT
-  %sel = f32[] select(%gt, %a, %c)
-  %seli = s32[] select(%gt, %b, %d)
-  ROOT %t = (f32[], s32[]) tuple(%sel, %seli)
-}
-
+""" + ARGMAX_REDUCER + """
 %fused_computation (param_0: f32[8,1024]) -> (f32[8], s32[8]) {
   %param_0 = f32[8,1024]{1,0} parameter(0)
   %iota.5 = s32[8,1024]{1,0} iota(), iota_dimension=1
@@ -47,34 +36,12 @@ ENTRY %main.3 (logits.1: f32[8,1024]) -> (s32[8], f32[8,1024]) {
 }
 """
 
-_EAGER_CONVERT = """\
-HloModule jit_convert_element_type, entry_computation_layout={(bf16[8,1024]{1,0})->f32[8,1024]{1,0}}
-
-%wrapped_convert_computation (param_0: bf16[8,1024]) -> f32[8,1024] {
-  %param_0 = bf16[8,1024]{1,0} parameter(0)
-  ROOT %convert_element_type.0 = f32[8,1024]{1,0} convert(%param_0), metadata={op_name="jit(convert_element_type)/convert_element_type" source_file="runner.py" source_line=210}
-}
-
-ENTRY %main.1 (x.1: bf16[8,1024]) -> f32[8,1024] {
-  %x.1 = bf16[8,1024]{1,0} parameter(0)
-  ROOT %wrapped_convert = f32[8,1024]{1,0} fusion(%x.1), kind=kLoop, calls=%wrapped_convert_computation
-}
-"""
+_EAGER_CONVERT = eager_convert("runner.py:210")
 
 _FUSED_WIDEN_ARGMAX = """\
 HloModule jit_greedy, entry_computation_layout={(bf16[8,1024]{1,0})->s32[8]{0}}
 
-%region_0.1 (a: f32[], b: s32[], c: f32[], d: s32[]) -> (f32[], s32[]) {
-  %a = f32[] parameter(0)
-  %b = s32[] parameter(1)
-  %c = f32[] parameter(2)
-  %d = s32[] parameter(3)
-  %gt = pred[] compare(%a, %c), direction=GT
-  %sel = f32[] select(%gt, %a, %c)
-  %seli = s32[] select(%gt, %b, %d)
-  ROOT %t = (f32[], s32[]) tuple(%sel, %seli)
-}
-
+""" + ARGMAX_REDUCER + """
 %fused_computation (param_0.1: bf16[8,1024]) -> (f32[8], s32[8]) {
   %param_0.1 = bf16[8,1024]{1,0} parameter(0)
   %convert_element_type.0 = f32[8,1024]{1,0} convert(%param_0.1), metadata={op_name="jit(greedy)/convert_element_type" source_file="greedy.py" source_line=7}
@@ -121,19 +88,52 @@ ENTRY %main.3 (l.1: bf16[8,1024]) -> f32[8,1024] {
 """
 
 
+# The sampler reduces its f32 parameter and returns only the tokens.
+_ARGMAX_F32_TOKENS = """\
+HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->s32[8]{0}}
+
+""" + ARGMAX_REDUCER + """
+%fused_computation (param_0: f32[8,1024]) -> (f32[8], s32[8]) {
+  %param_0 = f32[8,1024]{1,0} parameter(0)
+  %iota.5 = s32[8,1024]{1,0} iota(), iota_dimension=1
+  %constant.5 = f32[] constant(-inf)
+  %constant.4 = s32[] constant(0)
+  ROOT %reduce.2 = (f32[8]{0}, s32[8]{0}) reduce(%param_0, %iota.5, %constant.5, %constant.4), dimensions={1}, to_apply=%region_0.1
+}
+
+ENTRY %main.3 (logits.1: f32[8,1024]) -> s32[8] {
+  %logits.1 = f32[8,1024]{1,0} parameter(0)
+  %iota_reduce_fusion = (f32[8]{0}, s32[8]{0}) fusion(%logits.1), kind=kLoop, calls=%fused_computation
+  ROOT %gte = s32[8]{0} get-tuple-element(%iota_reduce_fusion), index=1
+}
+"""
+
+# astype(f32) materialised in memory, then an argmax fusion reads the f32 tensor; only tokens out.
+_MATERIALISED_WIDEN_ARGMAX = _ARGMAX_F32_TOKENS.replace(
+    "(f32[8,1024]{1,0})->s32[8]{0}", "(bf16[8,1024]{1,0})->s32[8]{0}").replace(
+    """ENTRY %main.3 (logits.1: f32[8,1024]) -> s32[8] {
+  %logits.1 = f32[8,1024]{1,0} parameter(0)
+""", """ENTRY %main.3 (l.1: bf16[8,1024]) -> s32[8] {
+  %l.1 = bf16[8,1024]{1,0} parameter(0)
+  %logits.1 = f32[8,1024]{1,0} convert(%l.1), metadata={op_name="jit(greedy)/convert_element_type" source_file="greedy.py" source_line=7}
+""")
+
+
 class WideningConvertBeforeReduce(Rule):
-    """A bf16/f16 -> f32 convert whose value only reaches argmax / max / min / top-k (and outputs).
+    """A bf16/f16 -> f32 convert materialised only for argmax / max / min / top-k.
 
     What it flags:
         An exact widening convert (bf16 or f16 to f32, f32 to f64) written in the program (its HLO
-        metadata names ``convert_element_type``) whose result is only reduced by an order-invariant
-        reduction (argmax, argmin, max, min, top-k) or returned. Two shapes are recognised:
-        in one module (on XLA:CPU the convert is often fused into the argmax fusion as
-        ``convert(param)`` + ``reduce``), and across modules: an eager ``astype`` compiles its own
-        program (``jit_convert_element_type``) whose result feeds a parameter of the next program;
-        the rule pairs them when the convert program's output dtype and dimensions equal that
-        parameter's (and, with op stats, both run about as often) and the parameter only reaches an
-        argmax and the outputs.
+        metadata names ``convert_element_type``) whose result feeds nothing but order-invariant
+        reductions (argmax, argmin, max, min, top-k). Two shapes are recognised: in one module,
+        a convert materialised in memory and then reduced; and across modules: an eager
+        ``astype`` compiles its own program (``jit_convert_element_type``) whose result feeds a
+        parameter of the next program; the rule pairs them when the convert program's output dtype
+        and dimensions equal that parameter's (and, with op stats, both run about as often) and
+        the parameter only reaches such reductions. Not flagged: a convert fused into its reduction
+        (the fusion reads the narrow tensor and widens in registers: XLA:GPU's
+        ``input_convert_reduce_fusion``), and a widened value that is also returned (the widening
+        moves to the output rather than vanishing; HD003 and HD004 hold what there is to save).
     Why it costs:
         Widening is exact and monotone, so argmax over the widened tensor equals argmax over the
         narrow one (ties and NaN included): the convert buys nothing for the reduce, and when it
@@ -153,18 +153,21 @@ class WideningConvertBeforeReduce(Rule):
     fix = "bf16-greedy-sampler"
 
     VALID = (
+        Example(hlo=(GPU_TWO_STAGE_ARGMAX_BF16,), note="XLA:GPU two-stage argmax, convert fused into stage 1"),
         Example(hlo=(_XLA_WIDENED_ARGMAX,), note="argmax on bf16; XLA's own reducer widening"),
+        Example(hlo=(_FUSED_WIDEN_ARGMAX,), note="astype(f32) fused into the argmax: it reads bf16"),
+        Example(hlo=(_EAGER_CONVERT, _ARGMAX_F32), note="the widened value is also returned"),
         Example(hlo=(_SOFTMAX,), note="softmax needs the f32 values"),
         Example(hlo=(_EAGER_CONVERT,), note="a convert program with no consumer in the run"),
         Example(hlo=(_ARGMAX_F32,), note="argmax on an f32 input that was never narrow"),
     )
     INVALID = (
-        Example(hlo=(_FUSED_WIDEN_ARGMAX,), expect=("HD001 iota_reduce_fusion",),
-                note="astype(f32) fused into the argmax"),
-        Example(hlo=(_EAGER_CONVERT, _ARGMAX_F32), expect=("HD001 wrapped_convert",),
+        Example(hlo=(_MATERIALISED_WIDEN_ARGMAX,), expect=("HD001 logits.1",),
+                note="astype(f32) materialised, then reduced"),
+        Example(hlo=(_EAGER_CONVERT, _ARGMAX_F32_TOKENS), expect=("HD001 wrapped_convert",),
                 note="eager astype program feeding the sampler"),
         Example(
-            hlo=(_EAGER_CONVERT, _ARGMAX_F32),
+            hlo=(_EAGER_CONVERT, _ARGMAX_F32_TOKENS),
             opstats=(
                 {"module": "jit_convert_element_type", "op": "wrapped_convert", "occurrences": 10,
                  "time_per_step_us": 40.0},
@@ -189,59 +192,47 @@ class WideningConvertBeforeReduce(Rule):
                 src = m.operands_of(inst)
                 if len(src) != 1 or not is_exact_widening(src[0].dtype, inst.dtype):
                     continue
-                uses = value_uses(ctx, m, inst)
+                uses = value_uses(m, inst)
                 if not only_reaches_selection(uses):
                     continue
                 reduces = [u.inst for u in uses if u.kind == "reduce"]
                 op = ctx.entry_op(m, inst)
-                fused = all(ctx.entry_op(m, r) is op for r in reduces)
-                returned = any(u.kind == "output" for u in uses)
-                if fused:
-                    # Fused with its reduce: memory still holds the narrow tensor, so nothing is
-                    # read twice; the widening is dead weight in the source, not in bandwidth.
-                    what = "fused into the reduce (it reads the narrow tensor; no bytes to save here)"
-                    fraction = 0.0
-                    severity = Severity.LOW
-                elif returned:
-                    what = "also returned, so the convert moves to the output rather than vanishing"
-                    fraction = 0.0
-                    severity = self.severity
-                else:
-                    what = "materialised only for the reduce"
-                    fraction = 1.0
-                    severity = self.severity
+                if any(u.kind == "output" for u in uses):
+                    continue  # also returned: the widening moves to the output, it does not vanish
+                if all(ctx.entry_op(m, r) is op for r in reduces):
+                    continue  # fused with its reduce: the fusion reads the narrow tensor
                 kinds = sorted({selection_reduce_kind(m, r) or "reduce" for r in reduces})
                 yield ctx.finding(
                     self, m, inst,
                     f"{src[0].dtype} -> {inst.dtype} convert {inst.name} only feeds "
-                    f"{'/'.join(kinds)} ({what}); run the reduce on {src[0].dtype}",
-                    recoverable_fraction=fraction, severity=severity, source_inst=inst,
+                    f"{'/'.join(kinds)} (materialised only for the reduce); run the reduce on {src[0].dtype}",
+                    recoverable_fraction=1.0, source_inst=inst,
                     evidence=(inst.raw, *(r.raw for r in reduces)),
-                    extra=(("narrow_dtype", src[0].dtype), ("wide_dtype", inst.dtype), ("fused", fused)),
+                    extra=(("narrow_dtype", src[0].dtype), ("wide_dtype", inst.dtype)),
                 )
 
     def _across_modules(self, ctx: Context) -> Iterator[Finding]:
-        for prog in convert_programs(ctx):
+        for prog in convert_programs(ctx.modules):
             for m in ctx.modules:
                 if m is prog.module:
                     continue
                 for p in m.entry.parameters:
                     if p.shape.dtype != prog.shape.dtype or p.shape.dims != prog.shape.dims:
                         continue
-                    uses = value_uses(ctx, m, p)
+                    uses = value_uses(m, p)
                     if not only_reaches_selection(uses):
                         continue
+                    if any(u.kind == "output" for u in uses):
+                        continue  # also returned: HD003/HD004 hold what there is to save
                     reduces = [u.inst for u in uses if u.kind == "reduce"]
-                    returned = any(u.kind == "output" for u in uses)
                     kinds = sorted({selection_reduce_kind(m, r) or "reduce" for r in reduces})
                     yield ctx.finding(
                         self, prog.module, prog.op,
                         f"program {prog.module.name} widens {prog.narrow} -> {dtype_shape(prog.shape)}; "
                         f"its result matches parameter {p.parameter_number} of {m.name}, which only feeds "
-                        f"{'/'.join(kinds)}{' and the outputs' if returned else ''}: "
+                        f"{'/'.join(kinds)}: "
                         f"pass {prog.narrow} and reduce it directly",
-                        # Returned as well: the bytes come back through HD003/HD004, not here.
-                        recoverable_fraction=0.0 if returned else 1.0, source_inst=prog.convert,
+                        recoverable_fraction=1.0, source_inst=prog.convert,
                         evidence=(prog.convert.raw, p.raw, *(r.raw for r in reduces)),
                         extra=(("narrow_dtype", prog.narrow), ("wide_dtype", prog.shape.dtype),
                                ("consumer_module", m.name), ("consumer_parameter", p.parameter_number)),

@@ -4,25 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.diagnose import Context, dtype_shape, fmt_bytes, is_argmax_program
-from hlo_doctor.hlo import HloInstruction, HloModule
-from hlo_doctor.rulebook import Example, Rule
+from hlo_doctor.hlo.analysis import dtype_shape, entry_parameter_of, is_argmax_program
+from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes
+from hlo_doctor.lint.testing import ARGMAX_REDUCER
 
 _RETURNS_INPUT = """\
 HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->(s32[8]{0}, f32[8,1024]{1,0})}
 
-%region_0.1 (a: f32[], b: s32[], c: f32[], d: s32[]) -> (f32[], s32[]) {
-  %a = f32[] parameter(0)
-  %b = s32[] parameter(1)
-  %c = f32[] parameter(2)
-  %d = s32[] parameter(3)
-  %gt = pred[] compare(%a, %c), direction=GT
-  %sel = f32[] select(%gt, %a, %c)
-  %seli = s32[] select(%gt, %b, %d)
-  ROOT %t = (f32[], s32[]) tuple(%sel, %seli)
-}
-
+""" + ARGMAX_REDUCER + """
 %fused_computation (param_0: f32[8,1024]) -> (f32[8], s32[8]) {
   %param_0 = f32[8,1024]{1,0} parameter(0)
   %iota.5 = s32[8,1024]{1,0} iota(), iota_dimension=1
@@ -91,13 +80,63 @@ ENTRY %main.1 (args_0_.1: bf16[]) -> bf16[] {
 """
 
 
+# XLA:GPU: the returned parameter goes through a tuple before the copy.
+_GPU_TUPLE_COPY = """\
+HloModule jit_sample, is_scheduled=true, entry_computation_layout={(f32[64,64]{1,0})->(f32[64]{0}, f32[64,64]{1,0})}
+
+%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(%a, %b)
+}
+
+ENTRY %main.3 (logits.1: f32[64,64]) -> (f32[64], f32[64,64]) {
+  %logits.1 = f32[64,64]{1,0} parameter(0), metadata={op_name="logits"}
+  %c = f32[] constant(-inf)
+  %r = f32[64]{0} reduce(%logits.1, %c), dimensions={1}, to_apply=%max
+  %tuple = (f32[64]{0}, f32[64,64]{1,0}) tuple(%r, %logits.1)
+  %get-tuple-element.5 = f32[64]{0} get-tuple-element(%tuple), index=0
+  %get-tuple-element.6 = f32[64,64]{1,0} get-tuple-element(%tuple), index=1
+  %copy.1 = f32[64,64]{1,0} copy(%get-tuple-element.6)
+  ROOT %tuple.2 = (f32[64]{0}, f32[64,64]{1,0}) tuple(%get-tuple-element.5, %copy.1)
+}
+"""
+
+# A multi-output fusion that passes its parameter through (bitcast) next to real work.
+_FUSION_PASS_THROUGH = """\
+HloModule jit_f, entry_computation_layout={(f32[64,64]{1,0})->(f32[64,64]{1,0}, f32[64,64]{1,0})}
+
+%fused (p: f32[64,64]) -> (f32[64,64], f32[64,64]) {
+  %p = f32[64,64]{1,0} parameter(0)
+  %n = f32[64,64]{1,0} negate(%p)
+  %b = f32[64,64]{1,0} bitcast(%p)
+  ROOT %t = (f32[64,64]{1,0}, f32[64,64]{1,0}) tuple(%n, %b)
+}
+
+ENTRY %main.1 (x.1: f32[64,64]) -> (f32[64,64], f32[64,64]) {
+  %x.1 = f32[64,64]{1,0} parameter(0)
+  %fusion = (f32[64,64]{1,0}, f32[64,64]{1,0}) fusion(%x.1), kind=kLoop, calls=%fused
+  %g0 = f32[64,64]{1,0} get-tuple-element(%fusion), index=0
+  %g1 = f32[64,64]{1,0} get-tuple-element(%fusion), index=1
+  %copy.3 = f32[64,64]{1,0} copy(%g1)
+  ROOT %out = (f32[64,64]{1,0}, f32[64,64]{1,0}) tuple(%g0, %copy.3)
+}
+"""
+
+# The same fusion, but the copied output is computed (negate): not the parameter.
+_FUSION_COMPUTES = _FUSION_PASS_THROUGH.replace("%copy.3 = f32[64,64]{1,0} copy(%g1)",
+                                                "%copy.3 = f32[64,64]{1,0} copy(%g0)")
+
 class AliasingCopy(Rule):
     """A ``copy`` that exists only because the program returns one of its inputs.
 
     What it flags:
         A ``copy`` in the entry computation whose operand is an entry parameter, whose layout is
         the same on both sides, and whose result is (part of) the program's output, while that
-        parameter is not donated (not in ``input_output_alias``). The finding says which output
+        parameter is not donated (not in ``input_output_alias``). The operand is followed back
+        through what only moves a value (``bitcast``, ``get-tuple-element`` of a ``tuple``, a
+        fusion output that passes a parameter through): XLA:GPU writes the copy as
+        ``copy(get-tuple-element(tuple(..., parameter)))``. The finding says which output
         and which parameter. Copies under 4 KiB (scalars, small metadata arrays) are ignored.
     Why it costs:
         A jitted function that returns its input without donation cannot hand back the caller's
@@ -123,10 +162,14 @@ class AliasingCopy(Rule):
         Example(hlo=(_TRANSPOSING_COPY,), note="layout-changing copy"),
         Example(hlo=(_COPY_NOT_RETURNED,), note="copy that is not an output"),
         Example(hlo=(_SCALAR,), note="a scalar copy"),
+        Example(hlo=(_FUSION_COMPUTES,), note="a copy of a value a fusion computes"),
     )
     INVALID = (
         Example(hlo=(_RETURNS_INPUT,), expect=("HD002 copy",), note="sampler returning its input"),
         Example(hlo=(_IDENTITY,), expect=("HD002 copy.1",), note="identity function"),
+        Example(hlo=(_GPU_TUPLE_COPY,), expect=("HD002 copy.1",), note="XLA:GPU copy(get-tuple-element(tuple))"),
+        Example(hlo=(_FUSION_PASS_THROUGH,), expect=("HD002 copy.3",),
+                note="a multi-output fusion passing the parameter through"),
         Example(
             hlo=(_RETURNS_INPUT,),
             opstats=({"module": "jit_sample", "op": "copy", "occurrences": 10, "time_per_step_us": 30.0},),
@@ -140,40 +183,29 @@ class AliasingCopy(Rule):
             for inst in m.entry.instructions:
                 if inst.opcode != "copy" or not m.is_live_out(inst) or inst.shape.nbytes < MIN_BYTES:
                     continue
-                param = _entry_parameter(m, inst)
-                if param is None or param.parameter_number in donated:
+                found = entry_parameter_of(m, m.operands_of(inst)[0]) if m.operands_of(inst) else None
+                if found is None:
                     continue
-                src = m.operands_of(inst)[0]
-                if src.shape.layout != inst.shape.layout or src.shape.dims != inst.shape.dims:
+                param, part = found
+                if param.parameter_number in donated:
+                    continue
+                if part.layout != inst.shape.layout or part.dims != inst.shape.dims:
                     continue
                 outputs = m.output_indices_of(inst)
-                sampler = is_argmax_program(ctx, m)
+                sampler = is_argmax_program(m)
                 where = ", ".join(str(i) for i in outputs) or "0"
                 yield ctx.finding(
                     self, m, inst,
                     f"{inst.name} copies parameter {param.parameter_number} ({param.name}, "
-                    f"{dtype_shape(param.shape)}, {fmt_bytes(inst.shape.nbytes)}) into output {where}: "
+                    f"{dtype_shape(part)}, {fmt_bytes(inst.shape.nbytes)}) into output {where}: "
                     f"the program returns its input without donation",
                     recoverable_fraction=1.0,
-                    # The copy has no metadata of its own: point at the program's first sourced op.
-                    source_inst=param if param.source else next(
-                        (i for i in m.entry.instructions if i.source), None),
+                    # The copy has no metadata of its own (copy insertion adds it): the parameter's
+                    # line when it has one, else no source rather than an unrelated op's line.
+                    source_inst=param if param.source else None,
                     evidence=tuple(dict.fromkeys((param.raw, inst.raw, m.entry.root.raw))),
                     fix="bf16-greedy-sampler" if sampler else "",
                     extra=(("parameter", param.parameter_number), ("parameter_name", param.name),
                            ("output_indices", tuple(outputs))),
                 )
 
-
-def _entry_parameter(module: HloModule, inst: HloInstruction) -> HloInstruction | None:
-    """The entry parameter ``inst`` copies (directly, or one element of a tuple parameter)."""
-    ops = module.operands_of(inst)
-    if len(ops) != 1:
-        return None
-    src = ops[0]
-    if src.opcode == "get-tuple-element":
-        inner = module.operands_of(src)
-        src = inner[0] if inner else src
-    if src.opcode == "parameter" and src.computation == module.entry_name:
-        return src
-    return None

@@ -4,31 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.diagnose import (
-    Context,
+from hlo_doctor.hlo.analysis import (
     ConvertProgram,
     convert_programs,
     dtype_shape,
-    fmt_bytes,
     only_reaches_selection,
     value_uses,
 )
-from hlo_doctor.rulebook import Example, Rule
+from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes
+from hlo_doctor.lint.testing import eager_convert
 
-_EAGER_CONVERT = """\
-HloModule jit_convert_element_type, entry_computation_layout={(bf16[8,1024]{1,0})->f32[8,1024]{1,0}}
-
-%wrapped_convert_computation (param_0: bf16[8,1024]) -> f32[8,1024] {
-  %param_0 = bf16[8,1024]{1,0} parameter(0)
-  ROOT %convert_element_type.0 = f32[8,1024]{1,0} convert(%param_0), metadata={op_name="jit(convert_element_type)/convert_element_type" source_file="runner.py" source_line=210}
-}
-
-ENTRY %main.1 (x.1: bf16[8,1024]) -> f32[8,1024] {
-  %x.1 = bf16[8,1024]{1,0} parameter(0)
-  ROOT %wrapped_convert = f32[8,1024]{1,0} fusion(%x.1), kind=kLoop, calls=%wrapped_convert_computation
-}
-"""
+_EAGER_CONVERT = eager_convert("runner.py:210")
 
 _SCALE = """\
 HloModule jit_scale, entry_computation_layout={(bf16[8,1024]{1,0})->f32[8,1024]{1,0}}
@@ -58,13 +44,16 @@ class StandaloneConvertProgram(Rule):
 
     What it flags:
         A program (its own program id, usually ``jit_convert_element_type``) whose entry does
-        nothing but one widening convert, with about one launch per step in the trace
-        (occurrences >= half the number of steps): an eager ``x.astype(...)`` outside ``jit`` on
-        the per-step path.
+        nothing but one widening convert, with about one launch per step on one device in the
+        trace (occurrences per device >= half the number of steps): an eager ``x.astype(...)``
+        outside ``jit`` on the per-step path.
     Why it costs:
         The convert reads the narrow tensor and writes a wide copy to memory as a separate launch;
-        the next program then reads the wide copy. Inside the consuming jitted program XLA could
-        fuse the convert into its consumer, or drop it when the consumer does not need the width.
+        the next program then reads the wide copy. As its own program it also costs a host
+        dispatch (``PjitFunction(convert_element_type)`` in the trace's host events): the estimate
+        counts the longer of its device time and its host dispatch span per step. Inside the
+        consuming jitted program XLA could fuse the convert into its consumer, or drop it when the
+        consumer does not need the width.
     Example:
         ``logits = logits.astype(jnp.float32)`` in the runner, before calling a jitted
         ``sample(logits)``: 1.2 ms per step for bf16 -> f32[512,256000] on TPU v5e.
@@ -93,13 +82,19 @@ class StandaloneConvertProgram(Rule):
     )
 
     def check(self, ctx: Context) -> Iterator[Finding]:
-        for prog in convert_programs(ctx):
+        for prog in convert_programs(ctx.modules):
             timing = ctx.op_timing(prog.module, prog.op.name)
             if timing is None or not ctx.num_steps:
                 continue
-            per_step = timing.occurrences / ctx.num_steps
+            # Runs per step on one device: the table sums occurrences over devices.
+            per_step = timing.occurrences_per_device / ctx.num_steps
             if per_step < 0.5:
                 continue
+            # A standalone program costs the step its device time or its host dispatch, whichever
+            # is longer (the host waits to launch it; the device waits for its launch).
+            dispatch = ctx.dispatch(prog.module)
+            host_per_step = dispatch.per_call_us * per_step if dispatch is not None else 0.0
+            recoverable = max(timing.time_per_step_us, host_per_step)
             consumers = _consumers(ctx, prog)
             feeds_argmax = any(only for _, _, only in consumers)
             into = "; result matches " + ", ".join(
@@ -108,13 +103,14 @@ class StandaloneConvertProgram(Rule):
                 self, prog.module, prog.op,
                 f"program {prog.module.name} only converts {prog.narrow} -> {dtype_shape(prog.shape)} "
                 f"({fmt_bytes(prog.shape.nbytes)} written) and runs {per_step:.1f}x per step{into}",
-                recoverable_fraction=1.0, source_inst=prog.convert,
+                recoverable_fraction=1.0, recoverable_us=recoverable, source_inst=prog.convert,
                 # An eager convert program is compiled once and cached: its metadata names the call
                 # that compiled it first (often a warm-up), which may not be the per-step caller.
                 evidence=(prog.convert.raw,
                           "(the source line is where this cached eager program was first traced)"),
                 fix="bf16-greedy-sampler" if feeds_argmax else "",
-                extra=(("launches_per_step", round(per_step, 2)), ("narrow_dtype", prog.narrow)),
+                extra=(("launches_per_step", round(per_step, 2)), ("narrow_dtype", prog.narrow),
+                       *((("host_dispatch_us_per_step", round(host_per_step, 1)),) if dispatch else ())),
             )
 
 
@@ -126,5 +122,5 @@ def _consumers(ctx: Context, prog: ConvertProgram) -> list[tuple[str, int | None
             continue
         for p in m.entry.parameters:
             if p.shape.dtype == prog.shape.dtype and p.shape.dims == prog.shape.dims:
-                out.append((m.name, p.parameter_number, only_reaches_selection(value_uses(ctx, m, p))))
+                out.append((m.name, p.parameter_number, only_reaches_selection(value_uses(m, p))))
     return out

@@ -4,36 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.diagnose import (
-    Context,
-    dtype_shape,
-    fmt_bytes,
-    fusion_read_of,
-    producing_convert_program,
-    selection_reduces,
-    widening_convert_of,
-)
 from hlo_doctor.hlo import DTYPE_BYTES
-from hlo_doctor.rulebook import Example, Rule
-
-_REDUCER = """\
-%region_0.1 (a: f32[], b: s32[], c: f32[], d: s32[]) -> (f32[], s32[]) {
-  %a = f32[] parameter(0)
-  %b = s32[] parameter(1)
-  %c = f32[] parameter(2)
-  %d = s32[] parameter(3)
-  %gt = pred[] compare(%a, %c), direction=GT
-  %sel = f32[] select(%gt, %a, %c)
-  %seli = s32[] select(%gt, %b, %d)
-  ROOT %t = (f32[], s32[]) tuple(%sel, %seli)
-}
-"""
+from hlo_doctor.hlo.analysis import dtype_shape, fusion_read_of, selection_reduces, widening_convert_of
+from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, producing_convert_program
+from hlo_doctor.lint.testing import ARGMAX_REDUCER, GPU_TWO_STAGE_ARGMAX_BF16, eager_convert
 
 _ARGMAX_F32_PARAM = """\
 HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->s32[8]{0}}
 
-""" + _REDUCER + """
+""" + ARGMAX_REDUCER + """
 %fused_computation (param_0: f32[8,1024]) -> (f32[8], s32[8]) {
   %param_0 = f32[8,1024]{1,0} parameter(0)
   %iota.5 = s32[8,1024]{1,0} iota(), iota_dimension=1
@@ -49,24 +28,12 @@ ENTRY %main.3 (logits.1: f32[8,1024]) -> s32[8] {
 }
 """
 
-_EAGER_CONVERT = """\
-HloModule jit_convert_element_type, entry_computation_layout={(bf16[8,1024]{1,0})->f32[8,1024]{1,0}}
-
-%wrapped_convert_computation (param_0: bf16[8,1024]) -> f32[8,1024] {
-  %param_0 = bf16[8,1024]{1,0} parameter(0)
-  ROOT %convert_element_type.0 = f32[8,1024]{1,0} convert(%param_0), metadata={op_name="jit(convert_element_type)/convert_element_type"}
-}
-
-ENTRY %main.1 (x.1: bf16[8,1024]) -> f32[8,1024] {
-  %x.1 = bf16[8,1024]{1,0} parameter(0)
-  ROOT %wrapped_convert = f32[8,1024]{1,0} fusion(%x.1), kind=kLoop, calls=%wrapped_convert_computation
-}
-"""
+_EAGER_CONVERT = eager_convert()
 
 _CONVERT_THEN_ARGMAX = """\
 HloModule jit_greedy, entry_computation_layout={(bf16[8,1024]{1,0})->(s32[8]{0}, f32[8,1024]{1,0})}
 
-""" + _REDUCER + """
+""" + ARGMAX_REDUCER + """
 %fused_computation (param_0: f32[8,1024]) -> (f32[8], s32[8]) {
   %param_0 = f32[8,1024]{1,0} parameter(0)
   %iota.5 = s32[8,1024]{1,0} iota(), iota_dimension=1
@@ -88,7 +55,7 @@ ENTRY %main.3 (l.1: bf16[8,1024]) -> (s32[8], f32[8,1024]) {
 _BF16_ARGMAX = """\
 HloModule jit_greedy, entry_computation_layout={(bf16[8,1024]{1,0})->s32[8]{0}}
 
-""" + _REDUCER + """
+""" + ARGMAX_REDUCER + """
 %fused_computation (param_0.1: bf16[8,1024]) -> (f32[8], s32[8]) {
   %param_0.1 = bf16[8,1024]{1,0} parameter(0)
   %convert.24 = f32[8,1024]{1,0} convert(%param_0.1)
@@ -138,6 +105,7 @@ class OverWideRead(Rule):
     fix = "bf16-greedy-sampler"
 
     VALID = (
+        Example(hlo=(GPU_TWO_STAGE_ARGMAX_BF16,), note="XLA:GPU two-stage argmax over bf16: stage 2 reads partials"),
         Example(hlo=(_BF16_ARGMAX,), note="bf16 argmax widened in registers by XLA"),
         Example(hlo=(_ARGMAX_F32_PARAM,), note="f32 input with no narrow producer in the run"),
     )
@@ -160,7 +128,7 @@ class OverWideRead(Rule):
     def check(self, ctx: Context) -> Iterator[Finding]:
         for m in ctx.modules:
             seen: set[str] = set()
-            for op, reduce, kind in selection_reduces(ctx, m):
+            for op, reduce, kind in selection_reduces(m):
                 if op.name in seen:
                     continue
                 read = fusion_read_of(m, op, reduce)

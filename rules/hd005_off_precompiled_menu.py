@@ -5,10 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.diagnose import Context
-from hlo_doctor.rulebook import Example, Rule
-from hlo_doctor.trace import CompileEvent
+from hlo_doctor.lint import CompileEvent, Context, Example, Finding, Rule, Severity
 
 # A function or module name as compile events spell it: ``jit(sample)``, ``jit_sample``.
 _JIT_NAME = re.compile(r"\bjit[(_]([\w.<>-]+)\)?")

@@ -7,9 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.diagnose import Context
-from hlo_doctor.rulebook import Example, Rule
+from hlo_doctor.lint import Context, Example, Finding, Rule, Severity
 
 RUNNER_FUNCTION = "_sample_from_logits"
 MENU_FUNCTION = "_precompile_sampling"

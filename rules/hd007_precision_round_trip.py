@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.diagnose import Context, dtype_shape, is_exact_widening
 from hlo_doctor.hlo import is_convert_only
-from hlo_doctor.rulebook import Example, Rule
+from hlo_doctor.hlo.analysis import dtype_shape, is_exact_widening
+from hlo_doctor.lint import Context, Example, Finding, Rule, Severity
 
 _ROUND_TRIP = """\
 HloModule jit_round_trip, entry_computation_layout={(f32[8,1024]{1,0})->f32[8,1024]{1,0}}

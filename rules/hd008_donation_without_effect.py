@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from hlo_doctor.core.model import Finding, Severity
-from hlo_doctor.diagnose import Context, dtype_shape, fmt_bytes
-from hlo_doctor.rulebook import Example, Rule
+from hlo_doctor.hlo.analysis import dtype_shape
+from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes
 
 _DONOR = re.compile(r"buffer_donor=\{([^}]*)\}")
 _DONOR_PARAM = re.compile(r"\((\d+)")

@@ -5,6 +5,8 @@ Only this package prints. Exit codes: see :class:`hlo_doctor.core.errors.ExitCod
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from hlo_doctor import __version__
@@ -16,17 +18,34 @@ from hlo_doctor.cli import gate as _gate
 from hlo_doctor.cli import profile as _profile
 from hlo_doctor.cli import rules as _rules
 from hlo_doctor.cli import verify as _verify
+from hlo_doctor.cli.common import examples, fail
+from hlo_doctor.cli.config import default_map
+from hlo_doctor.core.errors import HloDoctorError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog=examples(
+                 "hlo-doctor profile --out runs/decode && hlo-doctor diagnose runs/decode",
+                 "hlo-doctor gate baseline/ runs/decode --format junit -o gate.xml",
+                 'eval "$(_HLO_DOCTOR_COMPLETE=bash_source hlo-doctor)"   # shell completion (README)',
+             ))
 @click.version_option(__version__, prog_name="hlo-doctor")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Find, fix and gate wasted work in the compiled (HLO) programs of JAX serving stacks.
+
+    Defaults for commands' options can live in [tool.hlo-doctor] of pyproject.toml (docs/cli.md).
 
     \b
     Exit codes: 0 clean / passed, 1 findings or regression remain (gates),
                 2 usage or input error, 3 internal error.
     """
+    if ctx.resilient_parsing:  # shell completion: never fail on the project's settings
+        return
+    try:
+        ctx.default_map = default_map(Path.cwd())
+    except HloDoctorError as exc:
+        fail(exc)
 
 
 for _module in (_profile, _diagnose, _apply_fix, _verify, _gate, _rules, _engine, _doctor):

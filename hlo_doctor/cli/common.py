@@ -1,8 +1,11 @@
-"""What every command shares: the consoles, error handling, machine-output writing."""
+"""What every command shares: the consoles, error handling, machine-output writing, the CLI vocabulary
+(``--format`` names, ``-o/--output``, examples in ``--help``)."""
 
 from __future__ import annotations
 
 import functools
+import io
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -12,13 +15,68 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 
 from hlo_doctor.core.errors import ExitCode, HloDoctorError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# People read stderr; machines read stdout (or --output FILE).
+# People read stderr; machines read stdout (or --output FILE). rich honours NO_COLOR and FORCE_COLOR.
 console = Console(stderr=True, highlight=False)
+
+STDOUT = Path("-")
+"""``--output -``: standard output."""
+
+
+def people_see_a_terminal() -> bool:
+    """Whether stderr is a terminal: tables fit its width there; in a pipe or a CI log they never fold."""
+    return sys.stderr.isatty()
+
+
+def in_github_actions() -> bool:
+    """Running as a GitHub Actions step (annotations are the default output there)."""
+    return os.environ.get("GITHUB_ACTIONS", "").lower() == "true"
+
+
+def print_wide(renderable: Any) -> None:
+    """Print on stderr; off a terminal at the renderable's full width, so that no cell is cut or folded."""
+    if people_see_a_terminal():
+        console.print(renderable)
+        return
+    wide = console.options.update_width(1 << 16)
+    width = Measurement.get(console, wide, renderable).maximum
+    Console(file=console.file, width=max(width, 1), highlight=False).print(renderable)
+
+
+def plain_text(renderable: Any) -> str:
+    """A renderable as text without colour, at its full width (for ``--format table -o FILE``)."""
+    buf = io.StringIO()
+    probe = Console(file=buf, width=1 << 16, no_color=True, highlight=False)
+    width = Measurement.get(probe, probe.options, renderable).maximum
+    Console(file=buf, width=max(width, 1), no_color=True, highlight=False).print(renderable)
+    return buf.getvalue()
+
+
+class FormatChoice(click.Choice):  # type: ignore[type-arg]
+    """``--format`` values, plus old names accepted and mapped (``rich``/``text`` -> ``table``)."""
+
+    def __init__(self, choices: list[str], aliases: dict[str, str] | None = None) -> None:
+        super().__init__(choices)
+        self.aliases = aliases or {}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return super().convert(self.aliases.get(str(value), value), param, ctx)
+
+
+def output_option(help_text: str = "Write the --format output to FILE ('-': stdout).") -> Callable[[F], F]:
+    """``-o/--output FILE``, the same on every command; ``-`` is standard output."""
+    return click.option("--output", "-o", "output", type=click.Path(path_type=Path, allow_dash=True), default=None,
+                        help=help_text)
+
+
+def examples(*lines: str) -> str:
+    """An ``Examples:`` epilog for ``--help`` (kept verbatim)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def fail(error: HloDoctorError) -> None:
@@ -52,8 +110,8 @@ def handle_errors(func: F) -> F:
 
 
 def write_output(text: str, output: Path | None) -> None:
-    """Machine output to ``output`` (atomically) or to stdout."""
-    if output is None:
+    """Machine output to ``output`` (atomically) or to stdout (``output`` None or ``-``)."""
+    if output is None or output == STDOUT:
         click.echo(text, nl=not text.endswith("\n"))
         return
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -3,74 +3,102 @@
 from __future__ import annotations
 
 import io
+import shlex
 import sys
 from pathlib import Path
 
 import click
 from rich.console import Console
 
-from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.cli.common import (
+    STDOUT,
+    FormatChoice,
+    console,
+    examples,
+    handle_errors,
+    in_github_actions,
+    output_option,
+    people_see_a_terminal,
+    print_wide,
+    write_output,
+)
+from hlo_doctor.cli.config import repository_root
 from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.core.model import Severity
-from hlo_doctor.diagnose import diagnose, load_context
-from hlo_doctor.report import FORMATS, render_terminal, render_text
-from hlo_doctor.rulebook import load_rulebook
+from hlo_doctor.lint import diagnose, load_context, load_rulebook
+from hlo_doctor.render.diagnosis import FORMATS, to_terminal, to_text
 
 _SEVERITIES = [s.name.lower() for s in Severity]
 
 
-def _codes(values: tuple[str, ...]) -> list[str]:
+def _codes(values: tuple[str, ...] | list[str]) -> list[str]:
     return [c.strip() for v in values for c in v.split(",") if c.strip()]
 
 
-@click.command("diagnose")
+@click.command("diagnose", epilog=examples(
+    "hlo-doctor diagnose runs/decode                       # table on a terminal, one line per finding in a pipe",
+    "hlo-doctor diagnose runs/decode --format sarif -o hlo.sarif --fail-on high",
+    "hlo-doctor diagnose runs/decode --format github       # the default under GITHUB_ACTIONS",
+))
 @click.argument("run", type=click.Path(path_type=Path))
 @click.option("--source", "source", type=click.Path(path_type=Path), default=None,
               help="Root of the source tree, for source rules (HD006).")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(path_type=Path),
               help="A folder of your own rule files (hdNNN_<slug>.py); repeatable.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="rich", show_default=True,
-              help="rich: report for people on stderr; json/md/sarif: machine output on stdout or --output.")
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
-              help="Write the report to this file instead of stdout.")
+@click.option("--format", "fmt", type=FormatChoice(list(FORMATS), {"rich": "table"}), default=None,
+              help="table: report for people on stderr (a terminal) or one line per finding (a pipe); "
+                   "concise: one line per finding; github: workflow annotations (default under GITHUB_ACTIONS); "
+                   "json/md/sarif: machine output on stdout or --output.  [default: table]")
+@output_option("Write the report to FILE instead of stdout ('-': stdout).")
+@click.option("--source-root", "source_root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Paths in sarif/github/concise output are relative to DIR [default: the repository root].")
 @click.option("--fail-on", "fail_on", type=click.Choice(_SEVERITIES, case_sensitive=False), default=None,
               help="Exit 1 when a finding at or above this severity remains.")
 @click.option("--select", "select", multiple=True, help="Only these rules (codes or prefixes, comma-separated).")
 @click.option("--ignore", "ignore", multiple=True, help="Skip these rules (codes or prefixes, comma-separated).")
-@click.option("--brief", is_flag=True, help="Rich report: the table and summary only, no details.")
+@click.option("--brief", is_flag=True, help="Table: the findings and the summary only, no details.")
 @handle_errors
-def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], fmt: str, output: Path | None,
-                 fail_on: str | None, select: tuple[str, ...], ignore: tuple[str, ...], brief: bool) -> None:
+def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], fmt: str | None, output: Path | None,
+                 source_root: Path | None, fail_on: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
+                 brief: bool) -> None:
     """Apply the rules to RUN and report what is wasted, where, and the fix.
 
     RUN: a run directory from 'hlo-doctor profile', a bare .xplane.pb (any backend), a folder
     with opstats.json and *.hlo.txt modules, an --xla_dump_to folder (optimized HLO; no times),
-    or one HLO text file.
+    or one HLO text file. Defaults for --select, --ignore, --fail-on, --rules, --source and
+    --source-root come from [tool.hlo-doctor] (and [tool.hlo-doctor.diagnose]) of pyproject.toml.
 
     \b
     Exit codes: 0 done (no finding at or above --fail-on), 1 findings at or above --fail-on,
     2 usage or input error, 3 internal error.
     """
+    fmt = fmt or ("github" if in_github_actions() and output is None else "table")
     book = load_rulebook(rules_dirs)
     ctx = load_context(run, source_root=source)
     result = diagnose(ctx, book, select=_codes(select), ignore=_codes(ignore))
-    if fmt == "rich":
-        renderable = render_terminal(result, details=not brief)
-        if output is None:
-            console.print(renderable)
+    failed = fail_on is not None and bool(result.at_or_above(Severity.parse(fail_on)))
+    code = ExitCode.FINDINGS if failed else ExitCode.OK
+    root = source_root or repository_root(Path.cwd())
+    if fmt == "table" and (output is None or output == STDOUT) and not people_see_a_terminal():
+        # A pipe or a CI log: no table folded to 80 columns; one greppable line per finding.
+        console.print(to_text(result, "concise", source_root=root), end="", soft_wrap=True, markup=False)
+    elif fmt == "table":
+        renderable = to_terminal(result, details=not brief)
+        if output is None or output == STDOUT:
+            print_wide(renderable)
         else:
             buf = io.StringIO()
             Console(file=buf, width=160, no_color=True, highlight=False).print(renderable)
             write_output(buf.getvalue(), output)
     else:
-        write_output(render_text(result, fmt, book), output)
-        console.print(result.summary_line(), soft_wrap=True)
+        command = shlex.join(["hlo-doctor", *sys.argv[1:]])
+        write_output(to_text(result, fmt, book, source_root=root, exit_code=int(code), command_line=command), output)
+        if fmt != "concise" or output is not None:
+            console.print(result.summary_line(), soft_wrap=True, markup=False)
     if any(f.extra and dict(f.extra).get("internal_error") for f in result.findings) or book.errors:
         console.print("[yellow]some rules failed; see the internal-error findings above[/]")
-    if fail_on is not None:
-        threshold = Severity.parse(fail_on)
-        if result.at_or_above(threshold):
-            sys.exit(int(ExitCode.FINDINGS))
+    if failed:
+        sys.exit(int(code))
 
 
 COMMANDS = [diagnose_cmd]

@@ -7,13 +7,17 @@ from pathlib import Path
 import click
 from rich.text import Text
 
-from hlo_doctor.cli.common import console, handle_errors
-from hlo_doctor.cli.verify import print_report, progress_display
+from hlo_doctor.cli.common import console, examples, handle_errors
+from hlo_doctor.cli.progress import progress_bars
+from hlo_doctor.cli.verify import print_report
 from hlo_doctor.doctor import DoctorSettings, run_doctor
 from hlo_doctor.verify import DEFAULT_MAX_TOKENS, DEFAULT_ROUNDS, DEFAULT_TTFT_BOUND
 
 
-@click.command("doctor")
+@click.command("doctor", epilog=examples(
+    "hlo-doctor doctor                                      # profile, diagnose, fix a copy, verify: runs/doctor",
+    "hlo-doctor doctor --engine ~/src/engine --out runs/doctor-mine --rounds 5",
+))
 @click.option("--engine", type=click.Path(path_type=Path), help="Engine source tree [default: the bundled "
               "reference engine]. It is never modified: the fix goes to a copy.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs/doctor"), show_default=True,
@@ -46,7 +50,7 @@ def doctor_cmd(engine: Path | None, out_dir: Path, variant: str, rounds: int, ma
     settings = DoctorSettings(engine=engine, out_dir=out_dir, variant=variant, rounds=rounds,
                               max_tokens=max_tokens, batch=batch, vocab=vocab, profile_steps=profile_steps,
                               ttft_bound=ttft_bound)
-    with progress_display() as progress:
+    with progress_bars(keep=True, label_width=34) as progress:
         result = run_doctor(settings, progress=progress)
     d = result.diagnosis
     console.print(Text(f"found: {d.summary_line()}", style="bold"))

@@ -3,43 +3,32 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.cli.common import console, examples, handle_errors, output_option, write_output
+from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode, HloDoctorError
 from hlo_doctor.engines import checked_config, engine_source_dir, load_engine
 
 _STAGES = {"warmup": "warm-up (parameters + precompiled menu)", "prefill": "prefill", "decode": "decode"}
 
 
-@contextmanager
-def _progress() -> Iterator[Callable[[str, int, int], None]]:
-    """Rich progress on stderr, driven by the engine's ``progress(stage, done, total)`` callback."""
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
-        tasks: dict[str, Any] = {}
-
-        def update(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bar.add_task(_STAGES.get(stage, stage), total=max(total, 1))
-            bar.update(tasks[stage], completed=done, total=max(total, 1))
-
-        yield update
+JSON_SCHEMA = "hlo-doctor.engine-run/1"
 
 
-@click.group("engine")
+@click.group("engine", epilog=examples("hlo-doctor engine run --batch 8 --max-tokens 32"))
 def engine_group() -> None:
     """The bundled reference decode engine (a Gemma-shaped JAX decoder served like tpu-inference)."""
 
 
-@engine_group.command("run")
+@engine_group.command("run", epilog=examples(
+    "hlo-doctor engine run --batch 8 --max-tokens 32",
+    "hlo-doctor engine run --check-recompilation --format json -o run.json",
+))
 @click.option("--batch", type=int, default=64, show_default=True, help="Requests in the offline batch.")
 @click.option("--max-tokens", type=int, default=16, show_default=True, help="Tokens generated per request.")
 @click.option("--vocab", "vocab_size", type=int, default=256000, show_default=True, help="Vocabulary size.")
@@ -62,7 +51,7 @@ def engine_group() -> None:
               help="Engine source tree to run (default: the bundled engine).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="table: rich summary on stderr; json: machine output.")
-@click.option("--output", type=click.Path(path_type=Path), default=None, help="Write json here instead of stdout.")
+@output_option("Write the json to FILE instead of stdout ('-': stdout).")
 @handle_errors
 def run_cmd(engine_path: Path | None, fmt: str, output: Path | None, check_recompilation: bool,
             **fields: Any) -> None:
@@ -79,7 +68,7 @@ def run_cmd(engine_path: Path | None, fmt: str, output: Path | None, check_recom
         fields["check_recompilation"] = True
     config = checked_config(engine, **fields)
     try:
-        with _progress() as progress:
+        with progress_bars(_STAGES) as progress:
             result = engine.run_offline_batch(config, progress=progress)
     except engine.RecompilationError as exc:
         raise HloDoctorError(f"recompilation after warm-up: {exc}",
@@ -88,7 +77,7 @@ def run_cmd(engine_path: Path | None, fmt: str, output: Path | None, check_recom
     summary = result.summary()
     summary["engine_source"] = str(engine_source_dir(engine))
     if fmt == "json":
-        write_output(json.dumps(summary, indent=1) + "\n", output)
+        write_output(json.dumps({"schema": JSON_SCHEMA, **summary}, indent=1) + "\n", output)
         return
     _render(summary)
 

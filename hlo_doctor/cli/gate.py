@@ -7,21 +7,23 @@ from pathlib import Path
 import click
 from rich.text import Text
 
-from hlo_doctor.cli.common import console, handle_errors, write_output
-from hlo_doctor.core.errors import InputError
-from hlo_doctor.gate import (
-    GateResult,
-    Verdict,
-    gate,
-    render_json,
-    render_junit,
-    render_markdown,
-    render_text,
-    resolve_policy,
+from hlo_doctor.cli.common import (
+    FormatChoice,
+    console,
+    examples,
+    handle_errors,
+    in_github_actions,
+    output_option,
+    people_see_a_terminal,
+    write_output,
 )
+from hlo_doctor.cli.config import repository_root
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.gate import GateResult, Verdict, gate, resolve_policy
 from hlo_doctor.opstats import OpStats, load_opstats
+from hlo_doctor.render.gate import to_github, to_json, to_junit, to_markdown, to_text
 
-_RENDERERS = {"json": render_json, "md": render_markdown, "junit": render_junit, "table": render_text}
+_RENDERERS = {"json": to_json, "md": to_markdown, "junit": to_junit, "table": to_text}
 _STYLE = {
     "regressed": "bold red", "new: fails the gate": "bold red", "inconclusive": "yellow",
     "within noise": "dim", "not slower, within noise": "dim", "improved": "green", "vanished": "green", "new": "yellow",
@@ -45,7 +47,7 @@ def _print_result(result: GateResult, max_rows: int) -> None:
     Plain fixed-width lines (no wrapping table): CI logs are not terminals and must stay greppable.
     """
     colour = {Verdict.PASS: "green", Verdict.REGRESSION: "red", Verdict.INCONCLUSIVE: "yellow"}[result.verdict]
-    lines = render_text(result, max_rows=max_rows).splitlines()
+    lines = to_text(result, max_rows=max_rows, fit=people_see_a_terminal()).splitlines()
     console.print(Text(lines[0], style=f"bold {colour}"))
     for line in lines[1:]:
         style = ""
@@ -62,16 +64,21 @@ def _print_result(result: GateResult, max_rows: int) -> None:
                            "not shown", style="dim"))
 
 
-@click.command("gate")
+@click.command("gate", epilog=examples(
+    "hlo-doctor gate baseline/ runs/pr-123                  # verdict on stderr, exit 1 on a regression",
+    "hlo-doctor gate baseline/ runs/pr-123 --format junit -o gate.xml --md summary.md",
+    "hlo-doctor gate baseline/ runs/pr-123 --strict --max-step-regression 3 --ignore-op 'jit_init*'",
+))
 @click.argument("baseline", type=click.Path(path_type=Path))
 @click.argument("candidate", type=click.Path(path_type=Path))
 @click.option("--policy", "policy_file", type=click.Path(path_type=Path),
               help="TOML policy file. Default: [tool.hlo-doctor.gate] of the nearest pyproject.toml "
                    "(from the current directory up to the repository root), else built-in defaults.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "junit"]), default="table",
-              show_default=True, help="table: for people (stderr, or plain text to --output); "
-                                      "json / md / junit: on stdout or --output.")
-@click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the --format output to FILE.")
+@click.option("--format", "fmt", type=FormatChoice(["table", "github", "json", "md", "junit"], {"text": "table"}),
+              default=None, help="table: for people (stderr, or plain text to --output); github: workflow "
+                                 "annotations of the violations on stdout, the table on stderr (the default "
+                                 "under GITHUB_ACTIONS); json / md / junit: on stdout or --output.  [default: table]")
+@output_option()
 @click.option("--md", "md_file", type=click.Path(path_type=Path), help="Also write the Markdown summary to FILE.")
 @click.option("--json", "json_file", type=click.Path(path_type=Path), help="Also write the JSON verdict to FILE.")
 @click.option("--junit", "junit_file", type=click.Path(path_type=Path), help="Also write JUnit XML to FILE.")
@@ -87,9 +94,9 @@ def _print_result(result: GateResult, max_rows: int) -> None:
                    "fails (repeatable; replaces the policy's list).")
 @click.option("--new-op-min-bytes", "new_op_min_bytes", type=int, metavar="BYTES",
               help="A new op fails only when it writes at least this many bytes (new_op_min_bytes).")
-@click.option("--ignore", "ignore", multiple=True, metavar="GLOB",
-              help="Glob on canonical keys module|opcode|shape to leave out (repeatable; replaces the "
-                   "policy's list).")
+@click.option("--ignore-op", "--ignore", "ignore", multiple=True, metavar="GLOB",
+              help="Glob on canonical keys module|opcode|shape of ops to leave out (repeatable; replaces the "
+                   "policy's ignore list). --ignore is its old name.")
 @click.option("--alpha", "alpha", type=float, help="Significance level (alpha).")
 @click.option("--normalize-speed/--no-normalize-speed", "normalize_speed", default=None,
               help="Judge times relative to the machine speed of each capture (time-weighted median op ratio); "
@@ -97,10 +104,11 @@ def _print_result(result: GateResult, max_rows: int) -> None:
 @click.option("--noise-z", "noise_z", type=float, metavar="Z",
               help="A timing regression must exceed Z times the noise between the captures (noise_z; "
                    "0: off).")
-@click.option("--rows", "max_rows", type=int, default=20, show_default=True, help="Ops shown on the terminal.")
+@click.option("--top", "--rows", "max_rows", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Ops shown in the table (--rows: its old name).")
 @handle_errors
 def gate_cmd(
-    baseline: Path, candidate: Path, policy_file: Path | None, fmt: str, output: Path | None,
+    baseline: Path, candidate: Path, policy_file: Path | None, fmt: str | None, output: Path | None,
     md_file: Path | None, json_file: Path | None, junit_file: Path | None, strict: bool,
     max_step_regression_pct: float | None, max_op_regression_pct: float | None, op_floor_us: float | None,
     fail_on_new: tuple[str, ...], new_op_min_bytes: int | None, ignore: tuple[str, ...],
@@ -131,15 +139,28 @@ def gate_cmd(
     result = gate(base_stats, cand_stats, policy, strict=strict,
                   baseline_label=str(baseline), candidate_label=str(candidate))
 
-    for path, render in ((md_file, render_markdown), (json_file, render_json), (junit_file, render_junit)):
+    root = repository_root(Path.cwd())
+    fmt = fmt or ("github" if in_github_actions() and output is None else "table")
+
+    def render(kind: str) -> str:
+        if kind == "junit":
+            return to_junit(result, source_root=root)
+        if kind == "github":
+            return to_github(result, source_root=root)
+        return _RENDERERS[kind](result)
+
+    for path, kind in ((md_file, "md"), (json_file, "json"), (junit_file, "junit")):
         if path is not None:
-            write_output(render(result), path)
-    if fmt == "table":
+            write_output(render(kind), path)
+    if fmt == "github":
+        write_output(render(fmt), output)
+        _print_result(result, max_rows)  # a CI log is read by people too
+    elif fmt == "table":
         _print_result(result, max_rows)
         if output is not None:
-            write_output(render_text(result, max_rows=max_rows), output)
+            write_output(to_text(result, max_rows=max_rows), output)
     else:
-        write_output(_RENDERERS[fmt](result), output)
+        write_output(render(fmt), output)
         # The verdict and its reasons still go to the log.
         _print_result(result, 0)
     raise SystemExit(int(result.exit_code))

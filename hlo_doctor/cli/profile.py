@@ -4,45 +4,33 @@ existing capture)."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 import pandas as pd
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.console import Group, RenderableType
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.cli.common import (
+    console,
+    examples,
+    handle_errors,
+    output_option,
+    people_see_a_terminal,
+    plain_text,
+    print_wide,
+    write_output,
+)
+from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import InputError, NotAvailableError
+from hlo_doctor.core.format import fmt_bytes
 from hlo_doctor.opstats import OpStats, group_by_shape, load_opstats, to_csv, to_json
 
 _PHASES = {"warmup": "warm-up (untraced)", "capture": "capture (traced)", "analyze": "building the table"}
-
-
-@contextmanager
-def _progress() -> Iterator[Callable[[str, int, int], None]]:
-    """A rich progress display on stderr, driven by ``progress(phase, done, total)`` calls."""
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
-        tasks: dict[str, Any] = {}
-
-        def update(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(_PHASES.get(phase, phase), total=max(total, 1))
-            bar.update(tasks[phase], completed=done if total else 1, total=max(total, 1))
-
-        yield update
-
-
-def _fmt_bytes(n: Any) -> str:
-    value = float(n or 0)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
 
 
 def _short_source(source: str) -> str:
@@ -59,11 +47,14 @@ def header_line(stats: OpStats) -> str:
             f"modules · {len(stats.compile_events)} compile events in the traced window")
 
 
-def _render_table(stats: OpStats, top: int, group_by: str) -> None:
-    console.print(f"[bold]op stats[/] {stats.source_path}")
-    console.print(header_line(stats))
-    console.print("[dim]% of step = time per step / mean step wall time; XLA:CPU overlaps ops, so "
-                  "the column can sum past 100[/]")
+def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
+    """The table people read, with its header lines and notes; ``wide`` adds n, program, bytes, source."""
+    parts: list[RenderableType] = [
+        Text.from_markup(f"[bold]op stats[/] {escape(stats.source_path)}"),
+        Text(header_line(stats)),
+        Text("% of step = time per step / mean step wall time; XLA:CPU overlaps ops, so the column can sum "
+             "past 100", style="dim"),
+    ]
     if group_by == "shape":
         grouped = group_by_shape(stats.table).head(top)
         t = Table(show_lines=False, header_style="bold")
@@ -73,12 +64,9 @@ def _render_table(stats: OpStats, top: int, group_by: str) -> None:
             t.add_column(name, justify=justify)  # type: ignore[arg-type]
         for r in grouped.itertuples(index=False):
             t.add_row(str(r.rank), f"{r.pct_of_step:.1f}", f"{r.time_per_step_us:,.1f}", str(r.ops),
-                      str(r.opcode), str(r.category), str(r.shape), _fmt_bytes(r.bytes_accessed),
+                      str(r.opcode), str(r.category), str(r.shape), fmt_bytes(r.bytes_accessed),
                       str(r.modules))
-        console.print(t)
-        return
-    # A narrow terminal keeps the columns a person ranks by; csv/json always hold every column.
-    wide = console.width >= 140
+        return Group(*parts, t)
     columns = [("#", "right"), ("% step", "right"), ("µs/step", "right")]
     if wide:
         columns += [("n", "right"), ("program", "right")]
@@ -93,24 +81,22 @@ def _render_table(stats: OpStats, top: int, group_by: str) -> None:
         cells = {"#": str(r.rank), "% step": f"{r.pct_of_step:.1f}", "µs/step": f"{r.time_per_step_us:,.1f}",
                  "n": str(r.occurrences), "program": pid, "module": str(r.module), "op": str(r.op),
                  "category": str(r.category), "shape": str(r.shape),
-                 "bytes": _fmt_bytes(r.bytes_accessed), "source": _short_source(str(r.source))}
+                 "bytes": fmt_bytes(r.bytes_accessed), "source": _short_source(str(r.source))}
         t.add_row(*(cells[name] for name, _ in columns))
-    console.print(t)
+    parts.append(t)
     if len(stats.table) > top:
-        console.print(f"[dim]{len(stats.table) - top} more rows: --top N, or --format csv/json[/]")
-    for w in stats.warnings:
-        console.print(f"[yellow]note:[/] {w}")
-
-
-def _check_output(fmt: str, output: Path | None) -> None:
-    if output is not None and fmt == "table":
-        raise InputError("--output writes machine output: the table format is for the terminal",
-                         "add --format json or --format csv")
+        parts.append(Text(f"{len(stats.table) - top} more rows: --top N, or --format csv/json", style="dim"))
+    parts.extend(Text.from_markup(f"[yellow]note:[/] {escape(w)}") for w in stats.warnings)
+    return Group(*parts)
 
 
 def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None) -> None:
+    if fmt == "table" and output is not None:
+        write_output(plain_text(_table(stats, top, group_by, wide=True)), output)
+        return
     if fmt == "table":
-        _render_table(stats, top, group_by)
+        # A narrow terminal keeps the columns a person ranks by; a pipe or a log gets every column, unfolded.
+        print_wide(_table(stats, top, group_by, wide=console.width >= 140 or not people_see_a_terminal()))
         return
     if fmt == "csv":
         table = group_by_shape(stats.table) if group_by == "shape" else stats.table
@@ -123,11 +109,11 @@ _COMMON = [
     click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
                  help="Rows of the printed table (json/csv hold every row)."),
     click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
-                 show_default=True, help="table: rich table on stderr; json/csv: machine output."),
+                 show_default=True, help="table: for people on stderr (every column, unfolded, off a terminal); "
+                                         "json/csv: machine output on stdout or --output."),
     click.option("--group-by", type=click.Choice(["op", "shape"]), default="op", show_default=True,
                  help="shape: aggregate rows that share (opcode, shape)."),
-    click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                 help="Write json/csv here instead of stdout."),
+    output_option("Write the --format output to FILE ('-': stdout; table: plain text, every column)."),
 ]
 
 
@@ -166,7 +152,11 @@ def _engine_target(engine_path: Path | None, overrides: dict[str, Any]) -> Any:
     return engines.engine_target(eng, config, "engine" + (f":{engine_path}" if engine_path is not None else ""))
 
 
-@click.command("profile")
+@click.command("profile", epilog=examples(
+    "hlo-doctor profile --out runs/decode                   # the bundled reference engine",
+    "hlo-doctor profile my_model.py:step --steps 20 --out runs/mine",
+    "hlo-doctor profile --attach localhost:9999 --duration-ms 3000 --format json -o stats.json",
+))
 @click.argument("target", required=False)
 @click.option("--steps", type=int, default=10, show_default=True, help="Traced steps.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Untraced steps before the trace.")
@@ -205,14 +195,13 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
         resolve_target,
     )
 
-    _check_output(fmt, output)
     out_dir = out if out is not None else default_run_dir()
     if attach is None:
         keep_gpu_ops_visible()
     if attach is not None:
         if target is not None:
             raise InputError("TARGET and --attach both given", "pass one of them")
-        with _progress() as progress:
+        with progress_bars(_PHASES) as progress:
             run_dir, stats = attach_run(attach, duration_ms=duration_ms, out_dir=out_dir, progress=progress)
     else:
         config: dict[str, Any] = {}
@@ -227,14 +216,18 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
             engine_target = _engine_target(engine_path, {"batch": batch, "vocab": vocab, "layers": layers})
             step_fn, name, config, warmup_fn = (engine_target.step, engine_target.name, engine_target.metadata,
                                                 engine_target.warmup)
-        with _progress() as progress:
+        with progress_bars(_PHASES) as progress:
             run_dir, stats = capture_run(step_fn, steps=steps, warmup=warmup, out_dir=out_dir, target=name,
                                          config=config, warmup_fn=warmup_fn, progress=progress)
     console.print(f"wrote {run_dir} (open it with: xprof --logdir {run_dir})")
     _emit(stats, fmt, top, group_by, output)
 
 
-@click.command("stats")
+@click.command("stats", epilog=examples(
+    "hlo-doctor stats runs/decode --top 10",
+    "hlo-doctor stats runs/decode --format csv -o ops.csv",
+    "hlo-doctor stats runs/decode --group-by shape | cat    # every column, unfolded",
+))
 @click.argument("source", type=click.Path(path_type=Path))
 @_common
 @handle_errors
@@ -245,7 +238,6 @@ def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | No
     plugins/profile/<run>/*.xplane.pb from one or several hosts), an .xplane.pb file, or an
     opstats.json export.
     """
-    _check_output(fmt, output)
     stats = load_opstats(source)
     _emit(stats, fmt, top, group_by, output)
 

@@ -9,9 +9,18 @@ import click
 from rich.markdown import Markdown
 from rich.table import Table
 
-from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.cli.common import (
+    FormatChoice,
+    console,
+    examples,
+    handle_errors,
+    output_option,
+    plain_text,
+    print_wide,
+    write_output,
+)
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.rulebook import LoadedRule, RuleBook, load_rulebook
+from hlo_doctor.lint import LoadedRule, RuleBook, load_rulebook
 
 _RULES_OPTION = click.option("--rules", "rules_dirs", multiple=True, type=click.Path(path_type=Path),
                              help="Also load the rule files of this folder; repeatable.")
@@ -29,12 +38,21 @@ def _print_errors(book: RuleBook) -> None:
         console.print(f"[bold red]rule file not loaded:[/] {e.path}: {e.reason}", soft_wrap=True)
 
 
-@click.group("rules", invoke_without_command=True)
+JSON_SCHEMA = "hlo-doctor.rules/1"
+
+
+@click.group("rules", invoke_without_command=True, epilog=examples(
+    "hlo-doctor rules                                       # the table",
+    "hlo-doctor rules --format json -o rules.json",
+    "hlo-doctor rules explain HD002",
+))
 @_RULES_OPTION
-@click.option("--format", "fmt", type=click.Choice(["rich", "json", "md"]), default="rich", show_default=True)
+@click.option("--format", "fmt", type=FormatChoice(["table", "json", "md"], {"rich": "table"}), default="table",
+              show_default=True, help="table: for people on stderr; json/md: on stdout or --output.")
+@output_option()
 @click.pass_context
 @handle_errors
-def rules_cmd(ctx: click.Context, rules_dirs: tuple[Path, ...], fmt: str) -> None:
+def rules_cmd(ctx: click.Context, rules_dirs: tuple[Path, ...], fmt: str, output: Path | None) -> None:
     """List the rules (bundled, plus those of --rules folders). 'rules explain CODE' shows one."""
     ctx.obj = rules_dirs
     if ctx.invoked_subcommand is not None:
@@ -42,13 +60,13 @@ def rules_cmd(ctx: click.Context, rules_dirs: tuple[Path, ...], fmt: str) -> Non
     book = load_rulebook(rules_dirs)
     rows = [_row(r) for r in book.rules]
     if fmt == "json":
-        write_output(json.dumps({"rules": rows, "errors": [{"path": str(e.path), "reason": e.reason}
-                                                           for e in book.errors]}, indent=1) + "\n", None)
+        write_output(json.dumps({"schema": JSON_SCHEMA, "rules": rows, "errors": [{"path": str(e.path), "reason": e.reason}
+                                                           for e in book.errors]}, indent=1) + "\n", output)
     elif fmt == "md":
         lines = ["| Code | Name | Severity | Requires | Fix | What it flags |", "|---|---|---|---|---|---|"]
         lines += [f"| {r['code']} | `{r['name']}` | {r['severity']} | {', '.join(r['requires'])} "  # type: ignore[arg-type]
                   f"| {r['fix'] or '-'} | {r['summary']} |" for r in rows]
-        write_output("\n".join(lines) + "\n", None)
+        write_output("\n".join(lines) + "\n", output)
     else:
         t = Table(header_style="bold")
         for col in ("code", "name", "severity", "requires", "fix"):
@@ -57,11 +75,14 @@ def rules_cmd(ctx: click.Context, rules_dirs: tuple[Path, ...], fmt: str) -> Non
         for r in book.rules:
             t.add_row(r.code, r.rule.name, str(r.rule.severity), ", ".join(r.rule.requires),
                       r.rule.fix or "-", r.rule.summary().replace("``", "") + ("" if r.bundled else f" [dim]({r.path})[/]"))
-        console.print(t)
+        if output is not None:
+            write_output(plain_text(t), output)
+        else:
+            print_wide(t)
     _print_errors(book)
 
 
-@rules_cmd.command("explain")
+@rules_cmd.command("explain", epilog=examples("hlo-doctor rules explain HD002", "hlo-doctor rules --rules my_rules explain HD101"))
 @click.argument("code")
 @_RULES_OPTION
 @click.pass_context
@@ -80,8 +101,8 @@ def explain_cmd(ctx: click.Context, code: str, rules_dirs: tuple[Path, ...]) -> 
     for title, body in cls.doc_sections().items():
         md += [f"## {title}", "", body, ""]
     md += ["## Examples (each is a test)", ""]
-    for kind, examples in (("valid (no finding)", cls.VALID), ("invalid", cls.INVALID)):
-        for e in examples:
+    for kind, cases in (("valid (no finding)", cls.VALID), ("invalid", cls.INVALID)):
+        for e in cases:
             expect = f" -> {', '.join(e.expect)}" if e.expect else ""
             md.append(f"- {kind}: {e.note or 'example'}{expect}")
     console.print(Markdown("\n".join(md)))

@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from hlo_doctor.cli.common import console, handle_errors, write_output
+from hlo_doctor.cli.common import console, examples, handle_errors, write_output
+from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode, InputError
-from hlo_doctor.render.verify import (
-    fmt_us,
-    metric_rows,
-    render_json,
-    render_markdown,
-    render_target_json,
-    render_target_markdown,
-)
+from hlo_doctor.core.format import fmt_ms as fmt_us
+from hlo_doctor.render.verify import metric_rows, target_to_json, target_to_markdown
+from hlo_doctor.render.verify import to_json as render_json
+from hlo_doctor.render.verify import to_markdown as render_markdown
 from hlo_doctor.verify import (
     DEFAULT_ALPHA,
     DEFAULT_MAX_TOKENS,
@@ -32,23 +26,6 @@ from hlo_doctor.verify import (
     VerifySettings,
     run_verify,
 )
-
-
-@contextmanager
-def progress_display() -> Iterator[Callable[[str, int, int], None]]:
-    """A rich progress display on stderr driven by ``progress(stage, done, total)``."""
-    with Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def update(stage: str, done: int, total: int) -> None:
-            # Warm-up and profile stages get one bar each; measured rounds share one bar.
-            key = stage
-            if key not in tasks:
-                tasks[key] = bar.add_task(stage, total=max(total, 1))
-            bar.update(tasks[key], completed=done, total=max(total, 1))
-
-        yield update
 
 
 def print_report(report: VerifyReport) -> None:
@@ -93,7 +70,11 @@ def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
     return json_path, md_path
 
 
-@click.command("verify")
+@click.command("verify", epilog=examples(
+    "hlo-doctor verify --fix bf16-greedy-sampler --rounds 5",
+    "hlo-doctor verify --baseline ~/src/engine --treatment ~/src/engine-fixed --format md -o verify.md",
+    "hlo-doctor verify --target ./tpu_inference-0.24.0 --bench 'vllm bench throughput ... --output-json {out}'",
+))
 @click.option("--fix", "fix", metavar="FIX", help="Bundled fix to verify (bf16-greedy-sampler): the treatment is "
               "a temporary patched copy of the baseline.")
 @click.option("--variant", type=click.Choice(["full", "upstream"]), default="full", show_default=True,
@@ -179,7 +160,7 @@ def verify_cmd(fix: str | None, variant: str, baseline: Path | None, treatment: 
         max_tokens=max_tokens, vocab=vocab, logprobs=logprobs, ttft_bound=ttft_bound, min_effect=min_effect,
         alpha=alpha, require_improvement=require_improvement, out_dir=out_dir, baseline_run=baseline_run,
     )
-    with progress_display() as progress:
+    with progress_bars(keep=True, label_width=34) as progress:
         report = run_verify(settings, progress=progress)
     print_report(report)
     if out_dir is not None:
@@ -215,7 +196,7 @@ def _verify_tree(*, target: Path | None, fix: str | None, variant: str, baseline
         target=target or baseline or shipped_engine_dir(), treatment=treatment, fix=fix or "bf16-greedy-sampler",
         variant=variant, batch=batch or 16, vocab=vocab or 2048, bench=bench, bench_metrics=parse_metrics(bench_metrics),
         out_dir=out_dir, **rest)
-    with progress_display() as progress, workspace(out_dir) as work:
+    with progress_bars(keep=True, label_width=34) as progress, workspace(out_dir) as work:
         report = run_target(settings, work, progress=progress)
         status = "PASS" if report.passed else "FAIL"
         console.print(Text(f"verify: {status} ({report.verdict})", style=f"bold {'green' if report.passed else 'red'}"),
@@ -236,14 +217,14 @@ def _verify_tree(*, target: Path | None, fix: str | None, variant: str, baseline
         for note in report.notes:
             console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
         if out_dir is not None:
-            (out_dir / "verify.json").write_text(render_target_json(report))
-            (out_dir / "verify.md").write_text(render_target_markdown(report))
+            (out_dir / "verify.json").write_text(target_to_json(report))
+            (out_dir / "verify.md").write_text(target_to_markdown(report))
             if report.fix_diff:
                 (out_dir / "fix.diff").write_text(report.fix_diff)
     if fmt == "json":
-        write_output(render_target_json(report), output)
+        write_output(target_to_json(report), output)
     elif fmt == "md" or output is not None:
-        write_output(render_target_markdown(report), output)
+        write_output(target_to_markdown(report), output)
     raise SystemExit(int(ExitCode.OK if report.passed else ExitCode.FINDINGS))
 
 

@@ -6,6 +6,7 @@ pandas table) in :mod:`hlo_doctor.opstats`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -86,3 +87,7 @@ class RunInfo:
     created: str = ""
     versions: tuple[tuple[str, str], ...] = ()
     config: tuple[tuple[str, Any], ...] = ()
+
+
+ProgressFn = Callable[[str, int, int], None]
+"""``progress(stage, done, total)``: what a long stage calls as it advances (the CLI draws it)."""

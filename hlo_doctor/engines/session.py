@@ -17,10 +17,9 @@ from types import ModuleType
 from typing import Any
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.model import ProgressFn
 
 __all__ = ["EngineTarget", "capture_engine", "checked_config", "config_fields", "engine_config", "engine_target"]
-
-ProgressFn = Callable[[str, int, int], None]
 
 
 def config_fields(engine: ModuleType) -> frozenset[str]:

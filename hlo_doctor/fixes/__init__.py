@@ -15,22 +15,44 @@ raises :class:`hlo_doctor.core.errors.InputError` with one line, and nothing is 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import os
 import shutil
 from pathlib import Path
-from typing import Protocol
 
 from hlo_doctor import __version__
 from hlo_doctor.core.errors import HloDoctorError, InputError
-from hlo_doctor.fixes.bf16_greedy_sampler import Bf16GreedySampler, Plan
-from hlo_doctor.fixes.results import ElementStatus, FixApplied, FixRefused, FixResult, FixSkipped
+from hlo_doctor.fixes.base import (
+    ElementStatus,
+    Fix,
+    FixApplied,
+    FixOutcome,
+    FixRefused,
+    FixResult,
+    FixSkipped,
+    OutcomeFields,
+    Plan,
+)
+from hlo_doctor.fixes.bf16_greedy_sampler import Bf16GreedySampler
+from hlo_doctor.fixes.journal import Journal
+from hlo_doctor.fixes.safe_io import target_lock
 from hlo_doctor.fixes.targets import Target, detect_target
-from hlo_doctor.fixes.transaction import manifest_path, read_manifest, revert_files, write_files
+from hlo_doctor.fixes.transaction import (
+    FileChange,
+    manifest_path,
+    read_manifest,
+    read_target,
+    recover,
+    revert_files,
+    write_files,
+)
 
 __all__ = [
     "ElementStatus",
     "Fix",
     "FixApplied",
+    "FixOutcome",
     "FixRefused",
     "FixResult",
     "FixSkipped",
@@ -43,18 +65,6 @@ __all__ = [
     "revert_fix",
 ]
 # `apply_fix`, `revert_fix` and `patched_copy` take ``str`` paths as well as ``Path``.
-
-
-class Fix(Protocol):
-    """A bundled fix: an id, a title, its variants and a planner over a detected target."""
-
-    fix_id: str
-    title: str
-    variants: tuple[str, ...]
-
-    def plan(self, target: Target, sources: dict[str, str], variant: str) -> Plan:
-        """Analyse ``sources`` (role -> text) and compute the patched texts for ``variant``."""
-        ...
 
 
 _REGISTRY: dict[str, Fix] = {fix.fix_id: fix for fix in (Bf16GreedySampler(),)}
@@ -73,11 +83,16 @@ def get_fix(fix_id: str) -> Fix:
         raise InputError(f"unknown fix '{fix_id}'", f"available: {', '.join(available_fixes())}") from None
 
 
+def _allowed(target: Target) -> set[str]:
+    """The paths (relative to the root) of the files the fix edits: all a manifest may name."""
+    return {target.rel(path) for _, path in target.files}
+
+
 def _read_sources(target: Target) -> dict[str, str]:
     sources: dict[str, str] = {}
     for role, path in target.files:
         try:
-            sources[role] = path.read_bytes().decode("utf-8")
+            sources[role] = read_target(target.root, target.rel(path)).decode("utf-8")
         except OSError as exc:
             raise InputError(f"cannot read {path} ({exc.strerror})", "check the permissions of the target") from exc
         except UnicodeDecodeError as exc:
@@ -92,31 +107,36 @@ def _unified_diff(target: Target, path: Path, old: str, new: str) -> str:
     )
 
 
-def _half_fixed_diagnosis(plan: Plan, variant: str) -> str:
-    states = {e.element: e.state for e in plan.elements}
-    done, pending = set(plan.done), set(plan.pending)
-    if states.get("runner.eager_widening") == "fixed" and states.get("precompile.sampling_dtype") == "original":
-        lead = (
-            "half-fixed: the runner's eager float32 widening is gone but the precompile menu is still keyed on "
-            "float32, so every decode step misses the precompiled sample() and compiles at run time "
-            "(the by-hand attempt on 0.24.0: throughput -26%, batch TTFT x4.4)"
+def _judge(fix: Fix, tree: Target, plan: Plan, variant: str, complete: bool) -> FixSkipped | FixRefused | None:
+    """Why the plan is not applied (a skip or a refusal), or None when it is to be applied."""
+    common: OutcomeFields = {
+        "target_kind": tree.kind, "release": tree.release, "fix_id": fix.fix_id, "elements": plan.elements,
+    }
+    if plan.unfinishable:
+        return FixRefused(reason=plan.unfinishable, missing_anchors=plan.missing, kind="half-fixed", **common)
+    if plan.not_affected:
+        return FixSkipped(reason=f"not affected: {plan.not_affected}", kind="not-affected", **common)
+    if plan.missing:
+        return FixRefused(
+            reason=f"the code does not match the fix: {len(plan.missing)} anchor(s) not found; nothing was changed",
+            missing_anchors=plan.missing,
+            kind="anchors-missing",
+            **common,
         )
-    elif states.get("runner.eager_widening") == "original" and states.get("precompile.sampling_dtype") == "fixed":
-        lead = (
-            "half-fixed: the precompile menu is keyed on the model dtype but the runner still widens to float32 "
-            "before sample(), so every decode step misses the precompiled sample()"
+    if plan.unsafe:
+        return FixRefused(
+            reason="the full variant returns no logits from sample() without logprobs, but: " + "; ".join(plan.unsafe)
+            + " - use --variant upstream",
+            kind="unsafe",
+            **common,
         )
-    elif variant == "full" and pending == {"sampler.logprobs_gated_output"}:
-        lead = (
-            "the upstream variant is applied; the full variant also drops the float32 logits output of sample() "
-            "when logprobs are off"
-        )
-    else:
-        lead = "half-fixed: some elements of the fix are present and others are not"
-    return (
-        f"{lead}. Present: {', '.join(sorted(done)) or 'none'}; missing: {', '.join(sorted(pending))}. "
-        "Run again with --complete to finish it."
-    )
+    if not plan.pending:
+        applied_by = read_manifest(tree.root, fix.fix_id)
+        how = f" (by hlo-doctor, variant {applied_by.get('variant')})" if applied_by else ""
+        return FixSkipped(reason=f"already applied{how}: every element of the {variant} variant is present", **common)
+    if plan.done and not complete and not plan.upgrade:
+        return FixRefused(reason=fix.explain_half_fixed(plan, variant), kind="half-fixed", **common)
+    return None
 
 
 def apply_fix(
@@ -137,63 +157,56 @@ def apply_fix(
     if variant not in fix.variants:
         raise InputError(f"unknown variant '{variant}' for {fix_id}", f"choose one of: {', '.join(fix.variants)}")
     tree = detect_target(Path(target))
+    if dry_run:
+        if Journal.load(tree.root, fix_id, _allowed(tree)) is not None:
+            raise InputError(f"an interrupted hlo-doctor run left a journal in {tree.root}",
+                             "run apply-fix without --dry-run (or --revert) first: it finishes or rolls it back")
+        return _apply(fix, tree, variant, dry_run=True, complete=complete)
+    with target_lock(tree.root):
+        recovered = recover(tree.root, fix_id, _allowed(tree))
+        result = _apply(fix, tree, variant, dry_run=False, complete=complete)
+    return dataclasses.replace(result, recovered=recovered) if recovered else result
+
+
+def _apply(fix: Fix, tree: Target, variant: str, *, dry_run: bool, complete: bool) -> FixResult:
     sources = _read_sources(tree)
     plan = fix.plan(tree, sources, variant)
-    common = {"target_kind": tree.kind, "release": tree.release, "fix_id": fix_id, "elements": plan.elements}
-    if plan.unfinishable:
-        return FixRefused(plan.unfinishable, missing_anchors=plan.missing, kind="half-fixed", **common)  # type: ignore[arg-type]
-    if plan.not_affected:
-        return FixSkipped(f"not affected: {plan.not_affected}", kind="not-affected", **common)  # type: ignore[arg-type]
-    if plan.missing:
-        return FixRefused(
-            f"the code does not match the fix: {len(plan.missing)} anchor(s) not found; nothing was changed",
-            missing_anchors=plan.missing,
-            kind="anchors-missing",
-            **common,  # type: ignore[arg-type]
-        )
-    if plan.unsafe:
-        return FixRefused(
-            "the full variant returns no logits from sample() without logprobs, but: " + "; ".join(plan.unsafe)
-            + " - use --variant upstream",
-            kind="unsafe",
-            **common,  # type: ignore[arg-type]
-        )
-    if not plan.pending:
-        applied_by = read_manifest(tree.root, fix_id)
-        how = f" (by hlo-doctor, variant {applied_by.get('variant')})" if applied_by else ""
-        return FixSkipped(f"already applied{how}: every element of the {variant} variant is present", **common)  # type: ignore[arg-type]
-    half_fixed = bool(plan.done)
-    if half_fixed and not complete:
-        return FixRefused(_half_fixed_diagnosis(plan, variant), kind="half-fixed", **common)  # type: ignore[arg-type]
+    verdict = _judge(fix, tree, plan, variant, complete)
+    if verdict is not None:
+        return verdict
+    half_fixed = bool(plan.done) and not plan.upgrade
 
     paths = dict(tree.files)
-    changes: dict[Path, tuple[bytes, bytes]] = {}
+    changes: list[FileChange] = []
     diffs: list[str] = []
     for role, new_text in plan.new_sources:
         old_text = sources[role]
         if new_text == old_text:
             continue
         path = paths[role]
-        changes[path] = (old_text.encode("utf-8"), new_text.encode("utf-8"))
+        mode = os.stat(path, follow_symlinks=False).st_mode
+        changes.append(FileChange(tree.rel(path), old_text.encode("utf-8"), new_text.encode("utf-8"), mode))
         diffs.append(_unified_diff(tree, path, old_text, new_text))
-    notes = plan.notes + (("completed a half-fixed tree",) if half_fixed else ())
-    result_common = {
-        "files": tuple(changes),
-        "diff": "".join(diffs),
-        "target_kind": tree.kind,
-        "release": tree.release,
-        "fix_id": fix_id,
-        "variant": variant,
-        "completed_partial": half_fixed,
-        "elements": plan.elements,
-        "notes": notes,
-        "applied": plan.pending,
-    }
+    notes = plan.notes + (("completed a half-fixed tree",) if half_fixed else ()) + ((plan.upgrade,) if plan.upgrade else ())
+    applied = FixApplied(
+        files=tuple(tree.root / c.rel for c in changes),
+        diff="".join(diffs),
+        manifest_path=None,
+        target_kind=tree.kind,
+        release=tree.release,
+        fix_id=fix.fix_id,
+        variant=variant,
+        completed_partial=half_fixed,
+        elements=plan.elements,
+        notes=notes,
+        applied=plan.pending,
+        dry_run=dry_run,
+    )
     if dry_run:
-        return FixApplied(manifest_path=None, dry_run=True, **result_common)  # type: ignore[arg-type]
+        return applied
     manifest = write_files(
         tree.root,
-        fix_id,
+        fix.fix_id,
         changes,
         {
             "tool": f"hlo-doctor {__version__}",
@@ -202,29 +215,40 @@ def apply_fix(
             "release": tree.release,
             "elements_applied": list(plan.pending),
         },
+        _allowed(tree),
     )
-    return FixApplied(manifest_path=manifest, **result_common)  # type: ignore[arg-type]
+    return dataclasses.replace(applied, manifest_path=manifest)
 
 
 def revert_fix(fix_id: str, target: Path) -> FixResult:
     """Put back the exact original bytes recorded by an earlier :func:`apply_fix` on ``target``."""
     get_fix(fix_id)
     tree = detect_target(Path(target))
-    manifest = read_manifest(tree.root, fix_id)
-    common = {"target_kind": tree.kind, "release": tree.release, "fix_id": fix_id}
+    with target_lock(tree.root):
+        recovered = recover(tree.root, fix_id, _allowed(tree))
+        result = _revert(fix_id, tree)
+    return dataclasses.replace(result, recovered=recovered) if recovered else result
+
+
+def _revert(fix_id: str, tree: Target) -> FixResult:
+    manifest = read_manifest(tree.root, fix_id, _allowed(tree))
+    common: OutcomeFields = {"target_kind": tree.kind, "release": tree.release, "fix_id": fix_id}
     if manifest is None:
         return FixSkipped(
-            f"nothing to revert: no manifest at {manifest_path(tree.root, fix_id)}",
+            reason=f"nothing to revert: no manifest at {manifest_path(tree.root, fix_id)}",
             kind="nothing-to-revert",
-            **common,  # type: ignore[arg-type]
+            **common,
         )
-    before = {tree.root / e["path"]: (tree.root / e["path"]).read_text(encoding="utf-8") for e in manifest["files"]}
-    restored, problems = revert_files(tree.root, fix_id, manifest)
+    restored, problems, before = revert_files(tree.root, fix_id, manifest)
     if problems:
-        return FixRefused("cannot revert, nothing was changed: " + "; ".join(problems), kind="modified", **common)  # type: ignore[arg-type]
-    diff = "".join(_unified_diff(tree, p, before[p], p.read_text(encoding="utf-8")) for p in restored)
+        return FixRefused(reason="cannot revert, nothing was changed: " + "; ".join(problems), kind="modified", **common)
+    diff = "".join(
+        _unified_diff(tree, tree.root / rel, before[rel].decode("utf-8", "replace"),
+                      read_target(tree.root, rel).decode("utf-8", "replace"))
+        for rel in restored
+    )
     return FixApplied(
-        files=tuple(restored),
+        files=tuple(tree.root / rel for rel in restored),
         diff=diff,
         manifest_path=None,
         target_kind=tree.kind,

@@ -10,19 +10,26 @@ import re
 from collections.abc import Iterator, Mapping
 
 import libcst as cst
+import libcst.matchers as m
+from libcst.helpers import get_full_name_for_node
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 FLOAT32_NAMES = frozenset({"jnp.float32", "jax.numpy.float32", "np.float32", "numpy.float32"})
 
+# `x = <anything>` with one plain name as the only target.
+_NAME_ASSIGN = m.Assign(targets=[m.AssignTarget(target=m.Name())])
+# `<expr>.astype(<first arg>, ...)`.
+_ASTYPE_CALL = m.Call(func=m.Attribute(attr=m.Name("astype")), args=[m.Arg(), m.ZeroOrMore()])
+
 
 def dotted(expr: cst.BaseExpression | None) -> str | None:
-    """``a.b.c`` for a Name/Attribute chain, else None."""
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        head = dotted(expr.value)
-        return f"{head}.{expr.attr.value}" if head is not None else None
-    return None
+    """``a.b.c`` for a plain Name/Attribute chain, else None (a call or subscript in the chain is not a name)."""
+    node = expr
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    if not isinstance(node, cst.Name) or expr is None:
+        return None
+    return get_full_name_for_node(expr)
 
 
 def is_float32(expr: cst.BaseExpression | None) -> bool:
@@ -30,30 +37,35 @@ def is_float32(expr: cst.BaseExpression | None) -> bool:
     return dotted(expr) in FLOAT32_NAMES
 
 
+def is_call_to(node: cst.CSTNode, names: str | tuple[str, ...], *, min_positional: int = 0) -> bool:
+    """Whether ``node`` calls one of ``names`` (dotted) with at least ``min_positional`` positional args."""
+    wanted = (names,) if isinstance(names, str) else names
+    return isinstance(node, cst.Call) and dotted(node.func) in wanted and len(positional_args(node)) >= min_positional
+
+
 def single_assign(stmt: cst.CSTNode) -> cst.Assign | None:
     """The ``Assign`` of a one-statement line, else None."""
-    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
-        return stmt.body[0]
+    if isinstance(stmt, cst.SimpleStatementLine) and m.matches(stmt, m.SimpleStatementLine(body=[m.Assign()])):
+        return cst.ensure_type(stmt.body[0], cst.Assign)
     return None
 
 
 def assigned_name(assign: cst.Assign) -> str | None:
     """The single plain name assigned by ``assign`` (``x = ...``), else None."""
-    if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
-        return assign.targets[0].target.value
+    if m.matches(assign, _NAME_ASSIGN):
+        return cst.ensure_type(assign.targets[0].target, cst.Name).value
     return None
 
 
 def widening_of(stmt: cst.CSTNode) -> str | None:
     """``x`` when ``stmt`` is ``x = x.astype(<float32>)``, the widening convert; else None."""
     assign = single_assign(stmt)
-    if assign is None:
+    if assign is None or not m.matches(assign.value, _ASTYPE_CALL):
         return None
     name = assigned_name(assign)
-    call = assign.value
-    if name is None or not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
-        return None
-    if call.func.attr.value != "astype" or dotted(call.func.value) != name or not call.args:
+    call = cst.ensure_type(assign.value, cst.Call)
+    receiver = cst.ensure_type(call.func, cst.Attribute).value
+    if name is None or dotted(receiver) != name:
         return None
     return name if is_float32(call.args[0].value) else None
 
@@ -65,60 +77,31 @@ def positional_args(call: cst.Call) -> list[cst.Arg]:
 
 def find_function(module: cst.Module, name: str, *, method: bool) -> cst.FunctionDef | None:
     """The first function ``name``: a method of any top-level class, or a top-level function."""
+    wanted = m.FunctionDef(name=m.Name(name))
     for stmt in module.body:
         if method and isinstance(stmt, cst.ClassDef):
             for inner in stmt.body.body:
-                if isinstance(inner, cst.FunctionDef) and inner.name.value == name:
-                    return inner
-        if not method and isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:
-            return stmt
+                if m.matches(inner, wanted):
+                    return cst.ensure_type(inner, cst.FunctionDef)
+        if not method and m.matches(stmt, wanted):
+            return cst.ensure_type(stmt, cst.FunctionDef)
     return None
 
 
 def iter_blocks(node: cst.CSTNode) -> Iterator[cst.IndentedBlock]:
     """Every indented block under ``node``, outermost first."""
-
-    class _Collector(cst.CSTVisitor):
-        def __init__(self) -> None:
-            self.blocks: list[cst.IndentedBlock] = []
-
-        def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-            self.blocks.append(node)
-
-    collector = _Collector()
-    node.visit(collector)
-    yield from collector.blocks
+    for block in m.findall(node, m.IndentedBlock()):
+        yield cst.ensure_type(block, cst.IndentedBlock)
 
 
 def contains(node: cst.CSTNode, target: cst.CSTNode) -> bool:
     """Whether ``target`` (by identity) is ``node`` or lies under it."""
-
-    class _Finder(cst.CSTVisitor):
-        found = False
-
-        def on_visit(self, n: cst.CSTNode) -> bool:
-            if n is target:
-                self.found = True
-            return not self.found
-
-    finder = _Finder()
-    node.visit(finder)
-    return finder.found
+    return node is target or bool(m.findall(node, m.MatchIfTrue(lambda n: n is target)))
 
 
 def calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    """Every call expression under ``node``."""
-
-    class _Calls(cst.CSTVisitor):
-        def __init__(self) -> None:
-            self.calls: list[cst.Call] = []
-
-        def visit_Call(self, n: cst.Call) -> None:
-            self.calls.append(n)
-
-    visitor = _Calls()
-    node.visit(visitor)
-    return visitor.calls
+    """Every call expression under ``node``, in source order."""
+    return [cst.ensure_type(c, cst.Call) for c in m.findall(node, m.Call())]
 
 
 class Located:

@@ -130,13 +130,21 @@ def _is_tpu_inference_package(path: Path) -> bool:
     return path.name == "tpu_inference" and all((path / rel).is_file() for rel in _TPU_INFERENCE_FILES.values())
 
 
+def _text(path: Path) -> str:
+    """The text of ``path``; a file that is not UTF-8 is an :class:`InputError` (exit 2), not a crash."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text", "the target does not look like Python source; nothing was changed") from exc
+
+
 def _is_engine_package(path: Path) -> bool:
     if not all((path / rel).is_file() for rel in _ENGINE_FILES.values()):
         return False
     # A tpu-inference runner directory also has a compilation_manager.py; the engine is told apart
     # by its runner defining the sampling step and the package naming itself.
     try:
-        runner = (path / "runner.py").read_text(encoding="utf-8")
+        runner = _text(path / "runner.py")
     except OSError:
         return False
     return "_sample_from_logits" in runner and not (path / "tpu_runner.py").exists()
@@ -150,7 +158,7 @@ def _find_dist_info(folder: Path) -> Path | None:
 def _release_from_metadata(dist_info: Path) -> str:
     metadata = dist_info / "METADATA"
     try:
-        message = email.parser.Parser().parsestr(metadata.read_text(encoding="utf-8"), headersonly=True)
+        message = email.parser.Parser().parsestr(_text(metadata), headersonly=True)
     except OSError:
         message = None
     if message is not None and message.get("Version"):
@@ -163,7 +171,7 @@ def _release_from_checkout(checkout: Path) -> str:
     pyproject = checkout / "pyproject.toml"
     if pyproject.is_file():
         try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+            data = tomllib.loads(_text(pyproject))
             version = data.get("project", {}).get("version")
             if isinstance(version, str):
                 return version
@@ -172,7 +180,7 @@ def _release_from_checkout(checkout: Path) -> str:
     for rel in ("tpu_inference/version.py", "tpu_inference/_version.py"):
         version_file = checkout / rel
         if version_file.is_file():
-            match = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", version_file.read_text(encoding="utf-8"))
+            match = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", _text(version_file))
             if match:
                 return match.group(1)
     if (checkout / ".git").exists():
@@ -196,7 +204,7 @@ def _engine_release(engine_dir: Path) -> str:
     if init.is_file():
         match = re.search(
             r"""^(?:__version__|ENGINE_VERSION)\s*=\s*["']([^"']+)["']""",
-            init.read_text(encoding="utf-8"),
+            _text(init),
             re.MULTILINE,
         )
         if match:

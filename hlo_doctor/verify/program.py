@@ -184,10 +184,9 @@ def test_logits(batch: int, vocab: int, seed: int) -> tuple[np.ndarray, tuple[st
 
 def hlo_facts(text: str, batch: int, vocab: int) -> HloFacts:
     """Read :class:`HloFacts` from compiled HLO text; run the HLO rules on the module."""
-    from hlo_doctor.diagnose import Context, diagnose
     from hlo_doctor.hlo import parse_module
-    from hlo_doctor.rulebook import load_rulebook
-    from hlo_doctor.verify.evidence import argmax_reads
+    from hlo_doctor.hlo.analysis import argmax_reads
+    from hlo_doctor.lint import Context, diagnose, load_rulebook
 
     module = parse_module(text)
     entry = module.entry_instructions()

@@ -26,8 +26,7 @@ NAMES = {1: "steady-state compiles", 2: "cold first-step ratio", 3: "greedy toke
 
 
 def _hd006(side: SamplerSide, package_dir: str) -> Check:
-    from hlo_doctor.diagnose import Context, diagnose
-    from hlo_doctor.rulebook import load_rulebook
+    from hlo_doctor.lint import Context, diagnose, load_rulebook
 
     f = side.facts
     ctx = Context(source_root=Path(package_dir), kind="source", origin=package_dir)

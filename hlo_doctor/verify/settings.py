@@ -4,13 +4,13 @@ engine configuration both variants run."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.model import ProgressFn  # noqa: F401  (re-exported: progress(stage, done, total))
 
 HLO_RULES = ("HD001", "HD002", "HD003", "HD004")
 """The rules check 4 runs on the treatment's own trace: any finding of theirs fails it."""
@@ -22,8 +22,6 @@ DEFAULT_MIN_EFFECT = 0.02
 DEFAULT_ALPHA = 0.05
 DEFAULT_PROFILE_STEPS = 3
 
-ProgressFn = Callable[[str, int, int], None]
-"""``progress(stage, done, total)``; stages: ``prepare``, ``warmup``, ``rounds``, ``profile``."""
 
 
 

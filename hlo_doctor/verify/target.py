@@ -219,8 +219,7 @@ def engine_hlo_level(settings: TargetSettings, engine_dir: Path, work: Path, rep
 
 def source_hd006(package_dir: Path) -> Check:
     """HD006 on a tree's source: the precompile menu's dummy dtype is the dtype the runner passes."""
-    from hlo_doctor.diagnose import Context, diagnose
-    from hlo_doctor.rulebook import load_rulebook
+    from hlo_doctor.lint import Context, diagnose, load_rulebook
 
     ctx = Context(source_root=Path(package_dir), kind="source", origin=str(package_dir))
     findings = diagnose(ctx, load_rulebook(), select=("HD006",)).findings

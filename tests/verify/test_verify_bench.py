@@ -14,7 +14,7 @@ from seed_attempts import build_attempt
 from hlo_doctor.cli import main
 
 ENGINE = Path(__file__).resolve().parents[2] / "hlo_doctor" / "engine"
-BENCH = (f"{sys.executable} -m hlo_doctor engine run --format json --engine {{tree}} --output {{out}} "
+BENCH = (f"{sys.executable} -m hlo_doctor.cli engine run --format json --engine {{tree}} --output {{out}} "
          "--batch 8 --vocab 1024 --max-tokens 6 --max-num-reqs 8")
 SIZES = ["--batch", "8", "--vocab", "1024", "--format", "json"]
 

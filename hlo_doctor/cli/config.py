@@ -1,0 +1,124 @@
+"""``[tool.hlo-doctor]`` in pyproject.toml: defaults for every command that has options there.
+
+Read from the nearest ``pyproject.toml`` from the working folder up to the repository root:
+
+- ``[tool.hlo-doctor]``: ``select``, ``ignore``, ``fail-on``, ``rules``, ``source``, ``source-root``
+  (for ``diagnose``), and the tables below;
+- ``[tool.hlo-doctor.diagnose]``: the same keys, for ``diagnose`` alone (they win);
+- ``[tool.hlo-doctor.gate]``: the gate's policy (:mod:`hlo_doctor.gate.policy` reads and checks it).
+
+Keys are written with dashes or underscores. A key no command knows exits 2 with a suggestion, as the
+gate's policy does: a typo never silently turns a setting off. Flags on the command line win.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from hlo_doctor.core.errors import InputError
+
+__all__ = ["TABLE", "default_map", "find_pyproject", "repository_root"]
+
+TABLE = "tool.hlo-doctor"
+
+# key (underscores) -> (click parameter of diagnose, kind)
+_DIAGNOSE_KEYS: dict[str, tuple[str, str]] = {
+    "select": ("select", "codes"),
+    "ignore": ("ignore", "codes"),
+    "fail_on": ("fail_on", "text"),
+    "rules": ("rules_dirs", "paths"),
+    "source": ("source", "path"),
+    "source_root": ("source_root", "path"),
+}
+_SUBTABLES = ("diagnose", "gate")
+
+
+def repository_root(start: Path) -> Path:
+    """The nearest folder from ``start`` upward that holds ``.git``; ``start`` itself outside a repository."""
+    start = start.resolve()
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory
+    return start
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest ``pyproject.toml`` with a ``[tool.hlo-doctor]`` table, up to the repository root."""
+    start = start.resolve()
+    for directory in (start, *start.parents):
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file() and _tool_table(candidate) is not None:
+            return candidate
+        if (directory / ".git").exists():
+            return None
+    return None
+
+
+def _tool_table(path: Path) -> Mapping[str, Any] | None:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"{path}: invalid TOML ({exc})", "fix the syntax") from None
+    tool = data.get("tool")
+    table = tool.get("hlo-doctor") if isinstance(tool, Mapping) else None
+    return table if isinstance(table, Mapping) else None
+
+
+def _unknown(key: str, where: str, known: list[str]) -> InputError:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean '{close[0]}'?" if close else "known keys: " + ", ".join(known)
+    return InputError(f"{where}: unknown key '{key}'", hint)
+
+
+def _value(key: str, value: Any, kind: str, where: str, base: Path) -> Any:
+    if kind == "text":
+        if not isinstance(value, str):
+            raise InputError(f"{where}: key '{key}' must be a string, got {value!r}", "fix pyproject.toml")
+        return value
+    if kind == "path":
+        if not isinstance(value, str):
+            raise InputError(f"{where}: key '{key}' must be a path, got {value!r}", "fix pyproject.toml")
+        return base / value
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+        raise InputError(f"{where}: key '{key}' must be a list of strings, got {value!r}", "fix pyproject.toml")
+    return [base / v for v in items] if kind == "paths" else list(items)
+
+
+def _diagnose_defaults(table: Mapping[str, Any], where: str, base: Path, *, allow: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    known = [k.replace("_", "-") for k in (*_DIAGNOSE_KEYS, *allow)]
+    for raw, value in table.items():
+        key = raw.replace("-", "_")
+        if key in allow:
+            continue
+        if key not in _DIAGNOSE_KEYS:
+            raise _unknown(raw, where, known)
+        param, kind = _DIAGNOSE_KEYS[key]
+        out[param] = _value(raw, value, kind, where, base)
+    return out
+
+
+def default_map(start: Path) -> dict[str, Any]:
+    """Click's ``default_map`` from the nearest pyproject.toml (empty without one).
+
+    Raises:
+        InputError: invalid TOML, an unknown key (with a suggestion), a value of the wrong type.
+    """
+    path = find_pyproject(start)
+    if path is None:
+        return {}
+    table = _tool_table(path) or {}
+    base = path.parent
+    diagnose = _diagnose_defaults(table, f"{path} [{TABLE}]", base, allow=_SUBTABLES)
+    section = table.get("diagnose")
+    if isinstance(section, Mapping):
+        diagnose.update(_diagnose_defaults(section, f"{path} [{TABLE}.diagnose]", base, allow=()))
+    elif section is not None:
+        raise InputError(f"{path} [{TABLE}]: 'diagnose' must be a table", "write [tool.hlo-doctor.diagnose]")
+    return {"diagnose": diagnose} if diagnose else {}

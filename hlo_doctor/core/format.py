@@ -1,0 +1,96 @@
+"""Formatters shared by every renderer: times, bytes, percentages, paths, JSON-safe values.
+
+One function per way of writing a value; a renderer picks the one its table or sentence needs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+__all__ = ["fmt_bytes", "fmt_ms", "fmt_num", "fmt_pct", "fmt_us", "json_float", "json_safe", "short_path",
+           "split_source"]
+
+_SOURCE = re.compile(r"^(.*):(\d+)$")
+
+
+def fmt_us(us: float | None) -> str:
+    """A time per step in a findings table: ``1,562 us`` / ``3.1 ms`` (from 10 ms) / ``-`` when unknown."""
+    if us is None:
+        return "-"
+    if us == 0:
+        return "0 us"
+    if us >= 10_000:
+        return f"{us / 1000:,.1f} ms"
+    return f"{us:,.0f} us" if us >= 10 else f"{us:.1f} us"
+
+
+def fmt_ms(us: float | None) -> str:
+    """A measured latency: ``72.53 ms`` (from 1 ms) or ``480 us``; ``-`` for unknown."""
+    if us is None:
+        return "-"
+    return f"{us / 1000:,.2f} ms" if us >= 1000 else f"{us:,.0f} us"
+
+
+def fmt_num(x: float | None, digits: int = 1) -> str:
+    """A number in a column whose header names the unit: ``1,234.5``; ``-`` for unknown."""
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def fmt_pct(pct: float | None) -> str:
+    """A share already in percent: ``5.9%`` (two decimals under 0.1%) / ``-``."""
+    if pct is None:
+        return "-"
+    return f"{pct:.1f}%" if pct >= 0.1 or pct == 0 else f"{pct:.2f}%"
+
+
+def fmt_bytes(n: Any) -> str:
+    """Bytes for people: ``500.0 MiB`` (``12 B`` under a KiB); None counts as 0."""
+    value = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"  # pragma: no cover - the loop returns at GiB
+
+
+def split_source(source: str) -> tuple[str, int | None]:
+    """``("sampling.py", 125)`` from ``sampling.py:125``; ``(source, None)`` without a line."""
+    m = _SOURCE.match(source or "")
+    if m:
+        return m.group(1), int(m.group(2))
+    return source or "", None
+
+
+def short_path(path: str, keep: int = 3) -> str:
+    """The last ``keep`` components of a path, for narrow tables."""
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[-keep:]) if len(parts) > keep else path
+
+
+def json_float(x: float) -> float | str | None:
+    """A float strict JSON can hold: NaN becomes null, infinities the strings ``inf`` / ``-inf``."""
+    if math.isnan(x):
+        return None
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return float(x)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with only JSON types: NaN and infinities become null, numpy scalars Python numbers,
+    mappings and sequences are walked, anything else becomes its ``str``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): json_safe(x) for k, x in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(x) for x in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, np.generic):  # np.int64(3) -> 3
+        return json_safe(value.item())
+    return str(value)

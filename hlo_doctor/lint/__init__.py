@@ -1,0 +1,28 @@
+"""Lint: the rule API, what rules see, loading rule files and running them.
+
+Rule files import only this package and :mod:`hlo_doctor.hlo` (plus the standard library):
+
+- :mod:`~hlo_doctor.lint.rule`: :class:`Rule`, :class:`Example`;
+- :mod:`~hlo_doctor.lint.context`: :class:`Context` (modules, op stats, compile events), :class:`OpTiming`;
+- :mod:`~hlo_doctor.lint.inputs`: :func:`load_context` for every input kind;
+- :mod:`~hlo_doctor.lint.loader`: rule files by path, :class:`RuleBook`;
+- :mod:`~hlo_doctor.lint.runner`: :func:`diagnose` -> :class:`Diagnosis`;
+- :mod:`~hlo_doctor.lint.testing`: examples as tests, shared HLO fixtures.
+"""
+
+from __future__ import annotations
+
+from hlo_doctor.core.model import Finding, Severity
+from hlo_doctor.lint.context import Context, OpTiming, producing_convert_program
+from hlo_doctor.lint.inputs import context_from_example, executed_modules, load_context, table_from_records
+from hlo_doctor.lint.loader import LoadedRule, RuleBook, RuleLoadError, load_rulebook
+from hlo_doctor.lint.rule import DOC_SECTIONS, REQUIREMENTS, Example, Rule, fmt_bytes
+from hlo_doctor.lint.runner import Diagnosis, diagnose, run_rule, total_recoverable
+from hlo_doctor.trace import CompileEvent
+
+__all__ = [
+    "DOC_SECTIONS", "REQUIREMENTS", "CompileEvent", "Context", "Diagnosis", "Example", "Finding", "LoadedRule",
+    "OpTiming", "Rule", "RuleBook", "RuleLoadError", "Severity", "context_from_example", "diagnose",
+    "executed_modules", "fmt_bytes", "load_context", "load_rulebook", "producing_convert_program",
+    "run_rule", "table_from_records", "total_recoverable",
+]

@@ -1,0 +1,225 @@
+"""Reading an input into a :class:`~hlo_doctor.lint.context.Context`.
+
+Accepted: a run directory written by ``profile`` or any folder holding an ``.xplane.pb``; a bare
+``.xplane.pb``; a folder with ``opstats.json`` and ``*.hlo.txt`` modules (sample traces); an
+``--xla_dump_to`` folder (``*after_optimizations.txt``; no times); one HLO text file; a rule's
+:class:`~hlo_doctor.lint.rule.Example`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.hlo import HloModule, parse_modules
+from hlo_doctor.lint.context import Context
+from hlo_doctor.lint.dispatch import read_host_dispatch
+from hlo_doctor.lint.rule import Example
+from hlo_doctor.trace import CompileEvent, find_xplanes
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+_PROGRAM_ID_IN_NAME = re.compile(r"\((\d+)\)")
+_HLO_TEXT_SUFFIXES = (".hlo.txt", "after_optimizations.txt", ".hlo")
+
+
+def load_context(path: Path, *, source_root: Path | None = None) -> Context:
+    """Read an input into a :class:`Context`; :class:`InputError` (one line) when it is unusable.
+
+    Accepted: a run directory written by ``profile`` or any folder holding an ``.xplane.pb``; a bare
+    ``.xplane.pb``; a folder with ``opstats.json`` and ``*.hlo.txt`` modules (sample traces); an
+    ``--xla_dump_to`` folder (``*after_optimizations.txt``; no times); one HLO text file.
+    """
+    path = Path(path)
+    if source_root is not None and not Path(source_root).is_dir():
+        raise InputError(f"--source {source_root} is not a folder", "pass the root of the source tree")
+    if not path.exists():
+        raise InputError(f"{path} does not exist",
+                         "pass a run directory, an .xplane.pb, an XLA dump folder or an HLO text file")
+    if path.is_file():
+        if path.name.endswith(".xplane.pb"):
+            return _from_opstats_loader(path, "xplane", source_root)
+        if path.suffix == ".json":
+            return _from_opstats_json(path.parent, source_root, path)
+        return _from_hlo_files([path], path, "hlo", source_root)
+    if (path / "opstats.json").is_file() and not _has_xplane(path):
+        return _from_opstats_json(path, source_root)
+    if _has_xplane(path):
+        return _from_opstats_loader(path, "run", source_root)
+    dumps = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith("after_optimizations.txt"))
+    if dumps:
+        return _from_hlo_files(dumps, path, "xla-dump", source_root)
+    texts = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_HLO_TEXT_SUFFIXES))
+    if texts:
+        return _from_hlo_files(texts, path, "hlo", source_root)
+    raise InputError(f"{path}: no trace (.xplane.pb), opstats.json or optimized HLO text inside",
+                     "pass a run directory from 'hlo-doctor profile', an .xplane.pb, or an --xla_dump_to folder")
+
+
+def _has_xplane(path: Path) -> bool:
+    return any(path.rglob("*.xplane.pb"))
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a text file", "pass optimized HLO text or an .xplane.pb") from exc
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})", "check the path and permissions") from exc
+
+
+def _read_hlo_file(path: Path) -> list[HloModule]:
+    text = _read_text(path)
+    if not text.strip():
+        raise InputError(f"{path}: empty file", "pass optimized HLO text (compiled.as_text())")
+    modules = parse_modules(text, origin=str(path))
+    if not modules:
+        raise InputError(f"{path}: no 'HloModule' header", "pass optimized HLO text (compiled.as_text())")
+    m = _PROGRAM_ID_IN_NAME.search(path.name)
+    if m and len(modules) == 1:
+        modules = [_with_program_id(modules[0], int(m.group(1)))]
+    return modules
+
+
+def _with_program_id(module: HloModule, program_id: int | None) -> HloModule:
+    return HloModule(name=module.name, computations=module.computations, entry_name=module.entry_name,
+                     input_output_alias=module.input_output_alias, program_id=program_id, text=module.text)
+
+
+def _from_hlo_files(files: list[Path], origin: Path, kind: str, source_root: Path | None) -> Context:
+    modules: list[HloModule] = []
+    for f in files:
+        modules.extend(_read_hlo_file(f))
+    return Context(modules=tuple(modules), origin=str(origin), kind=kind, source_root=source_root)
+
+
+def _from_opstats_json(folder: Path, source_root: Path | None, export: Path | None = None) -> Context:
+    """A folder with an ``opstats.json`` export and the run's modules as ``*.hlo.txt`` files.
+
+    A module file may carry its program id in its name (``jit_sample(12).hlo.txt``); otherwise the
+    id is taken from the table when the module name has exactly one.
+    """
+    from hlo_doctor.opstats import load_opstats
+
+    stats = load_opstats(export or folder / "opstats.json")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(_HLO_TEXT_SUFFIXES))
+    modules: list[HloModule] = []
+    for f in files:
+        modules.extend(_read_hlo_file(f))
+    modules = [_program_id_from_table(m, stats.table) for m in modules]
+    return _context_from_stats(stats, tuple(modules), folder, "opstats", source_root)
+
+
+def executed_modules(modules: Sequence[HloModule], table: pd.DataFrame | None) -> tuple[HloModule, ...]:
+    """The modules that ran in the traced window (have op-stats rows).
+
+    A trace's metadata plane also keeps modules compiled before the window (set-up, warm-up,
+    initialisation); rules look only at what ran. When no module matches the table at all (names
+    spelled differently), all are kept.
+    """
+    if table is None or not len(table):
+        return tuple(modules)
+    pairs = {(str(m), None if _isna(p) else int(p)) for m, p in zip(table["module"], table["program_id"],
+                                                                          strict=False)}
+    names = {m for m, _ in pairs}
+    kept = tuple(m for m in modules
+                 if (m.name, m.program_id) in pairs or (m.name in names and
+                                                        (m.program_id is None or (m.name, None) in pairs)))
+    return kept if kept else tuple(modules)
+
+
+def _isna(v: Any) -> bool:
+    try:
+        return bool(v is None or v != v or str(v) == "<NA>")
+    except (TypeError, ValueError):
+        return False
+
+
+def _context_from_stats(stats: Any, modules: tuple[HloModule, ...], origin: Path, kind: str,
+                        source_root: Path | None) -> Context:
+    return Context(
+        modules=executed_modules(modules, stats.table), table=stats.table, step_time_us=float(stats.step_time_us or 0) or None,
+        num_steps=int(stats.num_steps or 0),
+        compile_events=tuple(_compile_event(e) for e in stats.compile_events or ()),
+        source_root=source_root, backend=str(stats.backend or ""), origin=str(origin), kind=kind,
+    )
+
+
+def _program_id_from_table(module: HloModule, table: pd.DataFrame) -> HloModule:
+    if module.program_id is not None or not len(table):
+        return module
+    ids = table.loc[table["module"] == module.name, "program_id"].dropna().unique()
+    return _with_program_id(module, int(ids[0])) if len(ids) == 1 else module
+
+
+def _compile_event(e: Any) -> CompileEvent:
+    if isinstance(e, CompileEvent):
+        return e
+    if isinstance(e, dict):
+        return CompileEvent(str(e.get("name", "")), float(e.get("start_us", 0) or 0),
+                            float(e.get("duration_us", 0) or 0), str(e.get("module", "") or ""),
+                            str(e.get("detail", "") or ""))
+    return CompileEvent(str(getattr(e, "name", "")), float(getattr(e, "start_us", 0) or 0),
+                        float(getattr(e, "duration_us", 0) or 0), str(getattr(e, "module", "") or ""),
+                        str(getattr(e, "detail", "") or ""))
+
+
+def table_from_records(records: Sequence[Any], *, origin: str = "") -> pd.DataFrame:
+    """The op-stats table from row dicts, with every column of the spec (missing ones filled).
+
+    Columns: those of :data:`hlo_doctor.opstats.COLUMNS`, in that order.
+    """
+    import pandas as pd
+
+    from hlo_doctor.opstats import COLUMNS
+
+    if not all(isinstance(r, dict) for r in records):
+        raise InputError(f"{origin or 'op stats'}: rows must be objects", "re-create it with 'hlo-doctor profile'")
+    df = pd.DataFrame(list(records))
+    for col in ("module", "op"):
+        if len(df) and col not in df:
+            raise InputError(f"{origin or 'op stats'}: rows lack the '{col}' column",
+                             "re-create it with 'hlo-doctor profile'")
+    defaults = {"int64": 0, "Int64": pd.NA, "float64": math.nan, "string": ""}
+    for c in COLUMNS:
+        if c.name not in df:
+            df[c.name] = defaults.get(c.dtype, pd.NA)
+    df = df[[c.name for c in COLUMNS] + [c for c in df.columns if c not in {x.name for x in COLUMNS}]]
+    for c in COLUMNS:
+        try:
+            df[c.name] = df[c.name].astype(c.dtype)
+        except (ValueError, TypeError) as exc:
+            raise InputError(f"{origin or 'op stats'}: column '{c.name}' is not {c.dtype} ({exc})",
+                             "re-create it with 'hlo-doctor profile'") from exc
+    return df
+
+
+def _from_opstats_loader(path: Path, kind: str, source_root: Path | None) -> Context:
+    """Run directories and xplanes go through the op-stats stage (modules come from the trace)."""
+    from hlo_doctor.opstats import load_opstats
+
+    stats = load_opstats(path)
+    ctx = _context_from_stats(stats, tuple(stats.modules), path, kind, source_root)
+    return replace(ctx, host_dispatch=read_host_dispatch(find_xplanes(path)))
+
+
+def context_from_example(example: Example, *, source_root: Path | None = None) -> Context:
+    """The :class:`Context` a rule example describes (used by the generated tests and ``rules explain``)."""
+    modules: list[HloModule] = []
+    for text in example.hlo:
+        modules.extend(parse_modules(text, origin="example"))
+    table = table_from_records([dict(r) for r in example.opstats], origin="example") if example.opstats else None
+    if table is not None:
+        modules = [_program_id_from_table(m, table) for m in modules]
+    return Context(
+        modules=tuple(modules), table=table, step_time_us=example.step_time_us, num_steps=example.num_steps,
+        compile_events=tuple(_compile_event(dict(e)) for e in example.compile_events),
+        source_root=source_root, origin="example", kind="example",
+    )

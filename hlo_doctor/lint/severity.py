@@ -1,0 +1,65 @@
+"""Severity from cost: a finding's severity follows its share of the step.
+
+A rule declares a severity; with op stats, that is replaced by what the finding costs, so that
+``--fail-on high`` means real time. The share is the finding's recoverable time over the step time
+(its op time when the rule gives no estimate). Bands, in % of the step:
+
+========  ==========
+HIGH      >= 2%
+MEDIUM    >= 0.5%
+LOW       >= 0.05%
+INFO      below
+========  ==========
+
+The op's category breaks ties at a band's edge: pure data movement or conversion (categories
+``copy``, ``convert``, ``data-movement``), which a fix removes entirely and whose cost grows with the
+tensor, goes one band up when its share is within 75% of the next band's threshold. Findings
+without times (HLO-only input, source rules) keep the rule's severity; internal errors stay errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hlo_doctor.core.model import Finding, Severity
+
+SEVERITY_BANDS: tuple[tuple[Severity, float], ...] = (
+    (Severity.HIGH, 2.0), (Severity.MEDIUM, 0.5), (Severity.LOW, 0.05),
+)
+"""(severity, lowest % of the step), highest first."""
+PURE_WASTE_CATEGORIES = frozenset({"copy", "convert", "data-movement"})
+TIE_MARGIN = 0.75
+"""A pure-waste op at or above this fraction of the next threshold is promoted to it."""
+
+
+def share_of_step(finding: Finding, step_time_us: float | None) -> float | None:
+    """The finding's cost in % of the step: recoverable time, else op time; None when untimed."""
+    if not step_time_us:
+        return None
+    cost = finding.recoverable_us if finding.recoverable_us is not None else finding.time_per_step_us
+    return None if cost is None else 100.0 * cost / step_time_us
+
+
+def severity_for(share: float, category: str = "") -> Severity:
+    """The band of ``share`` (% of step), promoted one band for pure waste near the next edge."""
+    band = Severity.INFO
+    for severity, threshold in SEVERITY_BANDS:
+        if share >= threshold:
+            band = severity
+            break
+    if category in PURE_WASTE_CATEGORIES:
+        for severity, threshold in reversed(SEVERITY_BANDS):
+            if severity > band and share >= TIE_MARGIN * threshold:
+                return severity
+    return band
+
+
+def with_cost_severity(finding: Finding, step_time_us: float | None, category: str = "") -> Finding:
+    """``finding`` with its severity set from its share of the step (unchanged when untimed)."""
+    if finding.severity == Severity.ERROR:
+        return finding
+    share = share_of_step(finding, step_time_us)
+    if share is None:
+        return finding
+    severity = severity_for(share, category)
+    return finding if severity == finding.severity else replace(finding, severity=severity)

@@ -1,0 +1,264 @@
+"""Building the op-stats table from a :class:`~hlo_doctor.trace.Trace` and its HLO modules.
+
+- Op events come from :mod:`hlo_doctor.trace` (XLA:CPU host events or TPU/GPU device events).
+- Steps come from :mod:`hlo_doctor.opstats.steps`.
+- ``occurrences`` counts runs (an aggregated device event stands for ``num_occurrences`` runs);
+  ``runs_per_step`` = occurrences / number of steps / number of devices the op ran on.
+- ``time_per_step_us`` = total op time / number of steps / number of devices the op ran on.
+- ``pct_of_step`` = ``time_per_step_us`` / mean step wall time x 100 (op times may overlap).
+- Shapes, operands, bytes and the source line come from the HLO modules stored in the trace, or from
+  an op's HLO text when its module is not there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.model import RunInfo
+from hlo_doctor.hlo import HloModule, HloShape, module_text_from_proto, parse_module
+from hlo_doctor.hlo.categories import categorize, categorize_opcodes
+from hlo_doctor.opstats.keys import assign_canonical_keys, body_digest, natural
+from hlo_doctor.opstats.optext import parse_op_text
+from hlo_doctor.opstats.schema import COLUMN_NAMES, PER_STEP_COLUMNS, OpStats, empty_table, with_column_dtypes
+from hlo_doctor.opstats.steps import steps_from_executions, steps_from_marks
+from hlo_doctor.trace import Trace
+
+
+def modules_from_trace(trace: Trace) -> tuple[tuple[HloModule, ...], tuple[str, ...]]:
+    """Parse the HLO modules stored in the trace (one per (name, program id)); and warnings."""
+    seen: set[tuple[str, int | None]] = set()
+    modules: list[HloModule] = []
+    warnings: list[str] = []
+    for proto in trace.module_protos:
+        key = (proto.name, proto.program_id)
+        if key in seen:
+            continue
+        seen.add(key)
+        origin = f"{proto.name}({proto.program_id})"
+        try:
+            text = module_text_from_proto(proto.hlo_proto, origin=origin)
+            modules.append(parse_module(text, program_id=proto.program_id, origin=origin))
+        except InputError as exc:
+            warnings.append(f"module {origin} skipped: {exc.what}")
+    return tuple(modules), tuple(warnings)
+
+
+@dataclass(frozen=True, slots=True)
+class _Steps:
+    step_of: np.ndarray
+    """Step index per event, -1 outside every step."""
+    times_us: list[float]
+    count: int
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Hlo:
+    """What the rows are looked up in: parsed modules and op texts."""
+
+    by_key: dict[tuple[str, int | None], HloModule]
+    by_name: dict[str, HloModule]
+    op_text: dict[tuple[str, int, str], str]
+
+
+def build_opstats(
+    trace: Trace,
+    modules: Iterable[HloModule] | None = None,
+    *,
+    run: RunInfo | None = None,
+    source_path: str = "",
+    warnings: Sequence[str] = (),
+    op_texts: Iterable[tuple[str, int, str, str]] = (),
+) -> OpStats:
+    """Build the op-stats table from a trace's op events and the HLO modules of that run.
+
+    ``modules`` default to the ones stored in the trace. ``op_texts`` adds (module, program id, op,
+    HLO text) entries (module may be empty) to the ones the trace carries: the shape of an op whose
+    module is not in the trace comes from its text. Returns an :class:`OpStats` whose
+    ``table`` has the columns :data:`COLUMN_NAMES` and ``per_step`` the columns
+    :data:`PER_STEP_COLUMNS`.
+    """
+    notes = list(warnings)
+    if modules is None:
+        parsed, more = modules_from_trace(trace)
+        notes.extend(more)
+    else:
+        parsed = tuple(modules)
+    notes.extend(trace.warnings)
+    hlo = _lookup(trace, parsed, op_texts)
+    ev = _events_frame(trace)
+    steps = _find_steps(trace, ev, notes)
+    step_time_us = float(np.mean(steps.times_us)) if steps.times_us else 0.0
+    ev["step"] = steps.step_of
+
+    rows: list[dict[str, Any]] = []
+    digests: list[str] = []
+    agg, ev["group"] = _aggregate(ev)
+    for rec in agg.itertuples(index=False):
+        row, digest = _row(rec, hlo, steps.count, step_time_us)
+        rows.append(row)
+        digests.append(digest)
+    missing = _missing_modules(rows, hlo)
+    if missing and parsed:
+        notes.append("no HLO module in the trace for " + ", ".join(f"{m}({p})" for m, p in missing[:5]))
+    assign_canonical_keys(rows, digests)
+    _rank(rows)
+    table = with_column_dtypes(pd.DataFrame(rows, columns=list(COLUMN_NAMES)) if rows else empty_table())
+    return OpStats(
+        table=table, step_time_us=step_time_us, step_times_us=tuple(float(t) for t in steps.times_us),
+        num_steps=int(steps.count), step_source=steps.source, per_step=_per_step(ev, rows), modules=parsed,
+        compile_events=trace.compile_events, backend=trace.backend, run=run, source_path=source_path,
+        device_kind=trace.device_kind, warnings=tuple(notes), versions=trace.versions,
+        num_devices=trace.num_devices,
+    )
+
+
+def _lookup(trace: Trace, parsed: tuple[HloModule, ...], op_texts: Iterable[tuple[str, int, str, str]]) -> _Hlo:
+    by_name: dict[str, HloModule] = {}
+    for m in parsed:
+        by_name.setdefault(m.name, m)
+    op_text: dict[tuple[str, int, str], str] = {}
+    for module_name, pid, op, text in (*trace.op_expressions, *op_texts):
+        op_text.setdefault((module_name, pid, op), text)
+    return _Hlo({(m.name, m.program_id): m for m in parsed}, by_name, op_text)
+
+
+def _events_frame(trace: Trace) -> pd.DataFrame:
+    ops = trace.ops
+    # One code per (host, device): what "devices the op ran on" counts.
+    device_key = ops.host.codes.astype(np.int64) * max(len(ops.device.categories), 1) + ops.device.codes
+    return pd.DataFrame({
+        "host": ops.host, "device": ops.device, "module": ops.module, "program_id": ops.program_id,
+        "op": ops.op, "start_ns": ops.start_ns, "duration_ns": ops.duration_ns, "self_ns": ops.self_ns,
+        "run_id": ops.run_id, "occurrences": ops.occurrences, "device_key": device_key,
+    }, copy=False)
+
+
+def _find_steps(trace: Trace, ev: pd.DataFrame, notes: list[str]) -> _Steps:
+    """Steps from the host annotations, else the device ``Steps`` lines, else the main module's
+    executions, else the whole trace."""
+    if trace.steps:
+        step_of, step_times, num_steps = steps_from_marks(trace.steps, ev, by_device=False)
+        step_source = "annotation"
+    elif trace.device_steps:
+        step_of, step_times, num_steps = steps_from_marks(trace.device_steps, ev, by_device=True)
+        step_source = "device-steps"
+    else:
+        step_of, step_times, num_steps, main = steps_from_executions(ev)
+        step_source = "module-executions"
+        notes.append(f"no step annotations: steps are the {num_steps} executions of {main}")
+    if num_steps == 0 or not step_times:
+        num_steps, step_times = 1, [float((ev["start_ns"] + ev["duration_ns"]).max()
+                                          - ev["start_ns"].min()) / 1e3]
+        notes.append("no steps found: the whole trace counts as one step")
+    return _Steps(step_of, step_times, num_steps, step_source)
+
+
+def _aggregate(ev: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """One row per (module, program id, op): occurrences, total and self time, devices; and the
+    row number of each event (its group)."""
+    grouped = ev.groupby(["module", "program_id", "op"], observed=True, sort=False)
+    agg = grouped.agg(
+        occurrences=("occurrences", "sum"), total_ns=("duration_ns", "sum"),
+        self_ns=("self_ns", "sum"), devices=("device_key", "nunique"),
+    ).reset_index()
+    agg["group"] = np.arange(len(agg))
+    return agg, grouped.ngroup().to_numpy()
+
+
+def _row(rec: Any, hlo: _Hlo, num_steps: int, step_time_us: float) -> tuple[dict[str, Any], str]:
+    """One row of the table (without rank and canonical key) and its body digest."""
+    module_name = str(rec.module)
+    pid = int(rec.program_id)  # a Python int: uint64 ids stay exact
+    op = str(rec.op)
+    module = hlo.by_key.get((module_name, pid if pid >= 0 else None)) or (
+        hlo.by_name.get(module_name) if pid < 0 else None)
+    inst = module.instruction(op) if module is not None else None
+    total_us = float(rec.total_ns) / 1e3
+    devices = max(int(rec.devices), 1)
+    per_step_us = total_us / num_steps / devices
+    if inst is not None:
+        opcode = inst.opcode
+        result_shape: HloShape | None = inst.shape
+        operand_list = [o.shape for o in module.operands_of(inst)] if module is not None else []
+        category = categorize(module, inst, op)
+    else:
+        # No module for this op: its HLO text from the device trace (or xprof) still has shapes.
+        text = hlo.op_text.get((module_name, pid, op)) or hlo.op_text.get(("", pid, op)) or ""
+        opcode, result_shape, operand_list = parse_op_text(text)
+        category = categorize_opcodes({opcode}) if opcode and opcode != "fusion" else categorize(None, None, op)
+    shape = result_shape.text() if result_shape is not None else ""
+    operand_text = "; ".join(o.text() for o in operand_list)
+    bytes_written = result_shape.nbytes if result_shape is not None else 0
+    bytes_read = sum(o.nbytes for o in operand_list)
+    row = {
+        "program_id": pid if pid >= 0 else None,
+        "module": module_name,
+        "op": op,
+        "opcode": opcode,
+        "category": category,
+        "shape": shape,
+        "operand_shapes": operand_text,
+        "occurrences": int(rec.occurrences),
+        "total_time_us": total_us,
+        "avg_time_us": total_us / int(rec.occurrences),
+        "time_per_step_us": per_step_us,
+        "pct_of_step": (per_step_us / step_time_us * 100.0) if step_time_us > 0 else 0.0,
+        "bytes_read": int(bytes_read),
+        "bytes_written": int(bytes_written),
+        "bytes_accessed": int(bytes_read + bytes_written),
+        "op_name": inst.op_name if inst is not None else "",
+        "source": inst.source if inst is not None else "",
+        "self_time_us": float(rec.self_ns) / 1e3,
+        "devices": devices,
+        "runs_per_step": int(rec.occurrences) / num_steps / devices,
+        "group": int(rec.group),
+    }
+    return row, body_digest(module, inst, operand_text)
+
+
+def _missing_modules(rows: list[dict[str, Any]], hlo: _Hlo) -> list[tuple[str, int | None]]:
+    """(module, program id) of rows without a shape whose module the trace does not hold."""
+    return sorted({(r["module"], r["program_id"]) for r in rows
+                   if not r["shape"] and (r["module"], r["program_id"]) not in hlo.by_key},
+                  key=lambda mp: (mp[0], mp[1] if mp[1] is not None else -1))
+
+
+def _rank(rows: list[dict[str, Any]]) -> None:
+    """Sort the rows by time per step (ties: module, op, program id) and number them from 1."""
+    rows.sort(key=lambda r: (-r["time_per_step_us"], r["module"], natural(r["op"]),
+                             r["program_id"] if r["program_id"] is not None else -1))
+    for rank, r in enumerate(rows, start=1):
+        r["rank"] = rank
+
+
+def _per_step(ev: pd.DataFrame, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per-step op time (per device) for every op of the table and every step; 0 where it did not run."""
+    dtypes = {"step": "int64", "module": "string", "program_id": "object", "op": "string",
+              "canonical_key": "string", "time_us": "float64"}
+    in_step = ev[ev["step"] >= 0]
+    if in_step.empty or not rows:
+        return pd.DataFrame({c: pd.Series([], dtype=dtypes[c]) for c in PER_STEP_COLUMNS})
+    sums = in_step.groupby(["group", "step"])["duration_ns"].sum()
+    steps = np.asarray(sorted(int(s) for s in in_step["step"].unique()), np.int64)
+    # Every (op, step) pair, so a step in which an op did not run counts as 0 for the statistics.
+    groups = np.asarray([r["group"] for r in rows], np.int64)
+    index = pd.MultiIndex.from_arrays([np.repeat(groups, len(steps)), np.tile(steps, len(rows))])
+    devices = np.repeat(np.asarray([r["devices"] for r in rows], np.float64), len(steps))
+    time_us = sums.reindex(index, fill_value=0.0).to_numpy() / 1e3 / devices
+    frame = pd.DataFrame({
+        "step": np.tile(steps, len(rows)),
+        "module": np.repeat(np.asarray([r["module"] for r in rows], dtype=object), len(steps)),
+        "program_id": np.repeat(np.asarray([r["program_id"] for r in rows] + [None], dtype=object)[:-1],
+                                len(steps)),
+        "op": np.repeat(np.asarray([r["op"] for r in rows], dtype=object), len(steps)),
+        "canonical_key": np.repeat(np.asarray([r["canonical_key"] for r in rows], dtype=object), len(steps)),
+        "time_us": time_us,
+    })
+    return frame.astype({c: t for c, t in dtypes.items() if c != "program_id"})

@@ -1,0 +1,209 @@
+"""Reading and writing op stats: JSON and CSV exports, ``RunInfo`` as a dict, and the one loader
+that takes a run directory, an xplane or an export."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.model import RunInfo
+from hlo_doctor.opstats.build import build_opstats
+from hlo_doctor.opstats.schema import (
+    COLUMN_NAMES,
+    COLUMNS,
+    JSON_FORMAT,
+    PER_STEP_COLUMNS,
+    OpStats,
+    empty_table,
+    program_id_or_none,
+    with_column_dtypes,
+)
+from hlo_doctor.trace import CompileEvent, find_xplanes, program_id_of, read_trace, xprof_hlo_stats
+
+
+def _plain(value: Any) -> Any:
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    return value
+
+
+def run_info_to_dict(run: RunInfo) -> dict[str, Any]:
+    """``RunInfo`` as the plain dict written to run.json / opstats.json."""
+    d = asdict(run)
+    d["versions"] = dict(run.versions)
+    d["config"] = dict(run.config)
+    return d
+
+
+def run_info_from_dict(d: dict[str, Any]) -> RunInfo:
+    """Read a ``RunInfo`` back from :func:`run_info_to_dict`'s dict (unknown keys ignored)."""
+    return RunInfo(
+        target=str(d.get("target", "")), backend=str(d.get("backend", "")),
+        device_kind=str(d.get("device_kind", "")), steps=int(d.get("steps", 0) or 0),
+        warmup=int(d.get("warmup", 0) or 0), created=str(d.get("created", "")),
+        versions=tuple(sorted((str(k), str(v)) for k, v in dict(d.get("versions", {})).items())),
+        config=tuple(sorted((str(k), v) for k, v in dict(d.get("config", {})).items())),
+    )
+
+
+def to_json(stats: OpStats) -> str:
+    """The whole OpStats as JSON (everything but the parsed modules), for gate and for people."""
+    rows = [{k: _plain(v) for k, v in rec.items()} for rec in stats.table.to_dict(orient="records")]
+    per_step = stats.per_step
+    doc = {
+        "format": JSON_FORMAT,
+        "source_path": stats.source_path,
+        "backend": stats.backend,
+        "device_kind": stats.device_kind,
+        "step_source": stats.step_source,
+        "num_steps": stats.num_steps,
+        "num_devices": stats.num_devices,
+        "step_time_us": stats.step_time_us,
+        "step_times_us": list(stats.step_times_us),
+        "pct_of_step_definition": "time_per_step_us / mean step wall time x 100; op times may overlap "
+                                  "(XLA:CPU runs independent ops concurrently), so the column may sum "
+                                  "to more than 100",
+        "columns": [asdict(c) for c in COLUMNS],
+        "rows": rows,
+        "per_step": {
+            "columns": list(PER_STEP_COLUMNS),
+            "rows": [[_plain(v) for v in rec] for rec in per_step.itertuples(index=False)],
+        },
+        "compile_events": [asdict(c) for c in stats.compile_events],
+        "modules": [{"name": m.name, "program_id": m.program_id} for m in stats.modules],
+        "run": run_info_to_dict(stats.run) if stats.run is not None else None,
+        "versions": dict(stats.versions),
+        "warnings": list(stats.warnings),
+    }
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def from_json(text: str, *, origin: str = "opstats.json") -> OpStats:
+    """Read an OpStats back from :func:`to_json`'s output (``modules`` is empty)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{origin}: not JSON ({exc.msg} at line {exc.lineno})",
+                         "pass an opstats.json written by hlo-doctor") from exc
+    if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
+        raise InputError(f"{origin}: not an hlo-doctor opstats export (format != {JSON_FORMAT})",
+                         "pass an opstats.json written by 'hlo-doctor profile' or 'stats'")
+    try:
+        return _from_doc(doc, origin)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        # A hand-edited or foreign export (a null in an integer column, a missing field) is bad
+        # input, not a bug: name the file and the field.
+        raise InputError(f"{origin}: malformed opstats export ({type(exc).__name__}: {exc})",
+                         "re-export it with 'hlo-doctor stats RUN --format json'") from exc
+
+
+def _from_doc(doc: dict[str, Any], origin: str) -> OpStats:
+    rows = doc.get("rows", [])
+    num_steps = max(int(doc.get("num_steps", 0) or 0), 1)
+    for row in rows:
+        if "runs_per_step" not in row:
+            # An export from before the column: the same definition from the columns it has.
+            row["runs_per_step"] = float(row["occurrences"]) / num_steps / max(int(row.get("devices") or 1), 1)
+    table = with_column_dtypes(pd.DataFrame(rows, columns=list(COLUMN_NAMES)).astype(object)) if rows else empty_table()
+    ps = doc.get("per_step", {})
+    per_step = pd.DataFrame(ps.get("rows", []), columns=list(PER_STEP_COLUMNS))
+    per_step = per_step.astype({"step": "int64", "module": "string", "op": "string",
+                                "canonical_key": "string", "time_us": "float64"})
+    per_step["program_id"] = pd.Series([program_id_or_none(v) for v in per_step["program_id"]],
+                                       dtype=object, index=per_step.index)
+    run = run_info_from_dict(doc["run"]) if doc.get("run") else None
+    return OpStats(
+        table=table, step_time_us=float(doc.get("step_time_us", 0.0)),
+        step_times_us=tuple(float(t) for t in doc.get("step_times_us", [])),
+        num_steps=int(doc.get("num_steps", 0)), step_source=str(doc.get("step_source", "")),
+        per_step=per_step, modules=(),
+        compile_events=tuple(CompileEvent(**c) for c in doc.get("compile_events", [])),
+        backend=str(doc.get("backend", "")), run=run, source_path=str(doc.get("source_path", origin)),
+        device_kind=str(doc.get("device_kind", "")), warnings=tuple(doc.get("warnings", [])),
+        versions=tuple(sorted(dict(doc.get("versions", {})).items())),
+        num_devices=int(doc.get("num_devices", 0) or 0),
+    )
+
+
+def to_csv(table: pd.DataFrame) -> str:
+    """The table as CSV (columns :data:`COLUMN_NAMES`)."""
+    return str(table.to_csv(index=False, float_format="%.3f"))
+
+
+def write_exports(stats: OpStats, directory: Path) -> tuple[Path, Path]:
+    """Write ``opstats.csv`` and ``opstats.json`` into ``directory``; return their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    csv_path = directory / "opstats.csv"
+    json_path = directory / "opstats.json"
+    for path, text in ((csv_path, to_csv(stats.table)), (json_path, to_json(stats))):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return csv_path, json_path
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+def _run_json_for(xplanes: list[Path], given: Path) -> Path | None:
+    """``run.json`` of the run directory holding these xplanes, if any."""
+    candidates = [given / "run.json"] if given.is_dir() else []
+    for p in xplanes[:1]:
+        # <run dir>/plugins/profile/<run>/<host>.xplane.pb
+        if len(p.parents) >= 4:
+            candidates.append(p.parents[3] / "run.json")
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def read_run_info(path: Path) -> RunInfo | None:
+    """The ``RunInfo`` in a ``run.json``; None when it cannot be read (the trace still is)."""
+    try:
+        return run_info_from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def load_opstats(path: str | Path) -> OpStats:
+    """The op-stats of a capture.
+
+    ``path``: a run directory (from ``hlo-doctor profile``, or any xprof/TensorBoard log directory
+    with ``plugins/profile/<run>/*.xplane.pb``, one file per host), a bare ``.xplane.pb``, or an
+    ``opstats.json`` export (then ``modules`` is empty). Raises :class:`InputError` for bad input.
+    """
+    p = Path(path)
+    if p.is_file() and p.suffix == ".json":
+        try:
+            text = p.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{p}: cannot read ({exc})", "pass an opstats.json written by hlo-doctor") from exc
+        return from_json(text, origin=str(p))
+    if p.is_file() and not p.name.endswith(".pb"):
+        raise InputError(f"{p}: not an .xplane.pb or opstats.json",
+                         "pass a run directory, an .xplane.pb file or an opstats.json export")
+    xplanes = find_xplanes(p)
+    trace = read_trace(xplanes)
+    run_json = _run_json_for(xplanes, p)
+    run = read_run_info(run_json) if run_json is not None else None
+    texts: list[tuple[str, int, str, str]] = []
+    if trace.backend != "cpu" and not trace.module_protos:
+        # A device trace without its HLO modules: xprof's hlo_stats has each op's HLO text (it is
+        # empty for XLA:CPU traces, so it is not asked there).
+        for row in xprof_hlo_stats(xplanes):
+            pid = program_id_of(str(row.get("program_id", "")).strip())
+            if pid is None:
+                continue
+            name, text = str(row.get("hlo_op_name", "")), str(row.get("hlo_op_expression", "") or "")
+            if name and text:
+                texts.append(("", pid, name, text))
+    return build_opstats(trace, run=run, source_path=str(p), op_texts=texts)

@@ -1,0 +1,153 @@
+"""The op-stats table's one column spec (:data:`COLUMNS`) and :class:`OpStats`, what a build gives.
+
+Every stage that reads or writes op stats uses :data:`COLUMNS`; units are in the names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from hlo_doctor.core.model import RunInfo
+from hlo_doctor.hlo import HloModule
+from hlo_doctor.trace import CompileEvent
+
+JSON_FORMAT = "hlo-doctor.opstats/1"
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of the op-stats table."""
+
+    name: str
+    dtype: str
+    """pandas dtype."""
+    unit: str
+    meaning: str
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("rank", "int64", "", "1 = most time per step"),
+    Column("program_id", "object", "",
+           "XLA program id of the module (changes across recompiles): a Python int, uint64 (libtpu's "
+           "exceed 2**63, so not int64), None when the trace does not say"),
+    Column("module", "string", "", "HLO module name as the trace names it (jit_sample)"),
+    Column("op", "string", "", "HLO instruction name (copy.2, iota_reduce_fusion)"),
+    Column("opcode", "string", "", "HLO opcode (copy, fusion, convert...)"),
+    Column("category", "string", "",
+           "what the op does: convert, copy, reduce, matmul, elementwise, data-movement, collective, "
+           "custom-call, other"),
+    Column("shape", "string", "", "result shape as HLO writes it: f32[512,256000]{1,0}"),
+    Column("operand_shapes", "string", "", "operand shapes, '; '-separated"),
+    Column("occurrences", "int64", "count", "op events in the trace"),
+    Column("total_time_us", "float64", "us", "sum of the op's event durations (all devices)"),
+    Column("avg_time_us", "float64", "us", "total_time_us / occurrences"),
+    Column("time_per_step_us", "float64", "us", "total_time_us / number of steps / devices"),
+    Column("pct_of_step", "float64", "%", "time_per_step_us over the mean step wall time, x100"),
+    Column("bytes_read", "int64", "bytes", "sum of operand sizes (from the shapes)"),
+    Column("bytes_written", "int64", "bytes", "result size (from the shape)"),
+    Column("bytes_accessed", "int64", "bytes", "bytes_read + bytes_written"),
+    Column("op_name", "string", "", "HLO metadata op_name (jit(sample)/reduce)"),
+    Column("source", "string", "", "file:line from the HLO metadata"),
+    Column("canonical_key", "string", "",
+           "key stable across recompiles: module name without program id | opcode | shape "
+           "[#disambiguator]"),
+    Column("self_time_us", "float64", "us",
+           "total_time_us minus op events nested inside this op's events on the same thread/stream"),
+    Column("devices", "int64", "count", "devices (device planes, or hosts on XLA:CPU) the op ran on"),
+    Column("runs_per_step", "float64", "count",
+           "runs of the op per device per step: occurrences / number of steps / devices"),
+)
+
+COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+
+PER_STEP_COLUMNS: tuple[str, ...] = ("step", "module", "program_id", "op", "canonical_key", "time_us")
+"""Columns of :attr:`OpStats.per_step`: one row per (step, op); ``time_us`` is the op's time in that
+step (per device), 0 when it did not run in that step."""
+
+@dataclass(frozen=True, slots=True)
+class OpStats:
+    """The op-stats table of one capture and what it was built from."""
+
+    table: pd.DataFrame
+    """Columns: :data:`COLUMN_NAMES`; one row per (module, program_id, op), sorted by rank."""
+    step_time_us: float
+    """Mean step wall time."""
+    step_times_us: tuple[float, ...]
+    """Wall time of each step (all hosts)."""
+    num_steps: int
+    step_source: str
+    """``annotation`` (step marks in the trace) or ``module-executions``."""
+    per_step: pd.DataFrame
+    """Columns: :data:`PER_STEP_COLUMNS` (per-step op time samples, for gate statistics)."""
+    modules: tuple[HloModule, ...]
+    """HLO modules from the trace's metadata plane (``program_id`` set); empty from a JSON export."""
+    compile_events: tuple[CompileEvent, ...]
+    backend: str
+    run: RunInfo | None
+    source_path: str
+    device_kind: str = ""
+    warnings: tuple[str, ...] = ()
+    """Things the reader worked around (a module it could not parse...), one line each."""
+    versions: tuple[tuple[str, str], ...] = field(default=())
+    num_devices: int = 0
+    """Devices the trace's op events ran on (device planes, or hosts on XLA:CPU); 0 when unknown
+    (an export from an earlier release)."""
+
+    def module(self, name: str, program_id: int | None = None) -> HloModule | None:
+        """The module with this name (and program id, when given)."""
+        for m in self.modules:
+            if m.name == name and (program_id is None or m.program_id == program_id):
+                return m
+        return None
+
+
+def empty_table() -> pd.DataFrame:
+    """An op-stats table with no rows and the right dtypes. Columns: :data:`COLUMN_NAMES`."""
+    return pd.DataFrame({c.name: pd.Series([], dtype=c.dtype) for c in COLUMNS})
+
+
+def program_id_or_none(value: object) -> int | None:
+    """A program id as a Python int (exact for uint64), or None for a missing one (None, NaN, NA)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return None
+    return int(value)  # type: ignore[call-overload]
+
+
+def with_column_dtypes(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with the dtypes of :data:`COLUMNS` (program ids: Python ints or None)."""
+    for c in COLUMNS:
+        if c.name not in table:
+            # An export from before the column existed.
+            table[c.name] = pd.Series([None] * len(table), dtype=object) if c.dtype == "object" else 0
+        if c.dtype == "object":
+            table[c.name] = pd.Series([program_id_or_none(v) for v in table[c.name]], dtype=object,
+                                      index=table.index)
+        else:
+            table[c.name] = table[c.name].astype(c.dtype)
+    return table.reset_index(drop=True)
+
+
+def group_by_shape(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the table aggregated by (opcode, shape).
+
+    Columns: rank, opcode, category, shape, ops (how many table rows), occurrences, total_time_us,
+    time_per_step_us, pct_of_step, bytes_accessed, modules ('; '-separated).
+    """
+    if table.empty:
+        return pd.DataFrame(columns=["rank", "opcode", "category", "shape", "ops", "occurrences",
+                                     "total_time_us", "time_per_step_us", "pct_of_step",
+                                     "bytes_accessed", "modules"])
+    key = table["opcode"].where(table["opcode"] != "", table["op"])
+    g = table.assign(_opcode=key).groupby(["_opcode", "shape"], sort=False, observed=True)
+    out = g.agg(
+        category=("category", "first"), ops=("op", "size"), occurrences=("occurrences", "sum"),
+        total_time_us=("total_time_us", "sum"), time_per_step_us=("time_per_step_us", "sum"),
+        pct_of_step=("pct_of_step", "sum"), bytes_accessed=("bytes_accessed", "sum"),
+        modules=("module", lambda s: "; ".join(sorted(set(map(str, s))))),
+    ).reset_index().rename(columns={"_opcode": "opcode"})
+    out = out.sort_values(["time_per_step_us", "opcode", "shape"], ascending=[False, True, True])
+    out.insert(0, "rank", range(1, len(out) + 1))
+    return out.reset_index(drop=True)

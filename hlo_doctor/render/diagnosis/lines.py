@@ -1,0 +1,73 @@
+"""One line per finding, for logs and CI: ``concise`` (like ruff's) and ``github`` (workflow commands).
+
+``concise``: ``path:line: HD002 [high] message (module/op shape, 1,562 us/step)``, a path relative to
+the source root where the source is in the checkout. ``github``: ``::error file=...,line=...,title=...::``
+annotations, which GitHub Actions shows on the pull request's lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hlo_doctor.core.format import fmt_us, split_source
+from hlo_doctor.core.model import Finding, Severity
+from hlo_doctor.render.github import annotation
+from hlo_doctor.render.locations import map_source
+
+if TYPE_CHECKING:
+    from hlo_doctor.lint import Diagnosis
+
+__all__ = ["to_concise", "to_github"]
+
+
+
+
+def _where(f: Finding, root: Path) -> tuple[str, int | None]:
+    """(path for the line, line): relative to ``root`` when the source is in the checkout."""
+    path, line = split_source(f.source)
+    if not path:
+        return "", None
+    return (map_source(path, root) or path), line
+
+
+def _what(f: Finding) -> str:
+    op = "/".join(x for x in (f.module, f.op) if x)
+    bits = [x for x in (op, f.shape) if x]
+    if f.time_per_step_us is not None:
+        bits.append(f"{fmt_us(f.time_per_step_us)}/step")
+    return f" ({' '.join(bits)})" if bits else ""
+
+
+def to_concise(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
+    """One line per finding, then the summary line."""
+    root = (source_root or Path.cwd()).resolve()
+    lines = []
+    for f in diagnosis.findings:
+        path, line = _where(f, root)
+        where = f"{path}:{line}: " if path and line else (f"{path}: " if path else "")
+        lines.append(f"{where}{f.code} [{f.severity}] {f.message}{_what(f)}")
+    lines.append(diagnosis.summary_line())
+    if diagnosis.compiler_inserted_line():
+        lines.append(diagnosis.compiler_inserted_line())
+    return "\n".join(lines) + "\n"
+
+
+def _level(severity: Severity) -> str:
+    if severity >= Severity.HIGH:
+        return "error"
+    return "warning" if severity >= Severity.MEDIUM else "notice"
+
+
+def to_github(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
+    """GitHub Actions workflow commands: one annotation per finding (file and line where the source is
+    in the checkout), then a ``::notice`` with the summary."""
+    root = (source_root or Path.cwd()).resolve()
+    lines = []
+    for f in diagnosis.findings:
+        path, line = _where(f, root)
+        in_checkout = path if path and not Path(path).is_absolute() else ""
+        lines.append(annotation(_level(f.severity), f.message + _what(f), title=f"{f.code} {f.name}",
+                                file=in_checkout, line=line))
+    lines.append(annotation("notice", diagnosis.summary_line(), title="hlo-doctor diagnose"))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,71 @@
+"""The report people read: a rich table of findings, the details, and the summary line."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from hlo_doctor.core.format import fmt_pct, fmt_us, short_path
+from hlo_doctor.core.model import Severity
+
+if TYPE_CHECKING:
+    from hlo_doctor.lint import Diagnosis
+
+_STYLE = {Severity.ERROR: "bold red", Severity.HIGH: "red", Severity.MEDIUM: "yellow",
+          Severity.LOW: "cyan", Severity.INFO: "dim"}
+
+
+def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType:
+    """A rich renderable: findings table, then (with ``details``) message, evidence and fix per finding."""
+    parts: list[RenderableType] = []
+    head = Text(f"hlo-doctor diagnose {diagnosis.origin}", style="bold")
+    meta = [diagnosis.kind] + ([diagnosis.backend] if diagnosis.backend else [])
+    if diagnosis.num_steps:
+        meta.append(f"{diagnosis.num_steps} steps")
+    if diagnosis.step_time_us:
+        meta.append(f"step {fmt_us(diagnosis.step_time_us)}")
+    meta.append(f"{len(diagnosis.modules)} modules")
+    head.append("  (" + ", ".join(meta) + ")", style="dim")
+    parts.append(head)
+    if diagnosis.findings:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        # The fix id and full paths are in the details below; the table stays one line per finding.
+        for col, justify, wrap in (("code", "left", False), ("sev", "left", False), ("module", "left", True),
+                                   ("op", "left", True), ("shape", "left", True), ("time/step", "right", False),
+                                   ("% step", "right", False), ("recoverable", "right", False),
+                                   ("source", "left", True)):
+            table.add_column(col, justify=justify, no_wrap=not wrap, overflow="fold")  # type: ignore[arg-type]
+        for f in diagnosis.findings:
+            table.add_row(
+                f.code, Text(str(f.severity), style=_STYLE.get(f.severity, "")), f.module, f.op,
+                f.shape, fmt_us(f.time_per_step_us), fmt_pct(f.pct_of_step), fmt_us(f.recoverable_us),
+                short_path(f.source, 1) if f.source else "",
+            )
+        parts.append(table)
+        if details:
+            for f in diagnosis.findings:
+                line = Text()
+                line.append(f"{f.code} ", style=_STYLE.get(f.severity, "bold"))
+                line.append(f"{f.name}", style="bold")
+                if f.op:
+                    line.append(f"  {f.module}/{f.op}", style="dim")
+                parts.append(line)
+                parts.append(Text("  " + f.message))
+                for ev in f.evidence[:4]:
+                    parts.append(Text("    " + ev, style="dim", no_wrap=True, overflow="ellipsis"))
+                if f.source:
+                    parts.append(Text(f"  at {f.source}", style="dim"))
+                if f.fix:
+                    parts.append(Text(f"  fix: hlo-doctor apply-fix {f.fix} --target PATH", style="green"))
+    if diagnosis.rules_skipped:
+        parts.append(Text("skipped: " + "; ".join(f"{c} ({r})" for c, r in diagnosis.rules_skipped),
+                          style="dim"))
+    style = "bold green" if not diagnosis.findings else "bold"
+    parts.append(Text(diagnosis.summary_line(), style=style))
+    if diagnosis.compiler_inserted_line():
+        parts.append(Text(diagnosis.compiler_inserted_line(), style="dim"))
+    return Group(*parts)

@@ -1,0 +1,140 @@
+"""Where each backend puts its HLO op events, step marks and compile work in an XSpace.
+
+- XLA:CPU: host events on ``/host:CPU`` lines named after XLA's thread pools, each with stats
+  ``hlo_op``, ``hlo_module``, ``program_id``, ``run_id``. Step marks are host events with a
+  ``step_num`` stat (``jax.profiler.StepTraceAnnotation``); compile work is the Python tracer's
+  ``cache_miss``, ``_pjit_lower``, ``backend_compile``... (and XLA's own compile TraceMes).
+- TPU/GPU: device planes (``/device:TPU:0``, ``/device:GPU:0``), read by
+  :mod:`hlo_doctor.trace.device`.
+
+Also the names shared by both: an op's HLO text, ``module(program_id)``.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+
+import numpy as np
+
+from hlo_doctor.trace.columns import OpColumns
+from hlo_doctor.trace.model import CompileEvent, StepMark
+from hlo_doctor.trace.xspace import (
+    MODULE_WITH_ID,
+    XPlane,
+    event_names,
+    program_id_of,
+    stat_names,
+    stat_value,
+)
+
+# Substrings of Python-tracer / TraceMe event names that mean compile work (jax-xprof-facts.md).
+COMPILE_MARKERS: tuple[str, ...] = (
+    "cache_miss", "_pjit_lower", "compile_or_get_cached", "backend_compile", "_cached_compilation",
+    "lower_sharding_computation", "XlaCompile", "PjRtCpuClient::Compile", "PjRtStreamExecutorClient::Compile",
+    "TfrtCpuClient::Compile",
+)
+# Host events that are neither ops, steps nor compile work (thread-pool bookkeeping, thunk ends).
+_NOISE_PREFIXES = ("ThreadpoolListener::", "end: ")
+_COMPILE_RE = re.compile("|".join(re.escape(m) for m in COMPILE_MARKERS))
+# Device-plane lines that are not op events.
+_NOT_OP_LINES = frozenset({"XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code"})
+_OP_TEXT = re.compile(r"^\s*%?([\w.\-]+)\s*=\s*\S")
+
+def split_op_text(text: str) -> tuple[str, str]:
+    """``("fusion.1", text)`` for an op's HLO text (``%fusion.1 = bf16[8]{0} fusion(...)``), else
+    ``(text, "")``."""
+    m = _OP_TEXT.match(text)
+    if m:
+        return m.group(1), text.strip()
+    return text, ""
+
+
+def split_module(name: str) -> tuple[str, int | None]:
+    """``("jit_f", 12)`` for ``jit_f(12)``; ``(name, None)`` without an id."""
+    m = MODULE_WITH_ID.match(name)
+    if m:
+        return m.group(1), int(m.group(2))
+    return name, None
+
+
+def device_plane_backend(name: str) -> str:
+    """``tpu`` or ``gpu`` for a device plane's name."""
+    lowered = name.lower()
+    if "tpu" in lowered:
+        return "tpu"
+    if "gpu" in lowered:
+        return "gpu"
+    return "tpu"
+
+
+def _event_times(line: object, ev: object) -> tuple[float, float]:
+    # Offsets are picoseconds from the line's timestamp (ns); the result is ns on the host clock.
+    start = (line.timestamp_ns * 1000 + ev.offset_ps) / 1000  # type: ignore[attr-defined]
+    return start, ev.duration_ps / 1000  # type: ignore[attr-defined]
+
+
+# The stats of a host event that say what it is; the others are not read (a host plane holds
+# millions of events with about ten stats each).
+_HOST_STATS = frozenset({"hlo_op", "hlo_module", "program_id", "run_id", "step_num", "module"})
+
+
+def read_host_plane(plane: XPlane, host: str, want_ops: bool, cols: OpColumns,
+                    steps: list[StepMark], compiles: list[CompileEvent]) -> None:
+    """XLA:CPU op events (when ``want_ops``), step marks and compile work of one host plane."""
+    pname = plane.name
+    names = event_names(plane)
+    snames = stat_names(plane)
+    wanted = {sid: name for sid, name in snames.items() if name in _HOST_STATS}
+    module_code, op_code, pid_code = cols.modules.code, cols.ops.code, cols.program_ids.code
+    for line in plane.lines:
+        lname = line.name
+        # Columns of this line's op events (array.array: no Python object kept per event).
+        starts, durs, runs = array("d"), array("d"), array("q")
+        mods, ops, pids = array("i"), array("i"), array("i")
+        for ev in line.events:
+            name = names.get(ev.metadata_id, "")
+            # Python-tracer events ("$file.py:12 func") carry no stats worth reading.
+            if name.startswith(_NOISE_PREFIXES):
+                continue
+            sd: dict[str, object] = {}
+            if not name.startswith("$"):
+                for stat in ev.stats:
+                    key = wanted.get(stat.metadata_id)
+                    if key is not None:
+                        sd[key] = stat_value(stat, snames)
+            if sd:
+                op = sd.get("hlo_op")
+                if op is not None:
+                    if want_ops:
+                        pid = program_id_of(sd.get("program_id"))
+                        run = sd.get("run_id")
+                        start, dur = _event_times(line, ev)
+                        starts.append(start)
+                        durs.append(dur)
+                        runs.append(int(run) if run is not None else -1)  # type: ignore[call-overload]
+                        mods.append(module_code(str(sd.get("hlo_module", ""))))
+                        ops.append(op_code(str(op)))
+                        pids.append(pid_code(pid if pid is not None else -1))
+                    continue
+                if "step_num" in sd:
+                    try:
+                        num = int(sd["step_num"])  # type: ignore[call-overload]
+                    except (TypeError, ValueError):
+                        num = -1
+                    start, dur = _event_times(line, ev)
+                    steps.append(StepMark(host, name, num, start, dur))
+                    continue
+            if _COMPILE_RE.search(name):
+                module = str(sd.get("hlo_module", sd.get("module", "")))
+                start, dur = _event_times(line, ev)
+                compiles.append(CompileEvent(
+                    name=name, start_us=start / 1e3, duration_us=dur / 1e3,
+                    module=module, detail=f"{host} {pname} {lname}"))
+        if starts:
+            cols.add(host, pname, np.frombuffer(mods, np.int32), np.frombuffer(pids, np.int32),
+                     np.frombuffer(ops, np.int32), np.frombuffer(starts, np.float64),
+                     np.frombuffer(durs, np.float64), np.frombuffer(runs, np.int64),
+                     np.ones(len(starts), np.int32))
+
+
