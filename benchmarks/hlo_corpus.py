@@ -12,9 +12,16 @@ A module *parses* when ``parse_module`` returns; it *matches* when every compari
 Prints both rates and the top failure classes (the error message or the first difference, with
 names and numbers stripped so that one cause counts once).
 
+A corpus is built outside this repository from XLA's public sources: every ``.hlo`` file and every
+raw string literal holding an ``HloModule`` line in its ``*_test.cc`` files, each re-printed by
+``jaxlib._hlo.hlo_module_from_text(text).to_string()``, keeping those XLA accepts. Modules XLA does not
+read back from its own print are counted and left out.
+
 Usage::
 
-    python benchmarks/hlo_corpus.py CORPUS_DIR [--limit N] [--examples K] [--json OUT]
+    python benchmarks/hlo_corpus.py CORPUS_DIR [--limit N] [--examples K] [--json OUT] [--xla-cache F]
+
+``--xla-cache`` keeps XLA's readings (the slow half) in a JSON file, so that reruns time our parser.
 """
 
 from __future__ import annotations

@@ -229,7 +229,10 @@ def _read_module(reader: _Reader, program_id: int | None) -> HloModule:
             continue
         if section and text[pos].isdigit():
             entry, _ = reader.statement()
-            tables.add(section, entry)
+            try:
+                tables.add(section, entry)
+            except ValueError:
+                raise reader.fail(pos, f"not a {section} entry: {entry[:80]!r}") from None
             continue
         section = ""
         line_end = text.find("\n", pos)
@@ -258,6 +261,8 @@ def _read_module(reader: _Reader, program_id: int | None) -> HloModule:
                     if key.strip() != "execution_thread":
                         raise reader.fail(at, f"unexpected text after computation {comp_name}: {part[:60]!r}")
                     thread = value.strip().strip('"')
+                if first == len(statements):
+                    raise reader.fail(pos, f"computation {comp_name} has no instructions")
                 computations.append((comp_name, is_entry, thread, first, len(statements)))
                 break
             body, depth = reader.statement()

@@ -193,6 +193,9 @@ def test_a_line_it_cannot_read_is_an_error_naming_the_line() -> None:
     stray = _xla(BUFFER) + "\nsomething else\n"
     with pytest.raises(InputError, match=r"^m\.hlo:\d+: not a computation: 'something else'"):
         parse_module(stray, origin="m.hlo")
+    empty = _xla(BUFFER) + "\n%empty () -> f32[] {\n}\n"
+    with pytest.raises(InputError, match=r"^m\.hlo:10: computation empty has no instructions"):
+        parse_module(empty, origin="m.hlo")
 
 
 @pytest.mark.parametrize("cut", [0.3, 0.6, 0.9])

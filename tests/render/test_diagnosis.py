@@ -45,7 +45,7 @@ def test_markdown(seed, empty) -> None:  # type: ignore[no-untyped-def]
     assert "**3 findings: ~3.1 ms of ~26.5 ms per step (~12%) is recoverable**" in md
     table = [ln for ln in md.splitlines() if ln.startswith("| HD")]
     assert len(table) == 3
-    assert "| HD002 | high | jit_sample | `copy.2` | `f32[512,256000]{1,0}` | 1,562 us | 5.9% | 1,562 us |" in md
+    assert "| HD002 | high | jit_sample | `copy.2` | `f32[512,256000]{1,0:T(8,128)}` | 1,562 us | 5.9% | 1,562 us |" in md
     assert "hlo-doctor apply-fix bf16-greedy-sampler" in md
     assert "**no findings**" in render_markdown(empty)
 
