@@ -13,7 +13,16 @@ from hlo_doctor.hlo.analysis import (
     value_uses,
     widening_convert_of,
 )
-from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, producing_convert_program, stage_of
+from hlo_doctor.lint import (
+    Context,
+    Example,
+    Finding,
+    Rule,
+    Severity,
+    fmt_bytes,
+    producing_convert_program,
+    stage_of,
+)
 from hlo_doctor.lint.testing import ARGMAX_REDUCER, GPU_TWO_STAGE_ARGMAX_BF16, eager_convert
 
 _ARGMAX_F32_PARAM = """\

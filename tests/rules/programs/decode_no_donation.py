@@ -8,6 +8,7 @@ The state is a dataclass defined under ``from __future__ import annotations`` (a
 from __future__ import annotations
 
 import dataclasses
+
 import jax
 import jax.numpy as jnp
 
