@@ -1,9 +1,9 @@
-"""A token loop that keeps the previous step's cache next to the current one.
+"""A token loop that reads its carried cache and writes it in the same iteration.
 
-The loop carries ``(cache, previous)`` and returns ``(update(cache), cache)``: the old cache must
-survive the in-place update, so XLA copies the carried buffer inside the ``while`` body on every
-iteration. ``step_fixed`` carries only the cache (and what it needs of the previous one, a row),
-and the copy goes.
+``decode`` keeps the previous step's cache next to the current one: the loop carries
+``(cache, previous)`` and returns ``(update(cache), cache)``, so the old cache must survive the
+in-place update and XLA copies the carried buffer inside the ``while`` body on every iteration.
+``decode_fixed`` carries the cache alone and only writes it: no copy in the body.
 """
 
 from __future__ import annotations
@@ -21,18 +21,16 @@ def _write(cache: jax.Array, i: jax.Array) -> jax.Array:
 
 @jax.jit
 def decode(cache: jax.Array) -> tuple[jax.Array, jax.Array]:
-    def body(i: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        cache, _previous = carry
-        return _write(cache, i), cache
-    return jax.lax.fori_loop(0, TOKENS, body, (cache, cache))
+    def body(carry: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array, jax.Array]:
+        i, cache, _previous = carry
+        return i + 1, _write(cache, i), cache
+    _, cache, previous = jax.lax.while_loop(lambda c: c[0] < TOKENS, body, (jnp.int32(0), cache, cache))
+    return cache, previous
 
 
 @jax.jit
-def decode_fixed(cache: jax.Array) -> tuple[jax.Array, jax.Array]:
-    def body(i: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        cache, _last = carry
-        return _write(cache, i), jax.lax.dynamic_slice(cache, (i, 0), (1, DIM))
-    return jax.lax.fori_loop(0, TOKENS, body, (cache, cache[:1]))
+def decode_fixed(cache: jax.Array) -> jax.Array:
+    return jax.lax.fori_loop(0, TOKENS, lambda i, c: _write(c, i), cache)
 
 
 _cache = jnp.zeros((SEQ, DIM), jnp.float32)
@@ -43,6 +41,6 @@ def step() -> tuple[jax.Array, jax.Array]:
     return decode(_cache)
 
 
-def step_fixed() -> tuple[jax.Array, jax.Array]:
-    """The same loop carrying one row of the previous cache: no copy in the body."""
+def step_fixed() -> jax.Array:
+    """The loop that only writes its cache: no copy in the body."""
     return decode_fixed(_cache)
