@@ -2,12 +2,14 @@
 
 ``generate`` is called once per step and does not donate its state, so XLA copies the cache
 parameters before the loop on every call; ``generate_donated`` donates it and the copies go.
-The state is a dataclass defined under ``from __future__ import annotations`` (as flax modules are).
+The state is a dataclass with a ``ClassVar`` defined under ``from __future__ import annotations``
+(as flax modules are).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +22,9 @@ LAYERS, SEQ, HEADS, DIM, TOKENS = 2, 64, 4, 32, 8
 class DecodeState:
     """What the loop carries: one K and one V cache per layer, and the position."""
 
+    # A string annotation naming ClassVar: dataclasses resolves it through sys.modules (flax modules
+    # have such fields), which fails when the file is executed without being registered there.
+    LAYOUT: ClassVar[str] = "seq, heads, dim"
     k: tuple[jax.Array, ...]
     v: tuple[jax.Array, ...]
     pos: jax.Array
