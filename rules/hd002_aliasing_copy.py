@@ -155,7 +155,8 @@ class AliasingCopy(Rule):
         and which parameter. Copies under 4 KiB (scalars, small metadata arrays) are ignored, and
         so are copies that change ``sharding=`` (reshards) or the memory space (``{1,0:S(5)}``,
         host offload): those move the value somewhere else, they do not alias it. On unoptimized
-        HLO (as lowered) the finding's evidence says the stage.
+        HLO (as lowered) the finding is low severity and says the stage: the copy seen there is
+        the program's own, and copy insertion decides after XLA's passes.
     Why it costs:
         A jitted function that returns its input without donation cannot hand back the caller's
         buffer, so XLA's copy insertion materialises a full copy of it: one read and one write of
@@ -223,7 +224,9 @@ class AliasingCopy(Rule):
                     self, m, inst,
                     f"{inst.name} copies parameter {param.parameter_number} ({param.name}, "
                     f"{dtype_shape(part)}, {fmt_bytes(inst.shape.nbytes)}) into output {where}: "
-                    f"the program returns its input without donation",
+                    f"the program returns its input without donation"
+                    + ("" if stage.optimized else "; unoptimized HLO: copy insertion decides after XLA's passes"),
+                    severity=None if stage.optimized else Severity.LOW,
                     recoverable_fraction=1.0,
                     # The copy has no metadata of its own (copy insertion adds it): the parameter's
                     # line when it has one, else no source rather than an unrelated op's line.

@@ -73,6 +73,13 @@ _NO_MATCHING_OUTPUT = _NOT_DONATED.replace(
     "  ROOT %out = (f32[64,32]{1,0}, s32[]) tuple(%g.1, %g.2)", "  ROOT %out = s32[] copy(%g.2)")
 
 
+# As lowered (not scheduled, no fusion): copy insertion has not run yet.
+_LOWERED = _NOT_DONATED.replace("is_scheduled=true, ", "")
+
+# The loop takes the parameter and its copy: two live values, donation cannot remove the copy.
+_BOTH_LIVE = _NOT_DONATED.replace("tuple(%copy.2, %copy.1)", "tuple(%copy.2, %copy.1, %state_cache.1)")
+
+
 class LoopStateNotDonated(Rule):
     """A parameter copied into a ``while``/``call`` on every call, because it is not donated.
 
@@ -85,7 +92,10 @@ class LoopStateNotDonated(Rule):
         the state of a decode loop (KV caches, positions) handed to a jitted ``while_loop``
         without ``donate_argnums``: the loop updates its state in place, so XLA first copies
         every parameter the caller keeps. Copies under 4 KiB (counters, scalars) are ignored, and
-        copies that go straight to the output are HD002's.
+        copies that go straight to the output are HD002's. So is a copy the loop takes next to the
+        original parameter (both values are live). Only optimized modules are read: before XLA's
+        passes, copy insertion has not run, and a copy that changes nothing is removed by XLA's
+        simplifier.
     Why it costs:
         Every call reads and writes the whole state once before the loop starts: for a sampler
         called once per generated sequence, the size of the KV caches per call (~1.6 GiB at
@@ -109,6 +119,8 @@ class LoopStateNotDonated(Rule):
         Example(hlo=(_DONATED,), note="the state donated: no copy before the loop"),
         Example(hlo=(_LAYOUT_COPY,), note="a layout-changing copy (work donation does not remove)"),
         Example(hlo=(_NO_MATCHING_OUTPUT,), note="no output the parameter's buffer could become"),
+        Example(hlo=(_LOWERED,), note="unoptimized HLO: copy insertion has not run"),
+        Example(hlo=(_BOTH_LIVE,), note="the loop takes the parameter and its copy"),
     )
     INVALID = (
         Example(hlo=(_NOT_DONATED,), expect=("HD009 copy.1",), note="decode loop state not donated"),
@@ -122,6 +134,9 @@ class LoopStateNotDonated(Rule):
 
     def check(self, ctx: Context) -> Iterator[Finding]:
         for m in ctx.modules:
+            stage = stage_of(m, ctx.origin)
+            if not stage.optimized:
+                continue  # copy insertion has not run; XLA's simplifier drops a copy that changes nothing
             donated = _donated(m)
             outputs = {(s.dtype, s.dims) for s in _leaves(m.entry.root.shape)}
             for inst in m.entry.instructions:
@@ -137,9 +152,8 @@ class LoopStateNotDonated(Rule):
                 if (part.layout, part.dims) != (inst.shape.layout, inst.shape.dims):
                     continue  # a layout or memory-space change is work of its own
                 loop = _loop_fed_by(m, inst)
-                if loop is None:
-                    continue
-                stage = stage_of(m, ctx.origin)
+                if loop is None or _loop_fed_by(m, param, through_copies=False) is loop:
+                    continue  # the loop also takes the original: both live, donation cannot merge them
                 yield ctx.finding(
                     self, m, inst,
                     f"{inst.name} copies parameter {param.parameter_number} ({param.name}, {dtype_shape(part)}, "
@@ -147,8 +161,7 @@ class LoopStateNotDonated(Rule):
                     f"parameter is not donated; donating it lets the {loop.opcode} update it in place",
                     recoverable_fraction=1.0,
                     source_inst=param if param.source else loop,
-                    evidence=(param.raw, inst.raw, loop.raw,
-                              *(() if stage.optimized else (stage.evidence(),))),
+                    evidence=(param.raw, inst.raw, loop.raw),
                     extra=(("parameter", param.parameter_number), ("parameter_name", param.name),
                            ("loop", loop.name)),
                 )
@@ -171,14 +184,15 @@ def _leaves(shape: HloShape) -> list[HloShape]:
     return [shape]
 
 
-def _loop_fed_by(m: HloModule, inst: HloInstruction) -> HloInstruction | None:
+def _loop_fed_by(m: HloModule, inst: HloInstruction, *, through_copies: bool = True) -> HloInstruction | None:
     """The ``while``/``call``/``conditional`` that ``inst``'s value reaches through plumbing only."""
+    plumbing = _PLUMBING if through_copies else _PLUMBING - {"copy"}
     stack, seen = [inst], {inst.name}
     while stack:
         for u in m.users_of(stack.pop()):
             if u.opcode in _CALLS:
                 return u
-            if u.opcode in _PLUMBING and u.name not in seen:
+            if u.opcode in plumbing and u.name not in seen:
                 seen.add(u.name)
                 stack.append(u)
     return None

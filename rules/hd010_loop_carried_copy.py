@@ -66,6 +66,10 @@ _ENTRY_COPY = _IN_PLACE.replace(
     "  %zero.1 = s32[] constant(0)\n", "  %zero.1 = s32[] constant(0)\n  %copy.9 = f32[256,128]{1,0} copy(%cache.1)\n")
 
 
+# As lowered (not scheduled, no fusion): a copy there is dropped by XLA's simplifier.
+_LOWERED = _CARRIED_COPY.replace("is_scheduled=true, ", "")
+
+
 class LoopCarriedCopy(Rule):
     """A ``copy`` of a loop-carried buffer inside a ``while`` body: paid on every iteration.
 
@@ -76,7 +80,8 @@ class LoopCarriedCopy(Rule):
         the old value of a carried buffer must outlive its in-place update: the body returns
         the buffer next to its update, or reads it after writing it. With op stats, the finding
         gives the copy's time per step, how many iterations ran per step, and the time per
-        iteration.
+        iteration. Only optimized modules are read: before XLA's passes a copy that changes nothing
+        (a lowered sharding constraint after SPMD partitioning) is removed by XLA's simplifier.
     Why it costs:
         The copy runs once per iteration: a decode loop copying its KV cache on every token moves
         the whole cache per token (recurrentgemma's sampler: 75 such copies per step), where the
@@ -101,6 +106,7 @@ class LoopCarriedCopy(Rule):
         Example(hlo=(_IN_PLACE,), note="the cache updated in place"),
         Example(hlo=(_TRANSPOSING,), note="a transposing copy in the body"),
         Example(hlo=(_ENTRY_COPY,), note="a copy before the loop (HD009's case)"),
+        Example(hlo=(_LOWERED,), note="unoptimized HLO"),
     )
     INVALID = (
         Example(hlo=(_CARRIED_COPY,), expect=("HD010 copy.5",), note="old cache carried next to the new one"),
@@ -116,6 +122,8 @@ class LoopCarriedCopy(Rule):
 
     def check(self, ctx: Context) -> Iterator[Finding]:
         for m in ctx.modules:
+            if not stage_of(m, ctx.origin).optimized:
+                continue  # copy insertion has not run; XLA's simplifier drops a copy that changes nothing
             for loop in m.instructions():
                 if loop.opcode != "while":
                     continue
@@ -134,12 +142,11 @@ class LoopCarriedCopy(Rule):
                  index: int) -> Finding:
         # The source line: the body op that uses the copy (what the program wrote), else the loop's.
         user = next((u for u in m.users_of(inst) if u.source), None)
-        stage = stage_of(m, ctx.origin)
         message = (f"{inst.name} copies loop-carried element {index} ({dtype_shape(inst.shape)}, "
                    f"{fmt_bytes(inst.shape.nbytes)}) inside the body of {loop.name} on every iteration")
         found = ctx.finding(
             self, m, inst, message, recoverable_fraction=1.0, source_inst=user or loop,
-            evidence=(inst.raw, loop.raw, *(() if stage.optimized else (stage.evidence(),))),
+            evidence=(inst.raw, loop.raw),
             extra=(("loop", loop.name), ("tuple_index", index)),
         )
         # Op stats time the copy itself, not the while that the entry runs: join on the copy.
