@@ -190,9 +190,9 @@ class OverWideRead(Rule):
                 widen = widening_convert_of(m, read)
                 origin = ""
                 evidence = [reduce.raw]
+                if not only_reaches_selection(value_uses(m, read)):
+                    continue  # also feeds other work (softmax's subtract/exp): the f32 is needed
                 if widen is not None:
-                    if not only_reaches_selection(value_uses(m, read)):
-                        continue  # also feeds other work (softmax's subtract/exp): the f32 is needed
                     narrow = widen[0]
                     origin = f"widened from {narrow} by {read.name} in this program"
                     evidence.insert(0, read.raw)
