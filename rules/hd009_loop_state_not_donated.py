@@ -92,8 +92,8 @@ class LoopStateNotDonated(Rule):
         the state of a decode loop (KV caches, positions) handed to a jitted ``while_loop``
         without ``donate_argnums``: the loop updates its state in place, so XLA first copies
         every parameter the caller keeps. Copies under 4 KiB (counters, scalars) are ignored, and
-        copies that go straight to the output are HD002's. So is a copy the loop takes next to the
-        original parameter (both values are live). Only optimized modules are read: before XLA's
+        copies that go straight to the output are HD002's. Neither is a copy the loop takes next to
+        the original parameter (both values are live: donation cannot merge them). Only optimized modules are read: before XLA's
         passes, copy insertion has not run, and a copy that changes nothing is removed by XLA's
         simplifier.
     Why it costs:
