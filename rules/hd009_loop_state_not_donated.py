@@ -91,11 +91,11 @@ class LoopStateNotDonated(Rule):
         parameter's dtype and dimensions, so that a donated buffer could be reused. This is
         the state of a decode loop (KV caches, positions) handed to a jitted ``while_loop``
         without ``donate_argnums``: the loop updates its state in place, so XLA first copies
-        every parameter the caller keeps. Copies under 4 KiB (counters, scalars) are ignored, and
-        copies that go straight to the output are HD002's. Neither is a copy the loop takes next to
-        the original parameter (both values are live: donation cannot merge them). Only optimized modules are read: before XLA's
-        passes, copy insertion has not run, and a copy that changes nothing is removed by XLA's
-        simplifier.
+        every parameter the caller keeps. Not flagged: copies under 4 KiB (counters, scalars),
+        copies that go straight to the output (HD002's), and a copy the loop takes next to the
+        original parameter (both values are live: donation cannot merge them). Only optimized
+        modules are read: before XLA's passes, copy insertion has not run, and a copy that
+        changes nothing is removed by XLA's simplifier.
     Why it costs:
         Every call reads and writes the whole state once before the loop starts: for a sampler
         called once per generated sequence, the size of the KV caches per call (~1.6 GiB at
