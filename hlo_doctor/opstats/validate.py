@@ -31,7 +31,7 @@ _REQUIRED_TEXT = frozenset({"module", "op"})
 
 
 def _bad(origin: str, where: str, what: str) -> InputError:
-    return InputError(f"{origin}: {where}: {what}", _HINT)
+    return InputError(f"{origin}: malformed opstats export: {where}: {what}", _HINT)
 
 
 def _int(origin: str, where: str, value: Any, *, minimum: int = 0) -> int:
@@ -80,7 +80,7 @@ def _check_row(origin: str, i: int, row: Any) -> None:
             continue  # an older export without a later column: the loader fills it in
         value = row[column.name]
         if column.dtype in ("int64", "Int64"):
-            _int(origin, where, value, minimum=1 if column.name == "rank" else 0)
+            _int(origin, where, value)
         elif column.dtype == "float64":
             _number(origin, where, value)
         else:
