@@ -31,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from hlo_doctor.core import outdir
 from hlo_doctor.core.errors import HloDoctorError, InputError
 from hlo_doctor.core.model import ProgressFn, RunInfo
 from hlo_doctor.opstats import OpStats, build_opstats, run_info_to_dict, write_exports
@@ -130,19 +131,24 @@ def default_run_dir(base: Path = Path("runs")) -> Path:
 def staged_run_dir(out_dir: Path) -> Iterator[Path]:
     """A temporary directory beside ``out_dir`` that becomes ``out_dir`` when the block succeeds.
 
-    An existing ``out_dir`` is replaced only when it is an earlier run directory (has run.json) or
-    empty; anything else is refused, so a typo in ``--out`` never deletes a user's files.
+    An existing ``out_dir`` is replaced only when it is empty or an earlier run directory (it holds the
+    marker ``profile`` writes, :mod:`hlo_doctor.core.outdir`); anything else is refused, so a typo in
+    ``--out`` never deletes a user's files.
     """
     out_dir = out_dir.absolute()
-    if out_dir.exists():
-        if not out_dir.is_dir():
-            raise InputError(f"--out {out_dir} exists and is a file", "choose another --out directory")
-        if any(out_dir.iterdir()) and not (out_dir / "run.json").is_file():
-            raise InputError(f"--out {out_dir} exists and is not an hlo-doctor run directory",
-                             "choose another --out directory (or an empty one)")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    tmp.mkdir()
+    outdir.check_replaceable(out_dir, "profile")
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        tmp.mkdir()
+    except OSError as exc:
+        raise InputError(f"--out {out_dir}: cannot create it ({exc.strerror})",
+                         "choose a writable --out folder") from None
+    try:
+        outdir.write_marker(tmp, "profile")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     try:
         yield tmp
     except BaseException:
