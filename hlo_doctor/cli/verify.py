@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from hlo_doctor.cli.common import console, examples, handle_errors, write_output
+from hlo_doctor.cli.common import console, examples, handle_errors, write_file_atomically, write_output
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.render.verify import fmt_us, metric_rows, render_json, render_markdown
@@ -57,12 +57,11 @@ def print_report(report: VerifyReport) -> None:
 
 def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
     """``verify.json`` and ``verify.md`` (and ``fix.diff`` when verify made the treatment) in ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / "verify.json", out_dir / "verify.md"
-    json_path.write_text(render_json(report))
-    md_path.write_text(render_markdown(report))
+    write_file_atomically(json_path, render_json(report))
+    write_file_atomically(md_path, render_markdown(report))
     if report.fix_diff:
-        (out_dir / "fix.diff").write_text(report.fix_diff)
+        write_file_atomically(out_dir / "fix.diff", report.fix_diff)
     return json_path, md_path
 
 
