@@ -103,8 +103,8 @@ def handle_errors(func: F) -> F:
             console.print("[red]interrupted[/]")
             sys.exit(130)
         except Exception as exc:  # noqa: BLE001 - the last line of defence
-            console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}")
-            console.print("[dim]" + "".join(traceback.format_exception(exc)[-6:]) + "[/]")
+            console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))}")
+            console.print("[dim]" + escape("".join(traceback.format_exception(exc)[-6:])) + "[/]")
             console.print("please report this with the command line and the input")
             sys.exit(int(ExitCode.INTERNAL))
 

@@ -64,8 +64,8 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
             t.add_column(name, justify=justify)  # type: ignore[arg-type]
         for r in grouped.itertuples(index=False):
             t.add_row(str(r.rank), f"{r.pct_of_step:.1f}", f"{r.time_per_step_us:,.1f}", str(r.ops),
-                      str(r.opcode), str(r.category), str(r.shape), fmt_bytes(r.bytes_accessed),
-                      str(r.modules))
+                      Text(str(r.opcode)), Text(str(r.category)), Text(str(r.shape)), fmt_bytes(r.bytes_accessed),
+                      Text(str(r.modules)))
         return Group(*parts, t)
     columns = [("#", "right"), ("% step", "right"), ("µs/step", "right")]
     if wide:
@@ -82,7 +82,8 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
                  "n": str(r.occurrences), "program": pid, "module": str(r.module), "op": str(r.op),
                  "category": str(r.category), "shape": str(r.shape),
                  "bytes": fmt_bytes(r.bytes_accessed), "source": _short_source(str(r.source))}
-        t.add_row(*(cells[name] for name, _ in columns))
+        # Text, not str: names and paths come from the trace and are never markup.
+        t.add_row(*(Text(cells[name]) for name, _ in columns))
     parts.append(t)
     if len(stats.table) > top:
         parts.append(Text(f"{len(stats.table) - top} more rows: --top N, or --format csv/json", style="dim"))
@@ -219,7 +220,7 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
         with progress_bars(_PHASES) as progress:
             run_dir, stats = capture_run(step_fn, steps=steps, warmup=warmup, out_dir=out_dir, target=name,
                                          config=config, warmup_fn=warmup_fn, progress=progress)
-    console.print(f"wrote {run_dir} (open it with: xprof --logdir {run_dir})")
+    console.print(Text(f"wrote {run_dir} (open it with: xprof --logdir {run_dir})"), soft_wrap=True)
     _emit(stats, fmt, top, group_by, output)
 
 

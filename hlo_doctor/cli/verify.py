@@ -33,8 +33,8 @@ def print_report(report: VerifyReport) -> None:
     for col in ("#", "check", "result", "figure"):
         checks.add_column(col, overflow="fold")
     for c in report.checks:
-        checks.add_row(str(c.number), c.name, Text("pass", style="green") if c.passed else Text("FAIL", style="bold red"),
-                       c.figure)
+        checks.add_row(str(c.number), Text(c.name), Text("pass", style="green") if c.passed else Text("FAIL", style="bold red"),
+                       Text(c.figure))
     console.print(checks)
     for c in report.checks:
         if not c.passed and c.detail:
@@ -45,7 +45,7 @@ def print_report(report: VerifyReport) -> None:
                          ("95% CI", "left"), ("outcome", "left")):
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in metric_rows(report):
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))
     console.print(table)
     for op in report.removed_ops:
         now = "" if op.status == "gone" else f" ({fmt_us(op.treatment_time_per_step_us)}/step)"
@@ -132,7 +132,7 @@ def verify_cmd(fix: str | None, variant: str, baseline: Path | None, treatment: 
     print_report(report)
     if out_dir is not None:
         json_path, md_path = write_artifacts(report, out_dir)
-        console.print(f"wrote {json_path} and {md_path}")
+        console.print(Text(f"wrote {json_path} and {md_path}"), soft_wrap=True)
     if fmt == "json":
         write_output(render_json(report), output)
     elif fmt == "md":
