@@ -31,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from hlo_doctor.capture_guard import call_target
 from hlo_doctor.core import outdir
 from hlo_doctor.core.errors import HloDoctorError, InputError
 from hlo_doctor.core.model import ProgressFn, RunInfo
@@ -68,6 +69,9 @@ def resolve_target(spec: str) -> StepFn:
         except ModuleNotFoundError as exc:
             raise InputError(f"TARGET module {module_part!r} cannot be imported ({exc})",
                              "install it or pass a file path (path/to/file.py:func)") from exc
+        except SystemExit as exc:
+            raise InputError(f"TARGET module {module_part} called sys.exit({exc.code!r}) on import",
+                             "guard the module's script code with if __name__ == '__main__'") from None
         except Exception as exc:  # noqa: BLE001 - the user's import-time code may raise anything
             raise InputError(f"TARGET module {module_part} raised {type(exc).__name__} on import: {exc}",
                              "fix the module so that importing it works") from exc
@@ -92,6 +96,9 @@ def _import_file(path: Path) -> Any:
     except SyntaxError as exc:
         raise InputError(f"TARGET file {path} has a syntax error (line {exc.lineno}): {exc.msg}",
                          "fix the file") from exc
+    except SystemExit as exc:
+        raise InputError(f"TARGET file {path} called sys.exit({exc.code!r}) on import",
+                         "guard the file's script code with if __name__ == '__main__'") from None
     except Exception as exc:  # noqa: BLE001 - the user's import-time code may raise anything
         raise InputError(f"TARGET file {path} raised {type(exc).__name__} on import: {exc}",
                          "fix the file so that importing it works") from exc
@@ -216,9 +223,11 @@ def _block(result: Any) -> None:
     jax.block_until_ready(result)
 
 
-def _call_step(step_fn: StepFn, target: str, phase: str, i: int) -> None:
+def _call_step(step_fn: StepFn, target: str, phase: str, i: int, *, timeout_s: float | None = None,
+               staged: Path | None = None) -> None:
     try:
-        _block(step_fn())
+        call_target(lambda: _block(step_fn()), what=f"TARGET {target}, {phase} step {i},",
+                    timeout_s=timeout_s, staged=staged)
     except HloDoctorError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's step may raise anything
@@ -233,9 +242,15 @@ def _call_step(step_fn: StepFn, target: str, phase: str, i: int) -> None:
 def capture_run(
     step_fn: StepFn, *, steps: int, warmup: int, out_dir: Path, target: str,
     config: dict[str, Any] | None = None, warmup_fn: Callable[[], Any] | None = None,
-    progress: ProgressFn | None = None,
+    progress: ProgressFn | None = None, timeout_s: float | None = None,
 ) -> tuple[Path, OpStats]:
-    """:func:`capture_callable`, also returning the op stats it built."""
+    """:func:`capture_callable`, also returning the op stats it built.
+
+    ``timeout_s``: the longest the warm-up call or any one step may take (None: no limit); past it,
+    :class:`~hlo_doctor.capture_guard.StepTimeout` and nothing is written.
+    """
+    if timeout_s is not None and not timeout_s > 0:
+        raise InputError(f"--timeout {timeout_s}: must be a positive number of seconds", "e.g. --timeout 600")
     import jax
 
     if steps < 1:
@@ -249,14 +264,15 @@ def capture_run(
             progress("warmup", 0, warmup)
         if warmup_fn is not None:
             try:
-                warmup_fn()
+                call_target(warmup_fn, what=f"TARGET {target}, warming up,", timeout_s=timeout_s,
+                            staged=tmp)
             except HloDoctorError:
                 raise
             except Exception as exc:  # noqa: BLE001
                 raise InputError(f"TARGET {target} raised {type(exc).__name__} while warming up: {exc}",
                                  "check the target's configuration") from exc
         for i in range(warmup):
-            _call_step(step_fn, target, "warm-up", i)
+            _call_step(step_fn, target, "warm-up", i, timeout_s=timeout_s, staged=tmp)
             if progress:
                 progress("warmup", i + 1, warmup)
         backend, device_kind = _device_info()
@@ -266,7 +282,7 @@ def capture_run(
         try:
             for i in range(steps):
                 with jax.profiler.StepTraceAnnotation("decode", step_num=i):
-                    _call_step(step_fn, target, "traced", i)
+                    _call_step(step_fn, target, "traced", i, timeout_s=timeout_s, staged=tmp)
                 if progress:
                     progress("capture", i + 1, steps)
         finally:

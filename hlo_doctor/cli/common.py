@@ -99,9 +99,12 @@ def handle_errors(func: F) -> F:
             fail(exc)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
-        except KeyboardInterrupt:
-            console.print("[red]interrupted[/]")
-            sys.exit(130)
+        except KeyboardInterrupt as exc:
+            # SIGTERM arrives as a KeyboardInterrupt subclass where a command asked for it (profile):
+            # the same clean-up, the conventional 128 + signal number.
+            terminated = type(exc).__name__ == "Terminated"
+            console.print("[red]terminated[/]" if terminated else "[red]interrupted[/]")
+            sys.exit(143 if terminated else 130)
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))}")
             console.print("[dim]" + escape("".join(traceback.format_exception(exc)[-6:])) + "[/]")
