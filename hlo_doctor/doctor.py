@@ -30,7 +30,8 @@ from typing import Any
 from hlo_doctor.core import outdir
 from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.core.model import ProgressFn
-from hlo_doctor.render.verify import render_json, render_markdown
+from hlo_doctor.render.verify import to_json as render_json
+from hlo_doctor.render.verify import to_markdown as render_markdown
 from hlo_doctor.verify import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_PROFILE_STEPS,
@@ -211,7 +212,7 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     result = DoctorResult(settings=settings, engine_dir=str(engine_dir), profile_run=profile_run,
                           diagnosis=diagnosis, fix_id=fix_id, fix_diff=fix_diff, treatment_dir=treatment_dir,
                           verify=verify, stage_seconds=tuple(stages))
-    from hlo_doctor.render.doctor import render_report
+    from hlo_doctor.render.doctor import to_markdown as render_report
 
     (out / "report.md").write_text(render_report(result))
     (out / "doctor.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")

@@ -13,7 +13,7 @@ from hlo_doctor.hlo.analysis import (
     value_uses,
 )
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity
-from hlo_doctor.lint.testing import ARGMAX_REDUCER, eager_convert
+from hlo_doctor.lint.testing import ARGMAX_REDUCER, GPU_TWO_STAGE_ARGMAX_BF16, eager_convert
 
 _ARGMAX_F32 = """\
 HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->(s32[8]{0}, f32[8,1024]{1,0})}
@@ -153,6 +153,7 @@ class WideningConvertBeforeReduce(Rule):
     fix = "bf16-greedy-sampler"
 
     VALID = (
+        Example(hlo=(GPU_TWO_STAGE_ARGMAX_BF16,), note="XLA:GPU two-stage argmax, convert fused into stage 1"),
         Example(hlo=(_XLA_WIDENED_ARGMAX,), note="argmax on bf16; XLA's own reducer widening"),
         Example(hlo=(_FUSED_WIDEN_ARGMAX,), note="astype(f32) fused into the argmax: it reads bf16"),
         Example(hlo=(_EAGER_CONVERT, _ARGMAX_F32), note="the widened value is also returned"),

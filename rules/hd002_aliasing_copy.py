@@ -80,6 +80,53 @@ ENTRY %main.1 (args_0_.1: bf16[]) -> bf16[] {
 """
 
 
+# XLA:GPU: the returned parameter goes through a tuple before the copy.
+_GPU_TUPLE_COPY = """\
+HloModule jit_sample, is_scheduled=true, entry_computation_layout={(f32[64,64]{1,0})->(f32[64]{0}, f32[64,64]{1,0})}
+
+%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(%a, %b)
+}
+
+ENTRY %main.3 (logits.1: f32[64,64]) -> (f32[64], f32[64,64]) {
+  %logits.1 = f32[64,64]{1,0} parameter(0), metadata={op_name="logits"}
+  %c = f32[] constant(-inf)
+  %r = f32[64]{0} reduce(%logits.1, %c), dimensions={1}, to_apply=%max
+  %tuple = (f32[64]{0}, f32[64,64]{1,0}) tuple(%r, %logits.1)
+  %get-tuple-element.5 = f32[64]{0} get-tuple-element(%tuple), index=0
+  %get-tuple-element.6 = f32[64,64]{1,0} get-tuple-element(%tuple), index=1
+  %copy.1 = f32[64,64]{1,0} copy(%get-tuple-element.6)
+  ROOT %tuple.2 = (f32[64]{0}, f32[64,64]{1,0}) tuple(%get-tuple-element.5, %copy.1)
+}
+"""
+
+# A multi-output fusion that passes its parameter through (bitcast) next to real work.
+_FUSION_PASS_THROUGH = """\
+HloModule jit_f, entry_computation_layout={(f32[64,64]{1,0})->(f32[64,64]{1,0}, f32[64,64]{1,0})}
+
+%fused (p: f32[64,64]) -> (f32[64,64], f32[64,64]) {
+  %p = f32[64,64]{1,0} parameter(0)
+  %n = f32[64,64]{1,0} negate(%p)
+  %b = f32[64,64]{1,0} bitcast(%p)
+  ROOT %t = (f32[64,64]{1,0}, f32[64,64]{1,0}) tuple(%n, %b)
+}
+
+ENTRY %main.1 (x.1: f32[64,64]) -> (f32[64,64], f32[64,64]) {
+  %x.1 = f32[64,64]{1,0} parameter(0)
+  %fusion = (f32[64,64]{1,0}, f32[64,64]{1,0}) fusion(%x.1), kind=kLoop, calls=%fused
+  %g0 = f32[64,64]{1,0} get-tuple-element(%fusion), index=0
+  %g1 = f32[64,64]{1,0} get-tuple-element(%fusion), index=1
+  %copy.3 = f32[64,64]{1,0} copy(%g1)
+  ROOT %out = (f32[64,64]{1,0}, f32[64,64]{1,0}) tuple(%g0, %copy.3)
+}
+"""
+
+# The same fusion, but the copied output is computed (negate): not the parameter.
+_FUSION_COMPUTES = _FUSION_PASS_THROUGH.replace("%copy.3 = f32[64,64]{1,0} copy(%g1)",
+                                                "%copy.3 = f32[64,64]{1,0} copy(%g0)")
+
 class AliasingCopy(Rule):
     """A ``copy`` that exists only because the program returns one of its inputs.
 
@@ -115,10 +162,14 @@ class AliasingCopy(Rule):
         Example(hlo=(_TRANSPOSING_COPY,), note="layout-changing copy"),
         Example(hlo=(_COPY_NOT_RETURNED,), note="copy that is not an output"),
         Example(hlo=(_SCALAR,), note="a scalar copy"),
+        Example(hlo=(_FUSION_COMPUTES,), note="a copy of a value a fusion computes"),
     )
     INVALID = (
         Example(hlo=(_RETURNS_INPUT,), expect=("HD002 copy",), note="sampler returning its input"),
         Example(hlo=(_IDENTITY,), expect=("HD002 copy.1",), note="identity function"),
+        Example(hlo=(_GPU_TUPLE_COPY,), expect=("HD002 copy.1",), note="XLA:GPU copy(get-tuple-element(tuple))"),
+        Example(hlo=(_FUSION_PASS_THROUGH,), expect=("HD002 copy.3",),
+                note="a multi-output fusion passing the parameter through"),
         Example(
             hlo=(_RETURNS_INPUT,),
             opstats=({"module": "jit_sample", "op": "copy", "occurrences": 10, "time_per_step_us": 30.0},),

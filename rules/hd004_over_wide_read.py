@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from hlo_doctor.hlo import DTYPE_BYTES
 from hlo_doctor.hlo.analysis import dtype_shape, fusion_read_of, selection_reduces, widening_convert_of
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, producing_convert_program
-from hlo_doctor.lint.testing import ARGMAX_REDUCER, eager_convert
+from hlo_doctor.lint.testing import ARGMAX_REDUCER, GPU_TWO_STAGE_ARGMAX_BF16, eager_convert
 
 _ARGMAX_F32_PARAM = """\
 HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->s32[8]{0}}
@@ -105,6 +105,7 @@ class OverWideRead(Rule):
     fix = "bf16-greedy-sampler"
 
     VALID = (
+        Example(hlo=(GPU_TWO_STAGE_ARGMAX_BF16,), note="XLA:GPU two-stage argmax over bf16: stage 2 reads partials"),
         Example(hlo=(_BF16_ARGMAX,), note="bf16 argmax widened in registers by XLA"),
         Example(hlo=(_ARGMAX_F32_PARAM,), note="f32 input with no narrow producer in the run"),
     )

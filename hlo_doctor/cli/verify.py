@@ -11,7 +11,10 @@ from rich.text import Text
 from hlo_doctor.cli.common import console, examples, handle_errors, write_file_atomically, write_output
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode
-from hlo_doctor.render.verify import fmt_us, metric_rows, render_json, render_markdown
+from hlo_doctor.core.format import fmt_ms as fmt_us
+from hlo_doctor.render.verify import metric_rows
+from hlo_doctor.render.verify import to_json as render_json
+from hlo_doctor.render.verify import to_markdown as render_markdown
 from hlo_doctor.verify import (
     DEFAULT_ALPHA,
     DEFAULT_MAX_TOKENS,

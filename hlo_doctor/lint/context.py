@@ -99,7 +99,7 @@ class Context:
         t = self.table
         rows = t[(t["module"] == name) & (t["op"] == op)]
         if program_id is not None and len(rows) and "program_id" in rows:
-            with_id = rows[rows["program_id"].astype("Int64") == program_id]
+            with_id = rows[rows["program_id"] == program_id]  # ids are uint64 Python ints
             if len(with_id):
                 rows = with_id
         if not len(rows):
@@ -137,7 +137,7 @@ class Context:
         rows = t[t["module"] == name]
         pid = None if isinstance(module, str) else module.program_id
         if pid is not None and len(rows):
-            with_id = rows[rows["program_id"].astype("Int64") == pid]
+            with_id = rows[rows["program_id"] == pid]  # ids are uint64 Python ints
             if len(with_id):
                 rows = with_id
         return rows

@@ -2,6 +2,8 @@
 
 - Op events come from :mod:`hlo_doctor.trace` (XLA:CPU host events or TPU/GPU device events).
 - Steps come from :mod:`hlo_doctor.opstats.steps`.
+- ``occurrences`` counts runs (an aggregated device event stands for ``num_occurrences`` runs);
+  ``runs_per_step`` = occurrences / number of steps / number of devices the op ran on.
 - ``time_per_step_us`` = total op time / number of steps / number of devices the op ran on.
 - ``pct_of_step`` = ``time_per_step_us`` / mean step wall time x 100 (op times may overlap).
 - Shapes, operands, bytes and the source line come from the HLO modules stored in the trace, or from
@@ -24,7 +26,7 @@ from hlo_doctor.hlo.categories import categorize, categorize_opcodes
 from hlo_doctor.opstats.keys import assign_canonical_keys, body_digest, natural
 from hlo_doctor.opstats.optext import parse_op_text
 from hlo_doctor.opstats.schema import COLUMN_NAMES, PER_STEP_COLUMNS, OpStats, empty_table, with_column_dtypes
-from hlo_doctor.opstats.steps import steps_from_annotations, steps_from_executions
+from hlo_doctor.opstats.steps import steps_from_executions, steps_from_marks
 from hlo_doctor.trace import Trace
 
 
@@ -88,16 +90,17 @@ def build_opstats(
         notes.extend(more)
     else:
         parsed = tuple(modules)
+    notes.extend(trace.warnings)
     hlo = _lookup(trace, parsed, op_texts)
     ev = _events_frame(trace)
     steps = _find_steps(trace, ev, notes)
     step_time_us = float(np.mean(steps.times_us)) if steps.times_us else 0.0
     ev["step"] = steps.step_of
-    ev["device_key"] = ev["host"].astype(str) + "/" + ev["device"].astype(str)
 
     rows: list[dict[str, Any]] = []
     digests: list[str] = []
-    for rec in _aggregate(ev).itertuples(index=False):
+    agg, ev["group"] = _aggregate(ev)
+    for rec in agg.itertuples(index=False):
         row, digest = _row(rec, hlo, steps.count, step_time_us)
         rows.append(row)
         digests.append(digest)
@@ -112,6 +115,7 @@ def build_opstats(
         num_steps=int(steps.count), step_source=steps.source, per_step=_per_step(ev, rows), modules=parsed,
         compile_events=trace.compile_events, backend=trace.backend, run=run, source_path=source_path,
         device_kind=trace.device_kind, warnings=tuple(notes), versions=trace.versions,
+        num_devices=trace.num_devices,
     )
 
 
@@ -127,24 +131,24 @@ def _lookup(trace: Trace, parsed: tuple[HloModule, ...], op_texts: Iterable[tupl
 
 def _events_frame(trace: Trace) -> pd.DataFrame:
     ops = trace.ops
+    # One code per (host, device): what "devices the op ran on" counts.
+    device_key = ops.host.codes.astype(np.int64) * max(len(ops.device.categories), 1) + ops.device.codes
     return pd.DataFrame({
-        "host": pd.Categorical(ops.host),
-        "device": pd.Categorical(ops.device),
-        "module": pd.Categorical(ops.module),
-        "program_id": np.asarray(ops.program_id, dtype=np.int64),
-        "op": pd.Categorical(ops.op),
-        "start_ns": np.asarray(ops.start_ns, dtype=np.float64),
-        "duration_ns": np.asarray(ops.duration_ns, dtype=np.float64),
-        "self_ns": np.asarray(ops.self_ns, dtype=np.float64),
-        "run_id": np.asarray(ops.run_id, dtype=np.int64),
-    })
+        "host": ops.host, "device": ops.device, "module": ops.module, "program_id": ops.program_id,
+        "op": ops.op, "start_ns": ops.start_ns, "duration_ns": ops.duration_ns, "self_ns": ops.self_ns,
+        "run_id": ops.run_id, "occurrences": ops.occurrences, "device_key": device_key,
+    }, copy=False)
 
 
 def _find_steps(trace: Trace, ev: pd.DataFrame, notes: list[str]) -> _Steps:
-    """Steps from the annotations, else from the main module's executions, else the whole trace."""
+    """Steps from the host annotations, else the device ``Steps`` lines, else the main module's
+    executions, else the whole trace."""
     if trace.steps:
-        step_of, step_times, num_steps = steps_from_annotations(trace, ev)
+        step_of, step_times, num_steps = steps_from_marks(trace.steps, ev, by_device=False)
         step_source = "annotation"
+    elif trace.device_steps:
+        step_of, step_times, num_steps = steps_from_marks(trace.device_steps, ev, by_device=True)
+        step_source = "device-steps"
     else:
         step_of, step_times, num_steps, main = steps_from_executions(ev)
         step_source = "module-executions"
@@ -156,19 +160,22 @@ def _find_steps(trace: Trace, ev: pd.DataFrame, notes: list[str]) -> _Steps:
     return _Steps(step_of, step_times, num_steps, step_source)
 
 
-def _aggregate(ev: pd.DataFrame) -> pd.DataFrame:
-    """One row per (module, program id, op): occurrences, total and self time, devices."""
+def _aggregate(ev: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """One row per (module, program id, op): occurrences, total and self time, devices; and the
+    row number of each event (its group)."""
     grouped = ev.groupby(["module", "program_id", "op"], observed=True, sort=False)
-    return grouped.agg(
-        occurrences=("duration_ns", "size"), total_ns=("duration_ns", "sum"),
+    agg = grouped.agg(
+        occurrences=("occurrences", "sum"), total_ns=("duration_ns", "sum"),
         self_ns=("self_ns", "sum"), devices=("device_key", "nunique"),
     ).reset_index()
+    agg["group"] = np.arange(len(agg))
+    return agg, grouped.ngroup().to_numpy()
 
 
 def _row(rec: Any, hlo: _Hlo, num_steps: int, step_time_us: float) -> tuple[dict[str, Any], str]:
     """One row of the table (without rank and canonical key) and its body digest."""
     module_name = str(rec.module)
-    pid = int(rec.program_id)
+    pid = int(rec.program_id)  # a Python int: uint64 ids stay exact
     op = str(rec.op)
     module = hlo.by_key.get((module_name, pid if pid >= 0 else None)) or (
         hlo.by_name.get(module_name) if pid < 0 else None)
@@ -210,6 +217,8 @@ def _row(rec: Any, hlo: _Hlo, num_steps: int, step_time_us: float) -> tuple[dict
         "source": inst.source if inst is not None else "",
         "self_time_us": float(rec.self_ns) / 1e3,
         "devices": devices,
+        "runs_per_step": int(rec.occurrences) / num_steps / devices,
+        "group": int(rec.group),
     }
     return row, body_digest(module, inst, operand_text)
 
@@ -231,30 +240,25 @@ def _rank(rows: list[dict[str, Any]]) -> None:
 
 def _per_step(ev: pd.DataFrame, rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Per-step op time (per device) for every op of the table and every step; 0 where it did not run."""
-    dtypes = {"step": "int64", "module": "string", "program_id": "Int64", "op": "string",
+    dtypes = {"step": "int64", "module": "string", "program_id": "object", "op": "string",
               "canonical_key": "string", "time_us": "float64"}
     in_step = ev[ev["step"] >= 0]
     if in_step.empty or not rows:
         return pd.DataFrame({c: pd.Series([], dtype=dtypes[c]) for c in PER_STEP_COLUMNS})
-    sums = (in_step.assign(module=in_step["module"].astype(str), op=in_step["op"].astype(str))
-            .groupby(["step", "module", "program_id", "op"], observed=True)["duration_ns"].sum()
-            .reset_index())
-    ops = pd.DataFrame({
-        "module": [r["module"] for r in rows],
-        "program_id": [r["program_id"] if r["program_id"] is not None else -1 for r in rows],
-        "op": [r["op"] for r in rows],
-        "canonical_key": [r["canonical_key"] for r in rows],
-        "devices": [r["devices"] for r in rows],
-        "order": range(len(rows)),
-    })
-    steps = pd.DataFrame({"step": sorted(int(s) for s in in_step["step"].unique())})
+    sums = in_step.groupby(["group", "step"])["duration_ns"].sum()
+    steps = np.asarray(sorted(int(s) for s in in_step["step"].unique()), np.int64)
     # Every (op, step) pair, so a step in which an op did not run counts as 0 for the statistics.
-    grid = ops.merge(steps, how="cross").merge(sums, how="left", on=["step", "module", "program_id", "op"])
-    grid = grid.sort_values(["order", "step"], kind="stable")
-    grid["time_us"] = grid["duration_ns"].fillna(0.0) / 1e3 / grid["devices"]
-    frame = grid[list(PER_STEP_COLUMNS)].reset_index(drop=True)
-    raw = frame["program_id"].to_numpy(dtype=np.int64)
-    pid = pd.array(raw, dtype="Int64")
-    pid[raw < 0] = pd.NA
-    frame["program_id"] = pid
+    groups = np.asarray([r["group"] for r in rows], np.int64)
+    index = pd.MultiIndex.from_arrays([np.repeat(groups, len(steps)), np.tile(steps, len(rows))])
+    devices = np.repeat(np.asarray([r["devices"] for r in rows], np.float64), len(steps))
+    time_us = sums.reindex(index, fill_value=0.0).to_numpy() / 1e3 / devices
+    frame = pd.DataFrame({
+        "step": np.tile(steps, len(rows)),
+        "module": np.repeat(np.asarray([r["module"] for r in rows], dtype=object), len(steps)),
+        "program_id": np.repeat(np.asarray([r["program_id"] for r in rows] + [None], dtype=object)[:-1],
+                                len(steps)),
+        "op": np.repeat(np.asarray([r["op"] for r in rows], dtype=object), len(steps)),
+        "canonical_key": np.repeat(np.asarray([r["canonical_key"] for r in rows], dtype=object), len(steps)),
+        "time_us": time_us,
+    })
     return frame.astype({c: t for c, t in dtypes.items() if c != "program_id"})

@@ -21,10 +21,11 @@ from hlo_doctor.opstats.schema import (
     PER_STEP_COLUMNS,
     OpStats,
     empty_table,
+    program_id_or_none,
     with_column_dtypes,
 )
 from hlo_doctor.opstats.validate import check_export, check_opstats
-from hlo_doctor.trace import CompileEvent, find_xplanes, read_trace, xprof_hlo_stats
+from hlo_doctor.trace import CompileEvent, find_xplanes, program_id_of, read_trace, xprof_hlo_stats
 
 
 def _plain(value: Any) -> Any:
@@ -67,6 +68,7 @@ def to_json(stats: OpStats) -> str:
         "device_kind": stats.device_kind,
         "step_source": stats.step_source,
         "num_steps": stats.num_steps,
+        "num_devices": stats.num_devices,
         "step_time_us": stats.step_time_us,
         "step_times_us": list(stats.step_times_us),
         "pct_of_step_definition": "time_per_step_us / mean step wall time x 100; op times may overlap "
@@ -112,11 +114,18 @@ def from_json(text: str, *, origin: str = "opstats.json") -> OpStats:
 
 def _from_doc(doc: dict[str, Any], origin: str) -> OpStats:
     rows = doc.get("rows", [])
+    num_steps = max(int(doc.get("num_steps", 0) or 0), 1)
+    for row in rows:
+        if "runs_per_step" not in row:
+            # An export from before the column: the same definition from the columns it has.
+            row["runs_per_step"] = float(row["occurrences"]) / num_steps / max(int(row.get("devices") or 1), 1)
     table = with_column_dtypes(pd.DataFrame(rows, columns=list(COLUMN_NAMES)).astype(object)) if rows else empty_table()
     ps = doc.get("per_step", {})
     per_step = pd.DataFrame(ps.get("rows", []), columns=list(PER_STEP_COLUMNS))
-    per_step = per_step.astype({"step": "int64", "program_id": "Int64", "module": "string", "op": "string",
+    per_step = per_step.astype({"step": "int64", "module": "string", "op": "string",
                                 "canonical_key": "string", "time_us": "float64"})
+    per_step["program_id"] = pd.Series([program_id_or_none(v) for v in per_step["program_id"]],
+                                       dtype=object, index=per_step.index)
     run = run_info_from_dict(doc["run"]) if doc.get("run") else None
     return OpStats(
         table=table, step_time_us=float(doc.get("step_time_us", 0.0)),
@@ -127,6 +136,7 @@ def _from_doc(doc: dict[str, Any], origin: str) -> OpStats:
         backend=str(doc.get("backend", "")), run=run, source_path=str(doc.get("source_path", origin)),
         device_kind=str(doc.get("device_kind", "")), warnings=tuple(doc.get("warnings", [])),
         versions=tuple(sorted(dict(doc.get("versions", {})).items())),
+        num_devices=int(doc.get("num_devices", 0) or 0),
     )
 
 
@@ -195,9 +205,8 @@ def load_opstats(path: str | Path) -> OpStats:
         # A device trace without its HLO modules: xprof's hlo_stats has each op's HLO text (it is
         # empty for XLA:CPU traces, so it is not asked there).
         for row in xprof_hlo_stats(xplanes):
-            try:
-                pid = int(str(row.get("program_id", "")).strip())
-            except ValueError:
+            pid = program_id_of(str(row.get("program_id", "")).strip())
+            if pid is None:
                 continue
             name, text = str(row.get("hlo_op_name", "")), str(row.get("hlo_op_expression", "") or "")
             if name and text:

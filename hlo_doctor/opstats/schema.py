@@ -30,7 +30,9 @@ class Column:
 
 COLUMNS: tuple[Column, ...] = (
     Column("rank", "int64", "", "1 = most time per step"),
-    Column("program_id", "Int64", "", "XLA program id of the module (changes across recompiles)"),
+    Column("program_id", "object", "",
+           "XLA program id of the module (changes across recompiles): a Python int, uint64 (libtpu's "
+           "exceed 2**63, so not int64), None when the trace does not say"),
     Column("module", "string", "", "HLO module name as the trace names it (jit_sample)"),
     Column("op", "string", "", "HLO instruction name (copy.2, iota_reduce_fusion)"),
     Column("opcode", "string", "", "HLO opcode (copy, fusion, convert...)"),
@@ -55,6 +57,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("self_time_us", "float64", "us",
            "total_time_us minus op events nested inside this op's events on the same thread/stream"),
     Column("devices", "int64", "count", "devices (device planes, or hosts on XLA:CPU) the op ran on"),
+    Column("runs_per_step", "float64", "count",
+           "runs of the op per device per step: occurrences / number of steps / devices"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
@@ -88,6 +92,9 @@ class OpStats:
     warnings: tuple[str, ...] = ()
     """Things the reader worked around (a module it could not parse...), one line each."""
     versions: tuple[tuple[str, str], ...] = field(default=())
+    num_devices: int = 0
+    """Devices the trace's op events ran on (device planes, or hosts on XLA:CPU); 0 when unknown
+    (an export from an earlier release)."""
 
     def module(self, name: str, program_id: int | None = None) -> HloModule | None:
         """The module with this name (and program id, when given)."""
@@ -102,12 +109,22 @@ def empty_table() -> pd.DataFrame:
     return pd.DataFrame({c.name: pd.Series([], dtype=c.dtype) for c in COLUMNS})
 
 
+def program_id_or_none(value: object) -> int | None:
+    """A program id as a Python int (exact for uint64), or None for a missing one (None, NaN, NA)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return None
+    return int(value)  # type: ignore[call-overload]
+
+
 def with_column_dtypes(table: pd.DataFrame) -> pd.DataFrame:
-    """The table with the dtypes of :data:`COLUMNS` (nullable ``Int64`` where a column says so)."""
+    """The table with the dtypes of :data:`COLUMNS` (program ids: Python ints or None)."""
     for c in COLUMNS:
-        if c.dtype == "Int64":
-            table[c.name] = pd.array([None if v is None or (isinstance(v, float) and np.isnan(v)) else int(v)
-                                      for v in table[c.name]], dtype="Int64")
+        if c.name not in table:
+            # An export from before the column existed.
+            table[c.name] = pd.Series([None] * len(table), dtype=object) if c.dtype == "object" else 0
+        if c.dtype == "object":
+            table[c.name] = pd.Series([program_id_or_none(v) for v in table[c.name]], dtype=object,
+                                      index=table.index)
         else:
             table[c.name] = table[c.name].astype(c.dtype)
     return table.reset_index(drop=True)

@@ -1,36 +1,56 @@
-"""Steps of a capture: from step annotations, or from the executions of the main module."""
+"""Steps of a capture: from host step annotations, the device ``Steps`` lines, or the executions of
+the main module."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
-from hlo_doctor.trace import Trace
+from hlo_doctor.trace import StepMark
 
 
-def steps_from_annotations(trace: Trace, ev: pd.DataFrame) -> tuple[np.ndarray, list[float], int]:
-    """Step index (step_num) per event, or -1 outside every step; step wall times; step count."""
+def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: bool) -> tuple[np.ndarray, list[float], int]:
+    """Step index (step_num) per event, or -1 outside every step; step wall times; step count.
+
+    ``marks`` are host step annotations (``by_device=False``: an event belongs to the marks of its
+    host; only the most common annotation name counts as "the step", as a program may nest other
+    marks) or device ``Steps`` events (``by_device=True``: the marks of the event's own device).
+    """
     step_of = np.full(len(ev), -1, dtype=np.int64)
     times: list[float] = []
-    counts: dict[str, int] = {}
-    # Only the most common annotation name counts as "the step" (a program may nest other marks).
-    names: dict[str, int] = {}
-    for s in trace.steps:
-        names[s.name] = names.get(s.name, 0) + 1
-    step_name = max(names, key=lambda n: names[n])
-    hosts = ev["host"].astype(str).to_numpy()
+    counts: list[int] = []
+    if not by_device:
+        names: dict[str, int] = {}
+        for s in marks:
+            names[s.name] = names.get(s.name, 0) + 1
+        step_name = max(names, key=lambda n: names[n])
+        marks = [s for s in marks if s.name == step_name]
+    host_cat = ev["host"].cat
+    device_cat = ev["device"].cat
+    host_index = {str(v): i for i, v in enumerate(host_cat.categories)}
+    device_index = {str(v): i for i, v in enumerate(device_cat.categories)}
+    host_codes = host_cat.codes.to_numpy()
+    device_codes = device_cat.codes.to_numpy()
     starts = ev["start_ns"].to_numpy()
-    for host in sorted({s.host for s in trace.steps}):
-        marks = sorted((s for s in trace.steps if s.host == host and s.name == step_name),
-                       key=lambda s: s.start_ns)
-        counts[host] = len(marks)
-        on_host = hosts == host
-        for position, mark in enumerate(marks):
-            times.append(mark.duration_ns / 1e3)
-            label = mark.step_num if mark.step_num >= 0 else position
-            inside = on_host & (starts >= mark.start_ns) & (starts <= mark.start_ns + mark.duration_ns)
-            step_of[inside] = label
-    return step_of, times, max(counts.values()) if counts else 0
+    groups: dict[tuple[str, str], list[StepMark]] = {}
+    for s in marks:
+        groups.setdefault((s.host, s.device if by_device else ""), []).append(s)
+    for (host, device), group in sorted(groups.items()):
+        group.sort(key=lambda s: s.start_ns)
+        counts.append(len(group))
+        times.extend(s.duration_ns / 1e3 for s in group)
+        on = host_codes == host_index.get(host, -2)
+        if by_device:
+            on &= device_codes == device_index.get(device, -2)
+        mark_starts = np.asarray([s.start_ns for s in group])
+        mark_ends = mark_starts + np.asarray([s.duration_ns for s in group])
+        labels = np.asarray([s.step_num if s.step_num >= 0 else k for k, s in enumerate(group)], np.int64)
+        idx = np.searchsorted(mark_starts, starts, side="right") - 1
+        inside = on & (idx >= 0) & (starts <= mark_ends[np.maximum(idx, 0)])
+        step_of[inside] = labels[idx[inside]]
+    return step_of, times, max(counts) if counts else 0
 
 
 def steps_from_executions(ev: pd.DataFrame) -> tuple[np.ndarray, list[float], int, str]:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import math
 
+from hlo_doctor.core.format import fmt_ms
 from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.checks import ratio as _ratio
 from hlo_doctor.verify.results import VerifyReport
 
-__all__ = ["fmt_us", "metric_rows", "render_json", "render_markdown"]
+__all__ = ["metric_rows", "to_json", "to_markdown"]
 
 
-def render_json(report: VerifyReport) -> str:
+def to_json(report: VerifyReport) -> str:
     """The whole report as JSON."""
     return json.dumps(report.to_dict(), indent=2, default=str) + "\n"
 
@@ -55,7 +56,7 @@ def metric_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str, str
     return rows
 
 
-def render_markdown(report: VerifyReport) -> str:
+def to_markdown(report: VerifyReport) -> str:
     """The report as Markdown (a PR comment or a file beside the JSON)."""
     s = report.settings
     status = "PASS" if report.passed else "FAIL"
@@ -84,21 +85,14 @@ def render_markdown(report: VerifyReport) -> str:
                   "| rule | op | shape | baseline time/step | treatment time/step | in treatment |",
                   "|---|---|---|---:|---:|---|"]
         for o in report.removed_ops:
-            lines.append(f"| {o.code} | {o.module}/{o.op} | `{o.shape}` | {fmt_us(o.time_per_step_us)} | "
-                         f"{fmt_us(o.treatment_time_per_step_us) if o.status != 'gone' else '0 (gone)'} | {o.status} |")
+            lines.append(f"| {o.code} | {o.module}/{o.op} | `{o.shape}` | {fmt_ms(o.time_per_step_us)} | "
+                         f"{fmt_ms(o.treatment_time_per_step_us) if o.status != 'gone' else '0 (gone)'} | {o.status} |")
     for note in report.notes:
         lines += ["", f"Note: {note}"]
     if report.fix_diff:
         lines += ["", "<details><summary>What the fix changed</summary>", "", "```diff", report.fix_diff.rstrip(),
                   "```", "</details>"]
     return "\n".join(lines) + "\n"
-
-
-def fmt_us(us: float | None) -> str:
-    """Microseconds for people: ``72.53 ms`` or ``480 us``; ``-`` for unknown."""
-    if us is None:
-        return "-"
-    return f"{us / 1000:,.2f} ms" if us >= 1000 else f"{us:,.0f} us"
 
 
 def _md(text: str) -> str:

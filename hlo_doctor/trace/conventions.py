@@ -4,24 +4,26 @@
   ``hlo_op``, ``hlo_module``, ``program_id``, ``run_id``. Step marks are host events with a
   ``step_num`` stat (``jax.profiler.StepTraceAnnotation``); compile work is the Python tracer's
   ``cache_miss``, ``_pjit_lower``, ``backend_compile``... (and XLA's own compile TraceMes).
-- TPU/GPU: device planes (``/device:TPU:0``, ``/device:GPU:0``); the ``XLA Ops`` line when the plane
-  has one (its events are named after the op; the module comes from a stat or from the enclosing
-  ``XLA Modules`` event named ``module(program_id)``), otherwise every event that carries an
-  ``hlo_op`` stat (GPU kernels).
+- TPU/GPU: device planes (``/device:TPU:0``, ``/device:GPU:0``), read by
+  :mod:`hlo_doctor.trace.device`.
+
+Also the names shared by both: an op's HLO text, ``module(program_id)``.
 """
 
 from __future__ import annotations
 
-import bisect
 import re
-from dataclasses import dataclass, field
+from array import array
 
+import numpy as np
+
+from hlo_doctor.trace.columns import OpColumns
 from hlo_doctor.trace.model import CompileEvent, StepMark
 from hlo_doctor.trace.xspace import (
     MODULE_WITH_ID,
     XPlane,
     event_names,
-    stat_items,
+    program_id_of,
     stat_names,
     stat_value,
 )
@@ -38,54 +40,6 @@ _COMPILE_RE = re.compile("|".join(re.escape(m) for m in COMPILE_MARKERS))
 # Device-plane lines that are not op events.
 _NOT_OP_LINES = frozenset({"XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code"})
 _OP_TEXT = re.compile(r"^\s*%?([\w.\-]+)\s*=\s*\S")
-
-# One op event of a line: (start ns, duration ns, module, op, program id, run id).
-LineOp = tuple[float, float, str, str, int, int]
-
-
-@dataclass(slots=True)
-class OpColumns:
-    """The op-event columns while they are being read (becomes :class:`OpEvents`)."""
-
-    host: list[str] = field(default_factory=list)
-    device: list[str] = field(default_factory=list)
-    module: list[str] = field(default_factory=list)
-    program_id: list[int] = field(default_factory=list)
-    op: list[str] = field(default_factory=list)
-    start_ns: list[float] = field(default_factory=list)
-    duration_ns: list[float] = field(default_factory=list)
-    self_ns: list[float] = field(default_factory=list)
-    run_id: list[int] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.op)
-
-    def append_line(self, events: list[LineOp], host: str, device: str) -> None:
-        """Append one line's op events with their self times.
-
-        Nesting is resolved per line with a stack: events on one line (thread, stream) are properly
-        nested or disjoint, so a child's time is subtracted from its innermost enclosing event.
-        """
-        events.sort(key=lambda e: (e[0], -e[1]))
-        stack: list[tuple[float, int]] = []  # (end, index into the columns)
-        for start, dur, module, op, pid, run in events:
-            end = start + dur
-            while stack and stack[-1][0] <= start:
-                stack.pop()
-            idx = len(self.op)
-            if stack and end <= stack[-1][0]:
-                self.self_ns[stack[-1][1]] -= dur
-            self.host.append(host)
-            self.device.append(device)
-            self.module.append(module)
-            self.program_id.append(pid)
-            self.op.append(op)
-            self.start_ns.append(start)
-            self.duration_ns.append(dur)
-            self.self_ns.append(dur)
-            self.run_id.append(run)
-            stack.append((end, idx))
-
 
 def split_op_text(text: str) -> tuple[str, str]:
     """``("fusion.1", text)`` for an op's HLO text (``%fusion.1 = bf16[8]{0} fusion(...)``), else
@@ -132,9 +86,12 @@ def read_host_plane(plane: XPlane, host: str, want_ops: bool, cols: OpColumns,
     names = event_names(plane)
     snames = stat_names(plane)
     wanted = {sid: name for sid, name in snames.items() if name in _HOST_STATS}
+    module_code, op_code, pid_code = cols.modules.code, cols.ops.code, cols.program_ids.code
     for line in plane.lines:
         lname = line.name
-        line_ops: list[LineOp] = []
+        # Columns of this line's op events (array.array: no Python object kept per event).
+        starts, durs, runs = array("d"), array("d"), array("q")
+        mods, ops, pids = array("i"), array("i"), array("i")
         for ev in line.events:
             name = names.get(ev.metadata_id, "")
             # Python-tracer events ("$file.py:12 func") carry no stats worth reading.
@@ -150,12 +107,15 @@ def read_host_plane(plane: XPlane, host: str, want_ops: bool, cols: OpColumns,
                 op = sd.get("hlo_op")
                 if op is not None:
                     if want_ops:
-                        pid = sd.get("program_id")
+                        pid = program_id_of(sd.get("program_id"))
                         run = sd.get("run_id")
                         start, dur = _event_times(line, ev)
-                        line_ops.append((start, dur, str(sd.get("hlo_module", "")), str(op),
-                                         int(pid) if pid is not None else -1,  # type: ignore[call-overload]
-                                         int(run) if run is not None else -1))  # type: ignore[call-overload]
+                        starts.append(start)
+                        durs.append(dur)
+                        runs.append(int(run) if run is not None else -1)  # type: ignore[call-overload]
+                        mods.append(module_code(str(sd.get("hlo_module", ""))))
+                        ops.append(op_code(str(op)))
+                        pids.append(pid_code(pid if pid is not None else -1))
                     continue
                 if "step_num" in sd:
                     try:
@@ -171,79 +131,10 @@ def read_host_plane(plane: XPlane, host: str, want_ops: bool, cols: OpColumns,
                 compiles.append(CompileEvent(
                     name=name, start_us=start / 1e3, duration_us=dur / 1e3,
                     module=module, detail=f"{host} {pname} {lname}"))
-        if line_ops:
-            cols.append_line(line_ops, host, pname)
+        if starts:
+            cols.add(host, pname, np.frombuffer(mods, np.int32), np.frombuffer(pids, np.int32),
+                     np.frombuffer(ops, np.int32), np.frombuffer(starts, np.float64),
+                     np.frombuffer(durs, np.float64), np.frombuffer(runs, np.int64),
+                     np.ones(len(starts), np.int32))
 
 
-def _module_spans(plane: XPlane, names: dict[int, str], snames: dict[int, str]) -> list[tuple[float, float, str, int]]:
-    """(start, end, module, program id) of each ``XLA Modules`` event, sorted."""
-    spans: list[tuple[float, float, str, int]] = []
-    for line in plane.lines:
-        if line.name != "XLA Modules":
-            continue
-        for ev in line.events:
-            module, pid = split_module(names.get(ev.metadata_id, ""))
-            sd = dict(stat_items(ev.stats, snames)) if ev.stats else {}
-            if sd.get("program_id") is not None:
-                pid = int(sd["program_id"])  # type: ignore[call-overload]
-            start, dur = _event_times(line, ev)
-            spans.append((start, start + dur, module, pid if pid is not None else -1))
-    spans.sort()
-    return spans
-
-
-def read_device_plane(plane: XPlane, metadata: dict[str, tuple[str, dict[str, object]]],
-                      expressions: dict[tuple[str, int, str], str], host: str, cols: OpColumns) -> None:
-    """TPU/GPU op events of one device plane; op HLO texts go into ``expressions``."""
-    pname = plane.name
-    names = event_names(plane)
-    snames = stat_names(plane)
-    lines = list(plane.lines)
-    xla_ops = [ln for ln in lines if ln.name == "XLA Ops"]
-    module_spans = _module_spans(plane, names, snames)
-    span_starts = [s[0] for s in module_spans]
-
-    def enclosing(start: float) -> tuple[str, int, int]:
-        i = bisect.bisect_right(span_starts, start) - 1
-        if i >= 0 and module_spans[i][1] >= start:
-            return module_spans[i][2], module_spans[i][3], i
-        return "", -1, -1
-
-    # With an "XLA Ops" line, every op is there once; stream lines would repeat them as kernels.
-    for ln in (xla_ops or lines):
-        if ln.name in _NOT_OP_LINES:
-            continue
-        line_ops: list[LineOp] = []
-        for ev in ln.events:
-            name = names.get(ev.metadata_id, "")
-            display, meta_stats = metadata.get(name, ("", {}))
-            own = dict(stat_items(ev.stats, snames)) if ev.stats else {}
-            sd = {**meta_stats, **own} if meta_stats else own
-            op = sd.get("hlo_op")
-            if op is None:
-                if not xla_ops:
-                    continue
-                # On TPU the op name is the metadata's display name; the name may be its HLO text.
-                op = display or name
-            op, text = split_op_text(str(op))
-            if not text:
-                text = split_op_text(name)[1] or str(sd.get("long_name", "") or "")
-            module = str(sd.get("hlo_module", ""))
-            pid_value = sd.get("program_id")
-            pid = int(pid_value) if pid_value is not None else -1  # type: ignore[call-overload]
-            run_value = sd.get("run_id")
-            run = int(run_value) if run_value is not None else -1  # type: ignore[call-overload]
-            start, dur = _event_times(ln, ev)
-            if not module or pid < 0 or run < 0:
-                enc_module, enc_pid, enc_index = enclosing(start)
-                run = run if run >= 0 else enc_index
-                module = module or enc_module
-                pid = pid if pid >= 0 else enc_pid
-            module, suffix_pid = split_module(module)
-            if pid < 0 and suffix_pid is not None:
-                pid = suffix_pid
-            if text:
-                expressions.setdefault((module, pid, op), text)
-            line_ops.append((start, dur, module, op, pid, run))
-        if line_ops:
-            cols.append_line(line_ops, host, pname)

@@ -4,27 +4,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+import pandas as pd
+
 
 @dataclass(frozen=True, slots=True)
 class OpEvents:
-    """HLO op events of one trace as parallel columns (a list per field: traces hold millions).
+    """HLO op events of one trace as parallel columns (traces hold millions of events).
 
-    Times are nanoseconds on the host's clock. ``self_ns`` is the duration minus the time of op
-    events nested inside it on the same line (a while loop around its body's ops).
+    Names are ``pandas.Categorical`` (a code per event), numbers numpy arrays. Times are nanoseconds
+    (host clock on XLA:CPU, the device clock where the trace gives it). ``self_ns`` is the duration
+    minus the time of op events nested inside it on the same line (a while loop around its body's ops).
     """
 
-    host: list[str]
-    device: list[str]
+    host: pd.Categorical
+    device: pd.Categorical
     """The plane (``/host:CPU``, ``/device:TPU:0``) that ran the op."""
-    module: list[str]
-    program_id: list[int]
-    op: list[str]
-    start_ns: list[float]
-    duration_ns: list[float]
-    self_ns: list[float]
-    run_id: list[int]
+    module: pd.Categorical
+    program_id: pd.Categorical
+    """Program ids as Python ints (uint64: libtpu's exceed 2**63); -1 when unknown."""
+    op: pd.Categorical
+    start_ns: np.ndarray
+    duration_ns: np.ndarray
+    """Total duration of the event (of all its runs, for an aggregated event)."""
+    self_ns: np.ndarray
+    run_id: np.ndarray
     """Which execution of the program the event belongs to (``run_id`` stat on XLA:CPU, the index
     of the enclosing ``XLA Modules`` event on a device plane); -1 when unknown."""
+    occurrences: np.ndarray
+    """Runs the event stands for: 1, or an aggregated event's ``num_occurrences``."""
 
     def __len__(self) -> int:
         return len(self.op)
@@ -39,6 +47,8 @@ class StepMark:
     step_num: int
     start_ns: float
     duration_ns: float
+    device: str = ""
+    """The device plane of a device step (the ``Steps`` line); empty for a host annotation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +91,24 @@ class Trace:
     op_expressions: tuple[tuple[str, int, str, str], ...] = ()
     """(module, program id, op, HLO text of the op) that device traces carry in their event metadata
     (or xprof's ``hlo_stats`` gives): the shape's source when the trace holds no HLO module."""
+    device_steps: tuple[StepMark, ...] = ()
+    """Steps of the device ``Steps`` lines (TPU), one per device and step."""
+    num_devices: int = 0
+    """Devices whose op events the table counts: device planes with op events, or hosts on XLA:CPU."""
+    warnings: tuple[str, ...] = ()
+    """What the reader could not read as the conventions say and worked around, one line each."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostDispatch:
+    """Outermost ``PjitFunction(<name>)`` spans of one program on the host: what launching it costs."""
+
+    module: str
+    """``jit_<name>``: the module name XLA gives the program."""
+    calls: int
+    total_us: float
+
+    @property
+    def per_call_us(self) -> float:
+        """Mean host time of one dispatch."""
+        return self.total_us / self.calls if self.calls else 0.0

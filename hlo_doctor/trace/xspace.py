@@ -24,12 +24,15 @@ XPlane = Any
 XStat = Any
 
 
-def _xspace_class() -> Any:
-    """The XSpace message class, with the two maps of an XPlane read as their repeated entries.
+def _message_classes() -> tuple[Any, Any, Any, Any]:
+    """XSpace, XPlane, and an XSpace whose planes stay serialized, from the generated schema.
 
-    On the wire a ``map<int64, M>`` is a repeated ``{key, value}`` message; a protobuf map forgets
-    the order of the file, the repeated form keeps it (the modules of a trace are listed in the order
-    the profiler wrote them). Same schema, same field names, one flag off.
+    - The two maps of an XPlane are read as their repeated entries: on the wire a
+      ``map<int64, M>`` is a repeated ``{key, value}`` message; a protobuf map forgets the order of
+      the file, the repeated form keeps it (modules are listed in the order the profiler wrote them).
+    - ``XSpacePlanes`` declares field 1 (``planes``) as bytes: the same wire data, split into one
+      serialized plane each, so that a large trace is parsed one plane at a time (a parsed plane
+      takes several times its size in memory).
     """
     fdp = descriptor_pb2.FileDescriptorProto()
     xplane_pb2.DESCRIPTOR.CopyToProto(fdp)
@@ -37,12 +40,20 @@ def _xspace_class() -> Any:
         for nested in message.nested_type:
             if nested.options.map_entry:
                 nested.ClearField("options")
+    field = descriptor_pb2.FieldDescriptorProto
+    shallow = fdp.message_type.add(name="XSpacePlanes")
+    shallow.field.add(name="planes", number=1, label=field.LABEL_REPEATED, type=field.TYPE_BYTES)
+    # An XPlane's name alone (field 2), to order the planes before parsing them.
+    head = fdp.message_type.add(name="XPlaneName")
+    head.field.add(name="name", number=2, label=field.LABEL_OPTIONAL, type=field.TYPE_STRING)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{fdp.package}.XSpace"))
+    return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{fdp.package}.{name}"))
+                 for name in ("XSpace", "XPlane", "XSpacePlanes", "XPlaneName"))  # type: ignore[return-value]
 
 
-_XSPACE: Any = _xspace_class()
+_XSPACE, _XPLANE, _XSPACE_PLANES, _XPLANE_NAME = _message_classes()
+UINT64_LIMIT = 1 << 64
 
 METADATA_PLANE = "/host:metadata"
 MODULE_WITH_ID = re.compile(r"^(.*)\((\d+)\)$")
@@ -62,6 +73,58 @@ def parse_xspace(buf: bytes, origin: str) -> XSpace:
         raise InputError(f"{origin}: the trace holds no planes",
                          "capture again; the profiler recorded nothing")
     return space
+
+
+def split_planes(buf: bytes, origin: str) -> list[bytes]:
+    """The serialized planes of a serialized XSpace; :class:`InputError` as :func:`parse_xspace`."""
+    if not buf:
+        raise InputError(f"{origin}: empty file", "capture again; the profiler wrote nothing")
+    try:
+        planes = list(_XSPACE_PLANES.FromString(buf).planes)
+    except (DecodeError, ValueError) as exc:
+        raise InputError(f"{origin}: not a readable xplane (truncated or corrupt: {exc})",
+                         "pass an .xplane.pb written by jax.profiler/xprof; the file may be truncated "
+                         "or corrupt, capture again") from exc
+    if not planes:
+        raise InputError(f"{origin}: the trace holds no planes",
+                         "capture again; the profiler recorded nothing")
+    return planes
+
+
+def plane_name(data: bytes, origin: str) -> str:
+    """The name of one serialized XPlane, without parsing the rest of it."""
+    try:
+        return str(_XPLANE_NAME.FromString(data).name)
+    except (DecodeError, ValueError) as exc:
+        raise InputError(f"{origin}: not a readable xplane (truncated or corrupt plane: {exc})",
+                         "the file may be truncated or corrupt; capture again") from exc
+
+
+def parse_plane(data: bytes, origin: str) -> XPlane:
+    """Parse one serialized XPlane (from :func:`split_planes`)."""
+    try:
+        return _XPLANE.FromString(data)
+    except (DecodeError, ValueError) as exc:
+        raise InputError(f"{origin}: not a readable xplane (truncated or corrupt plane: {exc})",
+                         "the file may be truncated or corrupt; capture again") from exc
+
+
+def program_id_of(value: object) -> int | None:
+    """A program id (uint64) from a stat value; None when the value is not one.
+
+    libtpu writes ids above 2**63; one written as an int64 arrives negative and is read back as the
+    uint64 it encodes. All bits set (int64 -1) means "no id", as does anything but an integer
+    (a double, bytes, text that is not a number) or a number beyond 64 bits.
+    """
+    if isinstance(value, str):
+        value = int(value) if value.strip().isdigit() else None
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if value < 0:
+        value += UINT64_LIMIT
+    if not 0 <= value < UINT64_LIMIT - 1:
+        return None
+    return value
 
 
 def check_xspace(buf: bytes, origin: str) -> list[str]:
@@ -103,56 +166,41 @@ def stat_items(stats: Any, names: dict[int, str]) -> list[tuple[str, object]]:
 
 
 def module_protos_from_xspace(data: bytes | XSpace, host: str = "") -> list[ModuleProto]:
-    """The HLO modules stored in the ``/host:metadata`` plane (serialized XSpace or parsed one).
-
-    One event metadata per module, named ``module(program_id)``, whose ``Hlo Proto`` stat holds a
-    serialized ``HloProto``; a ``program_id`` stat, when present, gives the id.
-    """
+    """The HLO modules stored in the ``/host:metadata`` plane (serialized XSpace or parsed one)."""
     space = _XSPACE.FromString(data) if isinstance(data, (bytes, bytearray)) else data
     out: list[ModuleProto] = []
     for plane in space.planes:
-        if plane.name != METADATA_PLANE:
-            continue
-        names = stat_names(plane)
-        for entry in plane.event_metadata:
-            meta = entry.value
-            proto = b""
-            program_id: int | None = None
-            for stat in meta.stats:
-                stat_name = names.get(stat.metadata_id, "")
-                kind = stat.WhichOneof("value")
-                if stat_name == "Hlo Proto" and kind in ("bytes_value", "str_value"):
-                    value = getattr(stat, kind)
-                    proto = value if isinstance(value, bytes) else value.encode()
-                elif stat_name == "program_id" and kind in ("uint64_value", "int64_value"):
-                    program_id = getattr(stat, kind)
-            if not proto:
-                continue
-            module_name = meta.name
-            m = MODULE_WITH_ID.match(meta.name)
-            if m:
-                module_name = m.group(1)
-                if program_id is None:
-                    program_id = int(m.group(2))
-            out.append(ModuleProto(module_name, program_id, proto, host))
+        if plane.name == METADATA_PLANE:
+            out.extend(m for m in metadata_plane_modules(plane, host) if m.hlo_proto)
     return out
 
 
-def device_event_metadata(space: XSpace) -> dict[str, dict[str, tuple[str, dict[str, object]]]]:
-    """Event metadata of the device planes: plane name -> event name -> (display name, stats).
+def metadata_plane_modules(plane: XPlane, host: str = "") -> list[ModuleProto]:
+    """Every module the ``/host:metadata`` plane names, with its HLO when it has one.
 
-    On TPU the HLO op name is the metadata's display name and stats such as ``program_id`` live on
-    the metadata, not on the event.
+    One event metadata per module, named ``module(program_id)``, whose ``Hlo Proto`` stat holds a
+    serialized ``HloProto``; a ``program_id`` stat, when present, gives the id (jax 0.11 numbers
+    the metadata 1, 2, ... and puts the program id in that stat).
     """
-    out: dict[str, dict[str, tuple[str, dict[str, object]]]] = {}
-    for plane in space.planes:
-        if not plane.name.startswith("/device:"):
-            continue
-        names = stat_names(plane)
-        events: dict[str, tuple[str, dict[str, object]]] = {}
-        for entry in plane.event_metadata:
-            meta = entry.value
-            if meta.name:
-                events[meta.name] = (meta.display_name, dict(stat_items(meta.stats, names)))
-        out[plane.name] = events
+    out: list[ModuleProto] = []
+    names = stat_names(plane)
+    for entry in plane.event_metadata:
+        meta = entry.value
+        proto = b""
+        program_id: int | None = None
+        for stat in meta.stats:
+            stat_name = names.get(stat.metadata_id, "")
+            kind = stat.WhichOneof("value")
+            if stat_name == "Hlo Proto" and kind in ("bytes_value", "str_value"):
+                value = getattr(stat, kind)
+                proto = value if isinstance(value, bytes) else value.encode()
+            elif stat_name == "program_id" and kind in ("uint64_value", "int64_value"):
+                program_id = program_id_of(getattr(stat, kind))
+        module_name = meta.name
+        m = MODULE_WITH_ID.match(meta.name)
+        if m:
+            module_name = m.group(1)
+            if program_id is None:
+                program_id = program_id_of(int(m.group(2)))
+        out.append(ModuleProto(module_name, program_id, proto, host))
     return out

@@ -16,7 +16,8 @@ from seed_attempts import ATTEMPTS, build_attempt
 
 from hlo_doctor.cli import main
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.render.verify import render_json, render_markdown
+from hlo_doctor.render.verify import to_json as render_json
+from hlo_doctor.render.verify import to_markdown as render_markdown
 from hlo_doctor.statistics import Outcome
 from hlo_doctor.verify import (
     RoundResult,

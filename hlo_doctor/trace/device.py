@@ -1,0 +1,259 @@
+"""TPU and GPU device planes as libtpu and CUPTI write them (the conventions xprof reads).
+
+- Plane ``/device:TPU:N`` / ``/device:GPU:N``. With an ``XLA Ops`` line (TPU), its events are the
+  ops; other lines (``Async XLA Ops``, ``XLA TraceMe``...) are not. Without one (GPU), every event
+  that carries an ``hlo_op`` stat is an op (kernels and memcpys on ``Stream #N`` lines).
+- An op's stats live on its event METADATA (``program_id``, ``symbol_id``, ...) or on the event
+  (GPU: ``hlo_op``, ``hlo_module``, ``program_id``). Metadata is read by its id, never by its name:
+  libtpu writes the same op text under every program that holds it.
+- The metadata name is the op's HLO text and its display name the op name.
+- ``device_offset_ps`` / ``device_duration_ps`` (the device's clock) win over the event's own offset
+  and duration; an aggregated event counts ``num_occurrences`` runs.
+- ``XLA Modules`` events are named ``module(program_id)``: the module that ran an op when neither
+  the op nor the metadata plane says; the ``Steps`` line holds the device's steps.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+
+import numpy as np
+
+from hlo_doctor.trace.columns import OpColumns
+from hlo_doctor.trace.conventions import split_module, split_op_text
+from hlo_doctor.trace.model import StepMark
+from hlo_doctor.trace.xspace import XPlane, program_id_of, stat_names, stat_value
+
+# Device-plane lines that are not op events (xprof counts only XLA Ops on TPU).
+_NOT_OP_LINES = frozenset({"XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code",
+                           "Async XLA Ops", "XLA TraceMe"})
+# Event stats that say which op ran (read per event; the device clock stats are read apart).
+_OP_STATS = frozenset({"hlo_op", "hlo_module", "program_id", "run_id", "long_name", "group_id"})
+_NO_ID = -1
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """One line's events as columns (times in ns on the device clock where the trace gives it)."""
+
+    mids: np.ndarray
+    start_ns: np.ndarray
+    duration_ns: np.ndarray
+    occurrences: np.ndarray
+    own: dict[int, tuple[tuple[str, object], ...]]
+    """Event index -> the event's own op stats, for the events that carry any."""
+
+
+def _scan(line: object, off_id: int, dur_id: int, op_ids: dict[int, str], snames: dict[int, str]) -> _Line:
+    """The events of one line as columns; the hot loop of a device trace (millions of events)."""
+    # array.array, not lists: no Python int object is kept per event.
+    mids, offs, durs, occs = array("q"), array("q"), array("q"), array("q")
+    add_mid, add_off, add_dur, add_occ = mids.append, offs.append, durs.append, occs.append
+    own: dict[int, tuple[tuple[str, object], ...]] = {}
+    i = -1
+    for ev in line.events:  # type: ignore[attr-defined]
+        i += 1
+        add_mid(ev.metadata_id)
+        n = ev.num_occurrences
+        off = 0 if n else ev.offset_ps
+        dur = ev.duration_ps
+        stats = ev.stats
+        if stats:
+            extra = None
+            for st in stats:
+                sid = st.metadata_id
+                if sid == off_id:
+                    off = st.int64_value or st.uint64_value
+                elif sid == dur_id:
+                    dur = st.int64_value or st.uint64_value
+                elif sid in op_ids:
+                    if extra is None:
+                        extra = []
+                    extra.append((op_ids[sid], stat_value(st, snames)))
+            if extra:
+                own[i] = tuple(extra)
+        add_off(off)
+        add_dur(dur)
+        add_occ(n or 1)
+    ts = line.timestamp_ns  # type: ignore[attr-defined]
+    return _Line(np.frombuffer(mids, np.int64), ts + np.frombuffer(offs, np.int64) / 1000,
+                 np.frombuffer(durs, np.int64) / 1000, np.frombuffer(occs, np.int64), own)
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    op: str
+    text: str
+    module: str
+    program_id: int
+
+
+class DevicePlaneReader:
+    """Reads the op events and steps of one device plane into shared columns."""
+
+    def __init__(self, plane: XPlane, host: str, module_names: dict[int, str], cols: OpColumns,
+                 expressions: dict[tuple[str, int, str], str], warnings: list[str]) -> None:
+        self.plane, self.host, self.cols = plane, host, cols
+        self.module_names, self.expressions, self.warnings = module_names, expressions, warnings
+        self.name = plane.name
+        self.snames = stat_names(plane)
+        by_name = {name: sid for sid, name in self.snames.items()}
+        self.off_id = by_name.get("device_offset_ps", -1)
+        self.dur_id = by_name.get("device_duration_ps", -1)
+        self.op_ids = {sid: name for sid, name in self.snames.items() if name in _OP_STATS}
+        self.meta = {entry.key: entry.value for entry in plane.event_metadata}
+        self._meta_stats: dict[int, dict[str, object]] = {}
+        self._warned: set[tuple[str, object]] = set()
+
+    def _warn(self, key: tuple[str, object], text: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            self.warnings.append(f"{self.host} {self.name}: {text}")
+
+    def _stats_of(self, mid: int) -> dict[str, object]:
+        stats = self._meta_stats.get(mid)
+        if stats is None:
+            meta = self.meta.get(mid)
+            stats = {} if meta is None else {
+                self.snames[s.metadata_id]: stat_value(s, self.snames)
+                for s in meta.stats if s.metadata_id in self.snames}
+            self._meta_stats[mid] = stats
+        return stats
+
+    def _name_of(self, mid: int) -> tuple[str, str]:
+        meta = self.meta.get(mid)
+        return (meta.name, meta.display_name) if meta is not None else ("", "")
+
+    def _pid(self, value: object, where: str) -> int:
+        if value is None:
+            return _NO_ID
+        pid = program_id_of(value)
+        if pid is None:
+            self._warn(("pid", value), f"{where} has program_id {value!r}, not a valid id: counted without one")
+            return _NO_ID
+        return pid
+
+    def _op(self, mid: int, own: tuple[tuple[str, object], ...], op_line: bool) -> _Op | None:
+        """What an event with this metadata (and own stats) ran; None when it is not an op."""
+        stats = {**self._stats_of(mid), **dict(own)}
+        name, display = self._name_of(mid)
+        op_value = stats.get("hlo_op")
+        if op_value is None:
+            if not op_line:
+                return None
+            if not name and not display:
+                why = "is not in the plane" if mid not in self.meta else "has no name"
+                self._warn(("meta", mid), f"event metadata {mid} {why}: its op is named <metadata {mid}>")
+                op_value = f"<metadata {mid}>"
+            else:
+                op_value = display or name
+        op, text = split_op_text(str(op_value))
+        if not text:
+            text = split_op_text(name)[1] or str(stats.get("long_name", "") or "")
+        pid = self._pid(stats.get("program_id"), f"op {op}")
+        module, suffix = split_module(str(stats.get("hlo_module", "") or ""))
+        if pid == _NO_ID and suffix is not None:
+            pid = self._pid(suffix, f"module {module}")
+        return _Op(op, text, module or self.module_names.get(pid, ""), pid)
+
+    def read(self, steps: list[StepMark]) -> int:
+        """Add the plane's op events to the columns and its device steps to ``steps``; events added."""
+        lines = list(self.plane.lines)
+        xla_ops = [ln for ln in lines if ln.name == "XLA Ops"]
+        spans = self._module_spans([ln for ln in lines if ln.name == "XLA Modules"])
+        for ln in lines:
+            if ln.name == "Steps":
+                self._steps(ln, steps)
+        before = len(self.cols)
+        for ln in (xla_ops or [ln for ln in lines if ln.name not in _NOT_OP_LINES]):
+            self._op_line(ln, bool(xla_ops), spans)
+        return len(self.cols) - before
+
+    def _steps(self, line: object, steps: list[StepMark]) -> None:
+        ev = _scan(line, self.off_id, self.dur_id, self.op_ids, self.snames)
+        for i, mid in enumerate(ev.mids.tolist()):
+            name = self._name_of(mid)[0]
+            group = dict(ev.own.get(i, ())).get("group_id", self._stats_of(mid).get("group_id"))
+            try:
+                num = int(group if group is not None else name)  # type: ignore[call-overload]
+            except (TypeError, ValueError):
+                num = -1
+            steps.append(StepMark(self.host, name, num, float(ev.start_ns[i]), float(ev.duration_ns[i]),
+                                  device=self.name))
+
+    def _module_spans(self, lines: list[object]) -> tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]:
+        """Starts, ends and (module, program id) of the ``XLA Modules`` events, sorted by start."""
+        starts: list[np.ndarray] = []
+        ends: list[np.ndarray] = []
+        what: list[tuple[str, int]] = []
+        for line in lines:
+            ev = _scan(line, self.off_id, self.dur_id, self.op_ids, self.snames)
+            for i, mid in enumerate(ev.mids.tolist()):
+                stats = {**self._stats_of(mid), **dict(ev.own.get(i, ()))}
+                name = self._name_of(mid)[0]
+                module, suffix = name, None
+                if name.endswith(")") and "(" in name:
+                    module, _, rest = name[:-1].rpartition("(")
+                    suffix = program_id_of(rest)
+                    if suffix is None:
+                        module = name
+                pid = self._pid(stats.get("program_id"), f"module {name}")
+                what.append((module, pid if pid != _NO_ID else (suffix if suffix is not None else _NO_ID)))
+            starts.append(ev.start_ns)
+            ends.append(ev.start_ns + ev.duration_ns)
+        if not what:
+            return np.zeros(0), np.zeros(0), []
+        s, e = np.concatenate(starts), np.concatenate(ends)
+        order = np.argsort(s, kind="stable")
+        return s[order], e[order], [what[i] for i in order.tolist()]
+
+    def _op_line(self, line: object, op_line: bool,
+                 spans: tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]) -> None:
+        ev = _scan(line, self.off_id, self.dur_id, self.op_ids, self.snames)
+        n = len(ev.mids)
+        if not n:
+            return
+        # One _Op per distinct (metadata, own stats): a few hundred for millions of events.
+        uniq, which = np.unique(ev.mids, return_inverse=True)
+        infos: list[_Op | None] = [self._op(mid, (), op_line) for mid in uniq.tolist()]
+        index: dict[object, int] = {}
+        for i, own in ev.own.items():
+            key = (int(ev.mids[i]), own)
+            k = index.get(key)
+            if k is None:
+                k = index[key] = len(infos)
+                infos.append(self._op(key[0], own, op_line))
+            which[i] = k
+        keep = np.fromiter((infos[k] is not None for k in range(len(infos))), bool, len(infos))[which]
+        span_starts, span_ends, span_what = spans
+        pos = np.searchsorted(span_starts, ev.start_ns, side="right") - 1
+        inside = (pos >= 0) & (span_ends[np.maximum(pos, 0)] >= ev.start_ns) if len(span_starts) else \
+            np.zeros(n, bool)
+        run = np.where(inside, pos, -1)
+        # Module and program id codes per event: from the op, else from the enclosing module run.
+        need_span = np.fromiter(
+            ((o is not None and (not o.module or o.program_id == _NO_ID)) for o in infos), bool, len(infos))[which]
+        span_of = np.where(need_span, run, -1)
+        pairs = which * (len(span_what) + 1) + (span_of + 1)
+        uniq, inverse = np.unique(pairs, return_inverse=True)
+        codes = np.empty((len(uniq), 3), np.int64)
+        for u, pair in enumerate(uniq.tolist()):
+            k, s = divmod(pair, len(span_what) + 1)
+            codes[u] = self._codes(infos[k], span_what[s - 1] if s > 0 else None)
+        mod_code, pid_code, op_code = codes[inverse, 0], codes[inverse, 1], codes[inverse, 2]
+        self.cols.add(self.host, self.name, mod_code[keep], pid_code[keep], op_code[keep],
+                      ev.start_ns[keep], ev.duration_ns[keep], run[keep], ev.occurrences[keep])
+
+    def _codes(self, info: _Op | None, span: tuple[str, int] | None) -> tuple[int, int, int]:
+        """Codes of (module, program id, op) of an op, completed from its enclosing module run."""
+        if info is None:
+            return (0, 0, 0)
+        module, pid = info.module, info.program_id
+        if span is not None:
+            pid = pid if pid != _NO_ID else span[1]
+            module = module or self.module_names.get(pid, "") or span[0]
+        cols = self.cols
+        if info.text:
+            self.expressions.setdefault((module, pid, info.op), info.text)
+        return cols.modules.code(module), cols.program_ids.code(pid), cols.ops.code(info.op)
