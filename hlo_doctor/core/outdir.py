@@ -37,6 +37,9 @@ def written_by(directory: Path) -> str | None:
     return str(doc["command"])
 
 
+_WHAT = {"profile": "run directory", "doctor": "doctor folder", "verify": "verify folder"}
+
+
 def check_replaceable(out_dir: Path, command: str, *, option: str = "--out") -> None:
     """Refuse ``out_dir`` unless it is missing, empty, or an earlier output of ``command``.
 
@@ -57,7 +60,8 @@ def check_replaceable(out_dir: Path, command: str, *, option: str = "--out") -> 
         return
     wrote = written_by(out_dir)
     if wrote is None:
-        raise InputError(f"{option} {out_dir} exists and was not written by hlo-doctor (no {MARKER} in it)",
+        raise InputError(f"{option} {out_dir} exists and is not an hlo-doctor {_WHAT.get(command, 'output folder')} "
+                         f"(no {MARKER} in it: hlo-doctor did not write it)",
                          f"choose a new or empty {option} folder; hlo-doctor never replaces a folder it did not write")
     if wrote != command:
         raise InputError(f"{option} {out_dir} holds the output of 'hlo-doctor {wrote}', not of '{command}'",

@@ -23,7 +23,9 @@ from hlo_doctor.core.errors import InputError
 from hlo_doctor.opstats.schema import COLUMNS, PER_STEP_COLUMNS, OpStats
 
 INT_MAX = 2**63 - 1
-"""Integers are stored as int64: anything wider is not a count this tool wrote."""
+"""Counts and byte sizes are stored as int64: anything wider is not a value this tool wrote."""
+PROGRAM_ID_MAX = 2**64 - 1
+"""Program ids are uint64 (libtpu writes ids above 2**63)."""
 
 _HINT = "re-export it with 'hlo-doctor stats RUN --format json', or fix the value by hand"
 # Names an op cannot be found without: null or missing is not a table this tool wrote.
@@ -34,13 +36,20 @@ def _bad(origin: str, where: str, what: str) -> InputError:
     return InputError(f"{origin}: malformed opstats export: {where}: {what}", _HINT)
 
 
-def _int(origin: str, where: str, value: Any, *, minimum: int = 0) -> int:
+def _int(origin: str, where: str, value: Any, *, maximum: int = INT_MAX) -> int:
     # bool is an int subclass in Python, but true/false is not a count.
     if isinstance(value, bool) or not isinstance(value, int):
         raise _bad(origin, where, f"{value!r} is not an integer")
-    if not minimum <= value <= INT_MAX:
-        raise _bad(origin, where, f"{value} is out of range (an integer from {minimum} to 2^63-1)")
+    if not 0 <= value <= maximum:
+        raise _bad(origin, where, f"{value} is out of range (an integer from 0 to "
+                                  f"{'2^64-1' if maximum == PROGRAM_ID_MAX else '2^63-1'})")
     return value
+
+
+def _program_id(origin: str, where: str, value: Any) -> None:
+    # null is what the builder writes for an op the trace gave no program id (its -1 sentinel).
+    if value is not None:
+        _int(origin, where, value, maximum=PROGRAM_ID_MAX)
 
 
 def _number(origin: str, where: str, value: Any) -> float:
@@ -75,11 +84,13 @@ def _check_row(origin: str, i: int, row: Any) -> None:
     for column in COLUMNS:
         where = f"rows[{i}].{column.name}"
         if column.name not in row:
-            if column.name in _REQUIRED_TEXT or column.name == "program_id":
+            if column.name in _REQUIRED_TEXT:
                 raise _bad(origin, where, "missing")
             continue  # an older export without a later column: the loader fills it in
         value = row[column.name]
-        if column.dtype in ("int64", "Int64"):
+        if column.name == "program_id":
+            _program_id(origin, where, value)
+        elif column.dtype == "int64":
             _int(origin, where, value)
         elif column.dtype == "float64":
             _number(origin, where, value)
@@ -98,7 +109,7 @@ def _check_per_step(origin: str, per_step: Any) -> None:
         step, module, program_id, op, key, time_us = row
         _int(origin, f"{where}.step", step)
         _text(origin, f"{where}.module", module, required=True)
-        _int(origin, f"{where}.program_id", program_id)
+        _program_id(origin, f"{where}.program_id", program_id)
         _text(origin, f"{where}.op", op, required=True)
         _text(origin, f"{where}.canonical_key", key, required=False)
         _number(origin, f"{where}.time_us", time_us)

@@ -28,7 +28,9 @@ DOC: dict[str, Any] = json.loads(EXPORT.read_text())
 
 # Field paths -> values no capture writes there. Each named case is one the tool once let through.
 NAMED = {
-    "null program_id": (("rows", 0, "program_id"), None, "rows[0].program_id"),
+    "text program_id": (("rows", 0, "program_id"), "62", "rows[0].program_id: '62' is not an integer"),
+    "program_id past 64 bits": (("rows", 0, "program_id"), 2**64, "rows[0].program_id: 18446744073709551616"),
+    "negative program_id": (("per_step", "rows", 0, 2), -1, "per_step.rows[0].program_id: -1 is out of range"),
     "missing module": (("rows", 0, "module"), KeyError, "rows[0].module: missing"),
     "missing op": (("rows", 0, "op"), KeyError, "rows[0].op: missing"),
     "a 10^40 integer": (("rows", 0, "occurrences"), 10**40, "rows[0].occurrences"),
@@ -75,7 +77,7 @@ def test_named_damage_is_an_input_error_naming_the_field(case: str) -> None:
     assert field in err.value.what
 
 
-@pytest.mark.parametrize("case", ["NaN time", "negative num_steps", "negative bytes_written", "null program_id",
+@pytest.mark.parametrize("case", ["NaN time", "negative num_steps", "negative bytes_written", "program_id past 64 bits",
                                   "a 10^40 integer", "missing module"])
 def test_gate_and_diagnose_never_fail_open(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -136,3 +138,20 @@ def test_deeply_nested_json_is_an_input_error(text: str, tmp_path: Path) -> None
 def test_an_untouched_export_still_loads() -> None:
     stats = from_json(EXPORT.read_text(), origin=str(EXPORT))
     assert len(stats.table) == len(DOC["rows"]) and stats.num_steps == DOC["num_steps"]
+
+
+def test_a_null_program_id_is_unknown_not_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builder itself writes null for an op the trace gave no program id: it loads, and nothing crashes."""
+    monkeypatch.chdir(tmp_path)
+    doc = damaged(("rows", 0, "program_id"), None)
+    doc["per_step"]["rows"][0][2] = None
+    cand = write(tmp_path, doc)
+    assert from_json(cand.read_text()).table["program_id"].iloc[0] is None
+    for args in (["gate", str(EXPORT), str(cand)], ["diagnose", str(cand)], ["stats", str(cand)]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code in (0, 1) and "Traceback" not in r.output, (args, r.output)
+
+
+def test_uint64_program_ids_load_exactly() -> None:
+    doc = damaged(("rows", 0, "program_id"), 2**64 - 1)
+    assert from_json(json.dumps(doc)).table["program_id"].iloc[0] == 2**64 - 1

@@ -43,7 +43,7 @@ def test_profile_never_replaces_a_folder_it_did_not_write(tmp_path: Path, decoys
     out = users_folder(tmp_path / "work", *decoys)
     before = picture(out)
     code, err = profile(out)
-    assert code == 2 and "was not written by hlo-doctor" in err
+    assert code == 2 and "hlo-doctor did not write it" in err
     assert picture(out) == before
     assert [p.name for p in tmp_path.iterdir()] == ["work"]  # no staged folder left beside it
 
@@ -97,5 +97,5 @@ def test_doctor_and_verify_refuse_a_users_folder_before_any_work(tmp_path: Path,
     (out / "treatment-bf16-greedy-sampler-full" / "keep.py").write_text("mine\n")
     before = picture(out)
     r = CliRunner().invoke(main, [*command, "--out", str(out)])
-    assert r.exit_code == 2 and "was not written by hlo-doctor" in r.stderr, r.output
+    assert r.exit_code == 2 and "hlo-doctor did not write it" in r.stderr, r.output
     assert picture(out) == before
