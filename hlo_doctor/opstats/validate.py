@@ -68,8 +68,9 @@ def _number(origin: str, where: str, value: Any) -> float:
 def _text(origin: str, where: str, value: Any, *, required: bool) -> None:
     if value is None and not required:
         return
-    if not isinstance(value, str) or (required and not value):
-        raise _bad(origin, where, f"{value!r} is not a {'non-empty ' if required else ''}string")
+    # "" is allowed even where required: the builder writes it for a trace that names no module.
+    if not isinstance(value, str):
+        raise _bad(origin, where, f"{value!r} is not a string")
 
 
 def _list(origin: str, where: str, value: Any) -> list[Any]:
@@ -144,7 +145,7 @@ def check_export(doc: Mapping[str, Any], origin: str) -> None:
 def check_opstats(stats: OpStats, origin: str) -> OpStats:
     """Check a finished :class:`OpStats` (from any loader); return it unchanged.
 
-    Numeric columns must be finite and non-negative, ``module`` and ``op`` present; the step count
+    Numeric columns must be finite and non-negative, ``module`` and ``op`` not null; the step count
     and step times likewise. ``program_id`` may be missing here: a trace can carry ops whose program
     is unknown (the builder leaves it empty then).
 
@@ -161,10 +162,10 @@ def check_opstats(stats: OpStats, origin: str) -> OpStats:
     for frame, where in ((stats.table, "rows"), (stats.per_step, "per_step.rows")):
         for column in _REQUIRED_TEXT:
             if column in frame and len(frame):
-                empty = frame[column].isna() | (frame[column].astype("string") == "")
+                empty = frame[column].isna().to_numpy(dtype=bool)
                 if bool(empty.any()):
-                    row = int(np.flatnonzero(empty.to_numpy(dtype=bool))[0])
-                    raise _bad(origin, f"{where}[{row}].{column}", "missing or empty")
+                    row = int(np.flatnonzero(empty)[0])
+                    raise _bad(origin, f"{where}[{row}].{column}", "missing")
     return stats
 
 
