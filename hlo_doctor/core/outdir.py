@@ -37,7 +37,8 @@ def written_by(directory: Path) -> str | None:
     return str(doc["command"])
 
 
-_WHAT = {"profile": "run directory", "doctor": "doctor folder", "verify": "verify folder"}
+_WHAT = {"profile": "is not an hlo-doctor run directory", "doctor": "does not hold an earlier doctor run",
+         "verify": "is not an hlo-doctor verify folder"}
 
 
 def check_replaceable(out_dir: Path, command: str, *, option: str = "--out") -> None:
@@ -60,7 +61,7 @@ def check_replaceable(out_dir: Path, command: str, *, option: str = "--out") -> 
         return
     wrote = written_by(out_dir)
     if wrote is None:
-        raise InputError(f"{option} {out_dir} exists and is not an hlo-doctor {_WHAT.get(command, 'output folder')} "
+        raise InputError(f"{option} {out_dir} exists and {_WHAT.get(command, 'is not an hlo-doctor output folder')} "
                          f"(no {MARKER} in it: hlo-doctor did not write it)",
                          f"choose a new or empty {option} folder; hlo-doctor never replaces a folder it did not write")
     if wrote != command:
