@@ -149,7 +149,7 @@ def staged_run_dir(out_dir: Path) -> Iterator[Path]:
         tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         tmp.mkdir()
     except OSError as exc:
-        raise InputError(f"--out {out_dir}: cannot create it ({exc.strerror})",
+        raise InputError(f"--out {out_dir}: cannot create it ({outdir.os_reason(exc)})",
                          "choose a writable --out folder") from None
     try:
         outdir.write_marker(tmp, "profile")

@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 
 from hlo_doctor.core.errors import ExitCode, HloDoctorError, InputError
+from hlo_doctor.core.outdir import os_reason
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -142,7 +143,7 @@ def write_file_atomically(path: Path, text: str) -> None:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        raise InputError(f"{path}: cannot write it ({exc.strerror or exc})",
+        raise InputError(f"{path}: cannot write it ({os_reason(exc)})",
                          "choose a writable output path") from None
 
 

@@ -9,6 +9,7 @@ A file name such as ``run.json`` is no proof: users keep files of that name, and
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -20,6 +21,14 @@ MARKER = ".hlo-doctor-output"
 """The marker file's name, in the top of every folder hlo-doctor writes."""
 
 _WRITTEN_BY = "hlo-doctor"
+
+
+def os_reason(exc: OSError) -> str:
+    """Why a path could not be created or written, in words a user can act on."""
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        # mkdir(parents=True) below a regular file: "File exists" would name the wrong problem.
+        return "a folder on its path is a file"
+    return exc.strerror or str(exc)
 
 
 def written_by(directory: Path) -> str | None:
@@ -55,7 +64,7 @@ def check_replaceable(out_dir: Path, command: str, *, option: str = "--out") -> 
     try:
         empty = not any(out_dir.iterdir())
     except OSError as exc:
-        raise InputError(f"{option} {out_dir}: cannot list it ({exc.strerror})",
+        raise InputError(f"{option} {out_dir}: cannot list it ({os_reason(exc)})",
                          f"choose another {option} folder") from None
     if empty:
         return
@@ -80,7 +89,7 @@ def write_marker(directory: Path, command: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError as exc:
-        raise InputError(f"{directory}: cannot write {MARKER} ({exc.strerror})",
+        raise InputError(f"{directory}: cannot write {MARKER} ({os_reason(exc)})",
                          "choose a writable output folder") from None
 
 
@@ -90,7 +99,7 @@ def claim(out_dir: Path, command: str, *, option: str = "--out") -> Path:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"{option} {out_dir}: cannot create it ({exc.strerror})",
+        raise InputError(f"{option} {out_dir}: cannot create it ({os_reason(exc)})",
                          f"choose a writable {option} folder") from None
     write_marker(out_dir, command)
     return out_dir
