@@ -89,17 +89,23 @@ def _import_file(path: Path) -> Any:
     if spec is None or spec.loader is None:
         raise InputError(f"TARGET file {path} is not a Python module", "pass a .py file")
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs, as the import system does: dataclasses (and typing.get_type_hints)
+    # look the defining module up in sys.modules to resolve string annotations, which every
+    # annotation is under `from __future__ import annotations`.
+    sys.modules[name] = module
     # The file's own directory on sys.path lets it import its neighbours, as `python file.py` would.
     sys.path.insert(0, str(path.parent.resolve()))
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
+        sys.modules.pop(name, None)
         raise InputError(f"TARGET file {path} has a syntax error (line {exc.lineno}): {exc.msg}",
                          "fix the file") from exc
     except SystemExit as exc:
         raise InputError(f"TARGET file {path} called sys.exit({exc.code!r}) on import",
                          "guard the file's script code with if __name__ == '__main__'") from None
     except Exception as exc:  # noqa: BLE001 - the user's import-time code may raise anything
+        sys.modules.pop(name, None)
         raise InputError(f"TARGET file {path} raised {type(exc).__name__} on import: {exc}",
                          "fix the file so that importing it works") from exc
     finally:

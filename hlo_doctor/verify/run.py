@@ -38,7 +38,7 @@ def run_verify(settings: VerifySettings, progress: ProgressFn | None = None) -> 
     validate_settings(settings)
     report = progress or (lambda stage, done, total: None)
     started = time.perf_counter()
-    with _workspace(settings.out_dir) as work:
+    with workspace(settings.out_dir) as work:
         baseline_dir = Path(settings.baseline).resolve() if settings.baseline else shipped_engine_dir()
         fix_diff = ""
         if settings.treatment is not None:
@@ -54,7 +54,8 @@ def run_verify(settings: VerifySettings, progress: ProgressFn | None = None) -> 
 
 
 @contextmanager
-def _workspace(out_dir: Path | None) -> Iterator[Path]:
+def workspace(out_dir: Path | None) -> Iterator[Path]:
+    """``out_dir`` (created), or a temporary folder removed at the end."""
     if out_dir is not None:
         # Only a folder verify wrote before (or a new/empty one): the workspace is cleaned inside it.
         yield outdir.claim(Path(out_dir), "verify")
