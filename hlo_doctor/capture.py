@@ -31,6 +31,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from hlo_doctor.capture_guard import call_target
+from hlo_doctor.core import outdir
 from hlo_doctor.core.errors import HloDoctorError, InputError
 from hlo_doctor.core.model import ProgressFn, RunInfo
 from hlo_doctor.opstats import OpStats, build_opstats, run_info_to_dict, write_exports
@@ -67,6 +69,9 @@ def resolve_target(spec: str) -> StepFn:
         except ModuleNotFoundError as exc:
             raise InputError(f"TARGET module {module_part!r} cannot be imported ({exc})",
                              "install it or pass a file path (path/to/file.py:func)") from exc
+        except SystemExit as exc:
+            raise InputError(f"TARGET module {module_part} called sys.exit({exc.code!r}) on import",
+                             "guard the module's script code with if __name__ == '__main__'") from None
         except Exception as exc:  # noqa: BLE001 - the user's import-time code may raise anything
             raise InputError(f"TARGET module {module_part} raised {type(exc).__name__} on import: {exc}",
                              "fix the module so that importing it works") from exc
@@ -96,6 +101,9 @@ def _import_file(path: Path) -> Any:
         sys.modules.pop(name, None)
         raise InputError(f"TARGET file {path} has a syntax error (line {exc.lineno}): {exc.msg}",
                          "fix the file") from exc
+    except SystemExit as exc:
+        raise InputError(f"TARGET file {path} called sys.exit({exc.code!r}) on import",
+                         "guard the file's script code with if __name__ == '__main__'") from None
     except Exception as exc:  # noqa: BLE001 - the user's import-time code may raise anything
         sys.modules.pop(name, None)
         raise InputError(f"TARGET file {path} raised {type(exc).__name__} on import: {exc}",
@@ -136,19 +144,24 @@ def default_run_dir(base: Path = Path("runs")) -> Path:
 def staged_run_dir(out_dir: Path) -> Iterator[Path]:
     """A temporary directory beside ``out_dir`` that becomes ``out_dir`` when the block succeeds.
 
-    An existing ``out_dir`` is replaced only when it is an earlier run directory (has run.json) or
-    empty; anything else is refused, so a typo in ``--out`` never deletes a user's files.
+    An existing ``out_dir`` is replaced only when it is empty or an earlier run directory (it holds the
+    marker ``profile`` writes, :mod:`hlo_doctor.core.outdir`); anything else is refused, so a typo in
+    ``--out`` never deletes a user's files.
     """
     out_dir = out_dir.absolute()
-    if out_dir.exists():
-        if not out_dir.is_dir():
-            raise InputError(f"--out {out_dir} exists and is a file", "choose another --out directory")
-        if any(out_dir.iterdir()) and not (out_dir / "run.json").is_file():
-            raise InputError(f"--out {out_dir} exists and is not an hlo-doctor run directory",
-                             "choose another --out directory (or an empty one)")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    tmp.mkdir()
+    outdir.check_replaceable(out_dir, "profile")
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        tmp.mkdir()
+    except OSError as exc:
+        raise InputError(f"--out {out_dir}: cannot create it ({outdir.os_reason(exc)})",
+                         "choose a writable --out folder") from None
+    try:
+        outdir.write_marker(tmp, "profile")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     try:
         yield tmp
     except BaseException:
@@ -216,9 +229,11 @@ def _block(result: Any) -> None:
     jax.block_until_ready(result)
 
 
-def _call_step(step_fn: StepFn, target: str, phase: str, i: int) -> None:
+def _call_step(step_fn: StepFn, target: str, phase: str, i: int, *, timeout_s: float | None = None,
+               staged: Path | None = None) -> None:
     try:
-        _block(step_fn())
+        call_target(lambda: _block(step_fn()), what=f"TARGET {target}, {phase} step {i},",
+                    timeout_s=timeout_s, staged=staged)
     except HloDoctorError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's step may raise anything
@@ -233,9 +248,15 @@ def _call_step(step_fn: StepFn, target: str, phase: str, i: int) -> None:
 def capture_run(
     step_fn: StepFn, *, steps: int, warmup: int, out_dir: Path, target: str,
     config: dict[str, Any] | None = None, warmup_fn: Callable[[], Any] | None = None,
-    progress: ProgressFn | None = None,
+    progress: ProgressFn | None = None, timeout_s: float | None = None,
 ) -> tuple[Path, OpStats]:
-    """:func:`capture_callable`, also returning the op stats it built."""
+    """:func:`capture_callable`, also returning the op stats it built.
+
+    ``timeout_s``: the longest the warm-up call or any one step may take (None: no limit); past it,
+    :class:`~hlo_doctor.capture_guard.StepTimeout` and nothing is written.
+    """
+    if timeout_s is not None and not timeout_s > 0:
+        raise InputError(f"--timeout {timeout_s}: must be a positive number of seconds", "e.g. --timeout 600")
     import jax
 
     if steps < 1:
@@ -249,14 +270,15 @@ def capture_run(
             progress("warmup", 0, warmup)
         if warmup_fn is not None:
             try:
-                warmup_fn()
+                call_target(warmup_fn, what=f"TARGET {target}, warming up,", timeout_s=timeout_s,
+                            staged=tmp)
             except HloDoctorError:
                 raise
             except Exception as exc:  # noqa: BLE001
                 raise InputError(f"TARGET {target} raised {type(exc).__name__} while warming up: {exc}",
                                  "check the target's configuration") from exc
         for i in range(warmup):
-            _call_step(step_fn, target, "warm-up", i)
+            _call_step(step_fn, target, "warm-up", i, timeout_s=timeout_s, staged=tmp)
             if progress:
                 progress("warmup", i + 1, warmup)
         backend, device_kind = _device_info()
@@ -266,7 +288,7 @@ def capture_run(
         try:
             for i in range(steps):
                 with jax.profiler.StepTraceAnnotation("decode", step_num=i):
-                    _call_step(step_fn, target, "traced", i)
+                    _call_step(step_fn, target, "traced", i, timeout_s=timeout_s, staged=tmp)
                 if progress:
                     progress("capture", i + 1, steps)
         finally:

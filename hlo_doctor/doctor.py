@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hlo_doctor.core import outdir
 from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.core.model import ProgressFn
 from hlo_doctor.render.verify import to_json as render_json
@@ -122,12 +123,8 @@ class DoctorResult:
 
 def _prepare_out(out_dir: Path) -> Path:
     out_dir = Path(out_dir).absolute()
+    outdir.check_replaceable(out_dir, "doctor")
     if out_dir.exists():
-        if not out_dir.is_dir():
-            raise InputError(f"--out {out_dir} exists and is a file", "choose another --out folder")
-        if any(out_dir.iterdir()) and not (out_dir / "doctor.json").is_file():
-            raise InputError(f"--out {out_dir} exists and does not hold an earlier doctor run",
-                             "choose an empty or new --out folder")
         # An earlier doctor run: replace exactly its artifacts, nothing else.
         for name in _ARTIFACTS:
             path = out_dir / name
@@ -135,8 +132,7 @@ def _prepare_out(out_dir: Path) -> Path:
                 shutil.rmtree(path)
             elif path.exists():
                 path.unlink()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return out_dir
+    return outdir.claim(out_dir, "doctor")
 
 
 def _pick_fix(diagnosis: Any) -> str | None:

@@ -21,6 +21,7 @@ from typing import Any
 import tomllib
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.lookup import repository_root, search_folders
 
 __all__ = ["TABLE", "default_map", "find_pyproject", "repository_root"]
 
@@ -38,24 +39,13 @@ _DIAGNOSE_KEYS: dict[str, tuple[str, str]] = {
 _SUBTABLES = ("diagnose", "gate")
 
 
-def repository_root(start: Path) -> Path:
-    """The nearest folder from ``start`` upward that holds ``.git``; ``start`` itself outside a repository."""
-    start = start.resolve()
-    for directory in (start, *start.parents):
-        if (directory / ".git").exists():
-            return directory
-    return start
-
-
 def find_pyproject(start: Path) -> Path | None:
-    """The nearest ``pyproject.toml`` with a ``[tool.hlo-doctor]`` table, up to the repository root."""
-    start = start.resolve()
-    for directory in (start, *start.parents):
+    """The nearest ``pyproject.toml`` with a ``[tool.hlo-doctor]`` table, up to the repository root
+    (outside a repository: in ``start`` only)."""
+    for directory in search_folders(start):
         candidate = directory / "pyproject.toml"
         if candidate.is_file() and _tool_table(candidate) is not None:
             return candidate
-        if (directory / ".git").exists():
-            return None
     return None
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from hlo_doctor.cli.common import console, examples, handle_errors, output_option, write_output
@@ -85,7 +86,7 @@ def run_cmd(engine_path: Path | None, fmt: str, output: Path | None, check_recom
 def _render(summary: dict[str, Any]) -> None:
     config = summary["config"]
     mode = "sampling" if config["do_sampling"] else "greedy"
-    console.print(f"[bold]engine run[/] {summary['engine_source']}")
+    console.print(f"[bold]engine run[/] {escape(str(summary['engine_source']))}", soft_wrap=True)
     console.print(f"batch {config['batch']} · {config['max_tokens']} tokens · vocab {config['vocab_size']:,} · "
                   f"hidden {config['hidden_size']} · {config['num_layers']} layers · {mode}"
                   + (" · logprobs" if config["logprobs"] else ""))
@@ -105,7 +106,7 @@ def _render(summary: dict[str, Any]) -> None:
         table.add_row("mean logprob", f"{summary['mean_logprob']:.4f}")
     console.print(table)
     for reason in summary["compile_reasons"]:
-        console.print(f"[red]compile:[/] {reason}", soft_wrap=True)
+        console.print(f"[red]compile:[/] {escape(str(reason))}", soft_wrap=True)
 
 
 COMMANDS = [engine_group]

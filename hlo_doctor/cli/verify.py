@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from hlo_doctor.cli.common import console, examples, handle_errors, write_output
+from hlo_doctor.cli.common import console, examples, handle_errors, write_file_atomically, write_output
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.core.format import fmt_ms as fmt_us
@@ -37,8 +37,8 @@ def print_report(report: VerifyReport) -> None:
     for col in ("#", "check", "result", "figure"):
         checks.add_column(col, overflow="fold")
     for c in report.checks:
-        checks.add_row(str(c.number), c.name, Text("pass", style="green") if c.passed else Text("FAIL", style="bold red"),
-                       c.figure)
+        checks.add_row(str(c.number), Text(c.name), Text("pass", style="green") if c.passed else Text("FAIL", style="bold red"),
+                       Text(c.figure))
     console.print(checks)
     for c in report.checks:
         if not c.passed and c.detail:
@@ -49,7 +49,7 @@ def print_report(report: VerifyReport) -> None:
                          ("95% CI", "left"), ("outcome", "left")):
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in metric_rows(report):
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))
     console.print(table)
     for op in report.removed_ops:
         now = "" if op.status == "gone" else f" ({fmt_us(op.treatment_time_per_step_us)}/step)"
@@ -61,12 +61,11 @@ def print_report(report: VerifyReport) -> None:
 
 def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
     """``verify.json`` and ``verify.md`` (and ``fix.diff`` when verify made the treatment) in ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / "verify.json", out_dir / "verify.md"
-    json_path.write_text(render_json(report))
-    md_path.write_text(render_markdown(report))
+    write_file_atomically(json_path, render_json(report))
+    write_file_atomically(md_path, render_markdown(report))
     if report.fix_diff:
-        (out_dir / "fix.diff").write_text(report.fix_diff)
+        write_file_atomically(out_dir / "fix.diff", report.fix_diff)
     return json_path, md_path
 
 
@@ -165,7 +164,7 @@ def verify_cmd(fix: str | None, variant: str, baseline: Path | None, treatment: 
     print_report(report)
     if out_dir is not None:
         json_path, md_path = write_artifacts(report, out_dir)
-        console.print(f"wrote {json_path} and {md_path}")
+        console.print(Text(f"wrote {json_path} and {md_path}"), soft_wrap=True)
     if fmt == "json":
         write_output(render_json(report), output)
     elif fmt == "md":

@@ -18,6 +18,7 @@ from typing import Any
 import tomllib
 
 from hlo_doctor.core.errors import HloDoctorError
+from hlo_doctor.core.lookup import search_folders
 
 __all__ = ["POLICY_TABLE", "GatePolicy", "PolicyError", "find_policy_file", "load_policy", "resolve_policy"]
 
@@ -155,10 +156,10 @@ def load_policy(path: Path, base: GatePolicy | None = None) -> GatePolicy:
 def find_policy_file(start: Path) -> Path | None:
     """The nearest ``pyproject.toml`` with a ``[tool.hlo-doctor.gate]`` table, from ``start`` upward.
 
-    The search stops after the first directory that holds ``.git`` (the repository root), so a
-    policy never leaks in from outside the repository.
+    The search stops after the first directory that holds ``.git`` (the repository root); outside a
+    repository only ``start`` itself is searched, so a policy never leaks in from a parent folder.
     """
-    for directory in (start.resolve(), *start.resolve().parents):
+    for directory in search_folders(start):
         candidate = directory / "pyproject.toml"
         if candidate.is_file():
             try:
@@ -170,8 +171,6 @@ def find_policy_file(start: Path) -> Path | None:
                 "gate" in tool["hlo-doctor"]
             ):
                 return candidate
-        if (directory / ".git").exists():
-            return None
     return None
 
 

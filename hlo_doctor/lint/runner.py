@@ -6,6 +6,7 @@ estimate wins). Nothing here prints.
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from collections.abc import Iterable
@@ -98,7 +99,7 @@ def run_rule(rule: LoadedRule | type[Any], ctx: Context) -> list[Finding]:
     """Run one rule; a crash becomes one internal-error finding (Severity.ERROR), never an exception."""
     cls = rule.rule if isinstance(rule, LoadedRule) else rule
     try:
-        return list(cls().check(ctx))
+        return [_checked_result(cls, rule, item) for item in cls().check(ctx)]
     except Exception as exc:  # noqa: BLE001 - a rule's bug must not abort the diagnosis
         tb = traceback.format_exc().strip().splitlines()
         return [Finding(
@@ -107,6 +108,39 @@ def run_rule(rule: LoadedRule | type[Any], ctx: Context) -> list[Finding]:
             source=str(getattr(rule, "path", "")), evidence=tuple(tb[-4:]),
             extra=(("internal_error", True),),
         )]
+
+
+def _bad_number(value: Any) -> bool:
+    return value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value < 0)
+
+
+def _checked_result(cls: Any, rule: LoadedRule | type[Any], item: Any) -> Finding:
+    """``item`` when it is a sane :class:`Finding`; else an HD000 error finding naming the rule.
+
+    A user rule is code the diagnosis must survive: something that is not a Finding, or a Finding whose
+    times are NaN, infinite or negative (which would print "-1910% recoverable"), is reported as the
+    rule's error and the other rules still run.
+    """
+    problem = ""
+    if not isinstance(item, Finding):
+        problem = f"yielded a {type(item).__name__}, not a Finding"
+    else:
+        bad = [name for name in ("time_per_step_us", "pct_of_step", "recoverable_us", "bytes_accessed")
+               if _bad_number(getattr(item, name))]
+        if bad:
+            problem = "yielded a Finding with " + ", ".join(f"{n}={getattr(item, n)!r}" for n in bad) + \
+                      " (must be a finite number >= 0 or None)"
+        elif not all(isinstance(getattr(item, n), str) for n in ("code", "name", "message", "module", "op",
+                                                                  "shape", "source")):
+            problem = "yielded a Finding whose code, name, message, module, op, shape or source is not text"
+    if not problem:
+        return item
+    return Finding(
+        code="HD000", name="internal.rule-result-error", severity=Severity.ERROR,
+        message=f"rule {getattr(cls, 'code', '?')} {problem}",
+        source=str(getattr(rule, "path", "")), extra=(("internal_error", True),),
+    )
 
 
 def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),

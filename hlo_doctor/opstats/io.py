@@ -24,6 +24,7 @@ from hlo_doctor.opstats.schema import (
     program_id_or_none,
     with_column_dtypes,
 )
+from hlo_doctor.opstats.validate import check_export, check_opstats
 from hlo_doctor.trace import CompileEvent, find_xplanes, program_id_of, read_trace, xprof_hlo_stats
 
 
@@ -95,11 +96,15 @@ def from_json(text: str, *, origin: str = "opstats.json") -> OpStats:
     except json.JSONDecodeError as exc:
         raise InputError(f"{origin}: not JSON ({exc.msg} at line {exc.lineno})",
                          "pass an opstats.json written by hlo-doctor") from exc
+    except RecursionError:
+        # Nesting deeper than the interpreter's stack: no export this tool writes is nested so.
+        raise InputError(f"{origin}: JSON nested too deeply", "pass an opstats.json written by hlo-doctor") from None
     if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
         raise InputError(f"{origin}: not an hlo-doctor opstats export (format != {JSON_FORMAT})",
                          "pass an opstats.json written by 'hlo-doctor profile' or 'stats'")
+    check_export(doc, origin)
     try:
-        return _from_doc(doc, origin)
+        return check_opstats(_from_doc(doc, origin), origin)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         # A hand-edited or foreign export (a null in an integer column, a missing field) is bad
         # input, not a bug: name the file and the field.
@@ -170,7 +175,7 @@ def read_run_info(path: Path) -> RunInfo | None:
     """The ``RunInfo`` in a ``run.json``; None when it cannot be read (the trace still is)."""
     try:
         return run_info_from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):
         return None
 
 
@@ -206,4 +211,4 @@ def load_opstats(path: str | Path) -> OpStats:
             name, text = str(row.get("hlo_op_name", "")), str(row.get("hlo_op_expression", "") or "")
             if name and text:
                 texts.append(("", pid, name, text))
-    return build_opstats(trace, run=run, source_path=str(p), op_texts=texts)
+    return check_opstats(build_opstats(trace, run=run, source_path=str(p), op_texts=texts), str(p))

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hlo_doctor.core import outdir
 from hlo_doctor.core.errors import HloDoctorError
 from hlo_doctor.statistics import SampleComparison, compare_samples
 from hlo_doctor.verify.checks import (
@@ -56,9 +57,8 @@ def run_verify(settings: VerifySettings, progress: ProgressFn | None = None) -> 
 def workspace(out_dir: Path | None) -> Iterator[Path]:
     """``out_dir`` (created), or a temporary folder removed at the end."""
     if out_dir is not None:
-        path = Path(out_dir)
-        path.mkdir(parents=True, exist_ok=True)
-        yield path
+        # Only a folder verify wrote before (or a new/empty one): the workspace is cleaned inside it.
+        yield outdir.claim(Path(out_dir), "verify")
         return
     tmp = Path(tempfile.mkdtemp(prefix="hlo-doctor-verify-"))
     try:
