@@ -17,7 +17,7 @@ from hlo_doctor.opstats.build import build_opstats
 from hlo_doctor.opstats.schema import (
     COLUMN_NAMES,
     COLUMNS,
-    JSON_FORMAT,
+    JSON_SCHEMA,
     PER_STEP_COLUMNS,
     OpStats,
     empty_table,
@@ -61,7 +61,7 @@ def to_json(stats: OpStats) -> str:
     rows = [{k: _plain(v) for k, v in rec.items()} for rec in stats.table.to_dict(orient="records")]
     per_step = stats.per_step
     doc = {
-        "format": JSON_FORMAT,
+        "schema": JSON_SCHEMA,
         "source_path": stats.source_path,
         "backend": stats.backend,
         "device_kind": stats.device_kind,
@@ -95,8 +95,9 @@ def from_json(text: str, *, origin: str = "opstats.json") -> OpStats:
     except json.JSONDecodeError as exc:
         raise InputError(f"{origin}: not JSON ({exc.msg} at line {exc.lineno})",
                          "pass an opstats.json written by hlo-doctor") from exc
-    if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
-        raise InputError(f"{origin}: not an hlo-doctor opstats export (format != {JSON_FORMAT})",
+    # Exports written before every JSON output carried ``schema`` tag themselves with ``format``.
+    if not isinstance(doc, dict) or JSON_SCHEMA not in (doc.get("schema"), doc.get("format")):
+        raise InputError(f"{origin}: not an hlo-doctor opstats export (schema != {JSON_SCHEMA})",
                          "pass an opstats.json written by 'hlo-doctor profile' or 'stats'")
     try:
         return _from_doc(doc, origin)

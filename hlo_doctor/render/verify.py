@@ -10,12 +10,14 @@ from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.checks import ratio as _ratio
 from hlo_doctor.verify.results import VerifyReport
 
-__all__ = ["metric_rows", "to_json", "to_markdown"]
+__all__ = ["JSON_SCHEMA", "metric_rows", "to_json", "to_markdown"]
+
+JSON_SCHEMA = "hlo-doctor.verify/1"
 
 
 def to_json(report: VerifyReport) -> str:
-    """The whole report as JSON."""
-    return json.dumps(report.to_dict(), indent=2, default=str) + "\n"
+    """The whole report as JSON (schema ``hlo-doctor.verify/1``)."""
+    return json.dumps({"schema": JSON_SCHEMA, **report.to_dict()}, indent=2, default=str) + "\n"
 
 
 def metric_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str, str]]:
