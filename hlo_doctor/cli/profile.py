@@ -27,15 +27,10 @@ from hlo_doctor.cli.common import (
 )
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import InputError, NotAvailableError
-from hlo_doctor.core.format import fmt_bytes
+from hlo_doctor.core.format import fmt_bytes, short_path
 from hlo_doctor.opstats import OpStats, group_by_shape, load_opstats, to_csv, to_json
 
 _PHASES = {"warmup": "warm-up (untraced)", "capture": "capture (traced)", "analyze": "building the table"}
-
-
-def _short_source(source: str) -> str:
-    # The full path is in the csv/json; the table shows file:line.
-    return source.rsplit("/", 1)[-1]
 
 
 def header_line(stats: OpStats) -> str:
@@ -81,7 +76,7 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
         cells = {"#": str(r.rank), "% step": f"{r.pct_of_step:.1f}", "µs/step": f"{r.time_per_step_us:,.1f}",
                  "n": str(r.occurrences), "program": pid, "module": str(r.module), "op": str(r.op),
                  "category": str(r.category), "shape": str(r.shape),
-                 "bytes": fmt_bytes(r.bytes_accessed), "source": _short_source(str(r.source))}
+                 "bytes": fmt_bytes(r.bytes_accessed), "source": short_path(str(r.source), keep=1)}  # file:line; the csv/json keep the path
         t.add_row(*(cells[name] for name, _ in columns))
     parts.append(t)
     if len(stats.table) > top:

@@ -9,7 +9,6 @@ warm-up) is filled in by the warm-up; ``capture_engine`` captures a few decode s
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.format import json_safe
 from hlo_doctor.core.model import ProgressFn
 
 __all__ = ["EngineTarget", "capture_engine", "checked_config", "config_fields", "engine_config", "engine_target"]
@@ -63,10 +63,6 @@ def checked_config(engine: ModuleType, **fields: Any) -> Any:
     return engine_config(engine, fields, strict=True)
 
 
-def _json_safe(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
 @dataclass(frozen=True, slots=True)
 class EngineTarget:
     """An engine's decode step as a capture target."""
@@ -90,7 +86,7 @@ def engine_target(engine: ModuleType, config: Any, name: str) -> EngineTarget:
         # After warm-up the engine can say what it built (its precompiled menu): record that.
         describe = getattr(target, "describe", None)
         if describe is not None:
-            metadata.update(_json_safe(dict(describe())))
+            metadata.update(json_safe(dict(describe())))
 
     return EngineTarget(step=target.step, warmup=warmup, name=name, metadata=metadata)
 

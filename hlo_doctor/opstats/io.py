@@ -8,10 +8,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.format import json_safe
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.opstats.build import build_opstats
 from hlo_doctor.opstats.schema import (
@@ -25,16 +25,6 @@ from hlo_doctor.opstats.schema import (
     with_column_dtypes,
 )
 from hlo_doctor.trace import CompileEvent, find_xplanes, program_id_of, read_trace, xprof_hlo_stats
-
-
-def _plain(value: Any) -> Any:
-    if value is None or value is pd.NA:
-        return None
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    return value
 
 
 def run_info_to_dict(run: RunInfo) -> dict[str, Any]:
@@ -58,7 +48,7 @@ def run_info_from_dict(d: dict[str, Any]) -> RunInfo:
 
 def to_json(stats: OpStats) -> str:
     """The whole OpStats as JSON (everything but the parsed modules), for gate and for people."""
-    rows = [{k: _plain(v) for k, v in rec.items()} for rec in stats.table.to_dict(orient="records")]
+    rows = [{k: json_safe(v) for k, v in rec.items()} for rec in stats.table.to_dict(orient="records")]
     per_step = stats.per_step
     doc = {
         "schema": JSON_SCHEMA,
@@ -77,7 +67,7 @@ def to_json(stats: OpStats) -> str:
         "rows": rows,
         "per_step": {
             "columns": list(PER_STEP_COLUMNS),
-            "rows": [[_plain(v) for v in rec] for rec in per_step.itertuples(index=False)],
+            "rows": [[json_safe(v) for v in rec] for rec in per_step.itertuples(index=False)],
         },
         "compile_events": [asdict(c) for c in stats.compile_events],
         "modules": [{"name": m.name, "program_id": m.program_id} for m in stats.modules],

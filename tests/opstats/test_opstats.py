@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -206,6 +207,16 @@ def test_from_json_reads_the_format_key_of_older_exports(small_run: Path) -> Non
     committed = Path(__file__).parents[2] / "sample_traces" / "engine_b64_fixed" / "opstats.json"
     assert '"format": "hlo-doctor.opstats/1"' in committed.read_text()
     assert len(load_opstats(committed).table) > 0
+
+
+def test_to_json_writes_a_missing_value_as_null_and_reads_it_back(small_run: Path) -> None:
+    stats = load_opstats(small_run)
+    table = stats.table.copy()
+    table.loc[0, "total_time_us"] = float("nan")
+    text = to_json(dataclasses.replace(stats, table=table))
+    doc = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert doc["rows"][0]["total_time_us"] is None
+    assert pd.isna(from_json(text).table.loc[0, "total_time_us"])
 
 
 def test_to_json_is_plain_json(small_run: Path) -> None:
