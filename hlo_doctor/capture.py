@@ -123,7 +123,7 @@ def keep_gpu_ops_visible() -> bool:
 
 def default_run_dir(base: Path = Path("runs")) -> Path:
     """``runs/profile-<UTC time>``: a fresh name for each capture."""
-    return base / ("profile-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S"))
+    return base / ("profile-" + _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S"))
 
 
 @contextmanager
@@ -236,7 +236,7 @@ def capture_run(
         raise InputError(f"--steps {steps}: need at least one step", "pass --steps 1 or more")
     if warmup < 0:
         raise InputError(f"--warmup {warmup}: cannot be negative", "pass --warmup 0 or more")
-    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    created = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     final = Path(out_dir)  # as the user named it: that is how the table header shows it
     with staged_run_dir(final) as tmp:
         if progress:
@@ -305,7 +305,7 @@ def attach_run(
         from xprof.convert import _pywrap_profiler_plugin
     except ImportError as exc:  # pragma: no cover - xprof is a dependency
         raise InputError("--attach needs xprof's profiler client", "pip install xprof") from exc
-    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    created = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     final = Path(out_dir)
     with staged_run_dir(final) as tmp:
         if progress:

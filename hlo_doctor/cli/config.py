@@ -14,11 +14,10 @@ gate's policy does: a typo never silently turns a setting off. Flags on the comm
 from __future__ import annotations
 
 import difflib
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from hlo_doctor.core.errors import InputError
 

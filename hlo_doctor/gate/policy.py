@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import difflib
 import math
+import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from hlo_doctor.core.errors import HloDoctorError
 
