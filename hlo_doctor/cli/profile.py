@@ -3,6 +3,7 @@ existing capture)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from pathlib import Path
@@ -28,9 +29,11 @@ from hlo_doctor.cli.common import (
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import InputError, NotAvailableError
 from hlo_doctor.core.format import fmt_bytes, short_path
+from hlo_doctor.core.model import ProgressFn
 from hlo_doctor.opstats import OpStats, group_by_shape, load_opstats, to_csv, to_json
 
-_PHASES = {"warmup": "warm-up (untraced)", "capture": "capture (traced)", "analyze": "building the table"}
+_PHASES = {"warmup": "warm-up (untraced)", "precompile": "precompile (programs)", "capture": "capture (traced)",
+           "analyze": "building the table"}
 
 
 def header_line(stats: OpStats) -> str:
@@ -200,7 +203,7 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
             run_dir, stats = attach_run(attach, duration_ms=duration_ms, out_dir=out_dir, progress=progress)
     else:
         config: dict[str, Any] = {}
-        warmup_fn: Callable[[], Any] | None = None
+        engine_warmup: Callable[[ProgressFn | None], None] | None = None
         if target is not None:
             if engine_path is not None or batch is not None or vocab is not None or layers is not None:
                 raise InputError("--engine/--batch/--vocab/--layers apply to the bundled engine only",
@@ -209,9 +212,11 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
             name = target
         else:
             engine_target = _engine_target(engine_path, {"batch": batch, "vocab": vocab, "layers": layers})
-            step_fn, name, config, warmup_fn = (engine_target.step, engine_target.name, engine_target.metadata,
-                                                engine_target.warmup)
+            step_fn, name, config = engine_target.step, engine_target.name, engine_target.metadata
+            engine_warmup = engine_target.warmup
         with progress_bars(_PHASES) as progress:
+            # The engine's warm-up reports its precompile (programs done / total) on the same display.
+            warmup_fn = None if engine_warmup is None else functools.partial(engine_warmup, progress)
             run_dir, stats = capture_run(step_fn, steps=steps, warmup=warmup, out_dir=out_dir, target=name,
                                          config=config, warmup_fn=warmup_fn, progress=progress)
     console.print(f"wrote {run_dir} (open it with: xprof --logdir {run_dir})")

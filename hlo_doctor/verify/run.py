@@ -78,7 +78,7 @@ def _warm_and_measure(settings: VerifySettings, base: Variant, treat: Variant,
     with counter.listening():
         for v in (base, treat):
             report(f"warm-up {v.label}", 0, 1)
-            v.warmup()
+            v.warmup(_only_precompile(report, f"precompile {v.label}"))
             report(f"warm-up {v.label}", 1, 1)
         if base.rewarms or treat.rewarms:
             notes.append("an engine without OfflineEngine was driven by run_offline_batch: it re-warmed each round "
@@ -139,3 +139,12 @@ def _measure(settings: VerifySettings, base: Variant, treat: Variant, work: Path
         baseline_hlo=base_hlo, removed_ops=removed_ops(base_hlo, treat_hlo), fix_diff=fix_diff,
         elapsed_s=time.perf_counter() - started, backend=jax.default_backend(), notes=tuple(notes),
     )
+
+
+def _only_precompile(report: ProgressFn, label: str) -> ProgressFn:
+    """The engine's precompile progress under ``label``; its other stages (an untimed batch's prefill
+    and decode) are not verify's."""
+    def update(stage: str, done: int, total: int) -> None:
+        if stage == "precompile":
+            report(label, done, total)
+    return update
