@@ -95,7 +95,10 @@ def reads_partials(module: HloModule, reduce: HloInstruction) -> bool:
     """
     data = reduce_inputs(reduce)
     cur = module.instruction(data[0], reduce.computation) if data else None
-    index: int | None = None
+    # Tuple indices still to apply, innermost last: a multi-output fusion's partials reach the next
+    # stage through get-tuple-element(get-tuple-element(fusion)) when the fusion also writes
+    # another output (the float32 logits beside the argmax partials, say).
+    indices: list[int] = []
     for _ in range(64):
         if cur is None:
             return False
@@ -109,21 +112,20 @@ def reads_partials(module: HloModule, reduce: HloInstruction) -> bool:
             cur = module.instruction(caller.operands[cur.parameter_number], caller.computation)
         elif cur.opcode in ("bitcast", "reshape", "copy") and cur.operands:
             cur = module.instruction(cur.operands[0], cur.computation)
-        elif cur.opcode == "get-tuple-element" and cur.operands and index is None:
-            index = int(cur.attribute("index", "0") or 0)
+        elif cur.opcode == "get-tuple-element" and cur.operands:
+            indices.append(int(cur.attribute("index", "0") or 0))
             cur = module.instruction(cur.operands[0], cur.computation)
         elif cur.opcode == "fusion":
             body = module.fusion_body(cur)
             if body is None:
                 return False
             root = body.root
-            if index is not None and root.opcode == "tuple" and index < len(root.operands):
-                cur = module.instruction(root.operands[index], body.name)
+            if indices and root.opcode == "tuple" and indices[-1] < len(root.operands):
+                cur = module.instruction(root.operands[indices.pop()], body.name)
             else:
                 cur = root  # a multi-output reduce is the root itself, its tuple index kept
-            index = None
-        elif cur.opcode == "tuple" and index is not None and index < len(cur.operands):
-            cur, index = module.instruction(cur.operands[index], cur.computation), None
+        elif cur.opcode == "tuple" and indices and indices[-1] < len(cur.operands):
+            cur = module.instruction(cur.operands[indices.pop()], cur.computation)
         else:
             return False
     return False
