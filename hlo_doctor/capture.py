@@ -84,14 +84,20 @@ def _import_file(path: Path) -> Any:
     if spec is None or spec.loader is None:
         raise InputError(f"TARGET file {path} is not a Python module", "pass a .py file")
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs, as the import system does: dataclasses (and typing.get_type_hints)
+    # look the defining module up in sys.modules to resolve string annotations, which every
+    # annotation is under `from __future__ import annotations`.
+    sys.modules[name] = module
     # The file's own directory on sys.path lets it import its neighbours, as `python file.py` would.
     sys.path.insert(0, str(path.parent.resolve()))
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
+        sys.modules.pop(name, None)
         raise InputError(f"TARGET file {path} has a syntax error (line {exc.lineno}): {exc.msg}",
                          "fix the file") from exc
     except Exception as exc:  # noqa: BLE001 - the user's import-time code may raise anything
+        sys.modules.pop(name, None)
         raise InputError(f"TARGET file {path} raised {type(exc).__name__} on import: {exc}",
                          "fix the file so that importing it works") from exc
     finally:
@@ -177,8 +183,13 @@ def _device_info() -> tuple[str, str]:
     return jax.default_backend(), str(getattr(dev, "device_kind", dev.platform))
 
 
+RUN_JSON_SCHEMA = "hlo-doctor.run/1"
+"""The ``schema`` tag of a run directory's run.json."""
+
+
 def _write_run_json(directory: Path, run: RunInfo) -> None:
-    (directory / "run.json").write_text(json.dumps(run_info_to_dict(run), indent=1, default=str) + "\n")
+    doc = {"schema": RUN_JSON_SCHEMA, **run_info_to_dict(run)}
+    (directory / "run.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
 
 
 def _finish(directory: Path, final: Path, run: RunInfo, progress: ProgressFn | None) -> OpStats:

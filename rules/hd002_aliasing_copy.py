@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from hlo_doctor.hlo.analysis import dtype_shape, entry_parameter_of, is_argmax_program
-from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes
+from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, stage_of
 from hlo_doctor.lint.testing import ARGMAX_REDUCER
 
 _RETURNS_INPUT = """\
@@ -127,6 +127,21 @@ ENTRY %main.1 (x.1: f32[64,64]) -> (f32[64,64], f32[64,64]) {
 _FUSION_COMPUTES = _FUSION_PASS_THROUGH.replace("%copy.3 = f32[64,64]{1,0} copy(%g1)",
                                                 "%copy.3 = f32[64,64]{1,0} copy(%g0)")
 
+# SPMD: the copy changes the sharding (a reshard), not a copy-insertion copy.
+_RESHARD = _IDENTITY.replace("parameter(0)", "parameter(0), sharding={devices=[2,1]0,1}").replace(
+    "copy(%x.1)", "copy(%x.1), sharding={replicated}")
+
+# Host offload: the copy moves the value to another memory space (S(5): host memory).
+_MEMORY_SPACE_MOVE = """\
+HloModule jit_offload, entry_computation_layout={(f32[64,64]{1,0})->f32[64,64]{1,0:S(5)}}
+
+ENTRY %main.1 (x.1: f32[64,64]) -> f32[64,64] {
+  %x.1 = f32[64,64]{1,0} parameter(0)
+  ROOT %copy.1 = f32[64,64]{1,0:S(5)} copy(%x.1)
+}
+"""
+
+
 class AliasingCopy(Rule):
     """A ``copy`` that exists only because the program returns one of its inputs.
 
@@ -137,7 +152,11 @@ class AliasingCopy(Rule):
         through what only moves a value (``bitcast``, ``get-tuple-element`` of a ``tuple``, a
         fusion output that passes a parameter through): XLA:GPU writes the copy as
         ``copy(get-tuple-element(tuple(..., parameter)))``. The finding says which output
-        and which parameter. Copies under 4 KiB (scalars, small metadata arrays) are ignored.
+        and which parameter. Copies under 4 KiB (scalars, small metadata arrays) are ignored, and
+        so are copies that change ``sharding=`` (reshards) or the memory space (``{1,0:S(5)}``,
+        host offload): those move the value somewhere else, they do not alias it. On unoptimized
+        HLO (as lowered) the finding is low severity and says the stage: the copy seen there is
+        the program's own, and copy insertion decides after XLA's passes.
     Why it costs:
         A jitted function that returns its input without donation cannot hand back the caller's
         buffer, so XLA's copy insertion materialises a full copy of it: one read and one write of
@@ -163,6 +182,8 @@ class AliasingCopy(Rule):
         Example(hlo=(_COPY_NOT_RETURNED,), note="copy that is not an output"),
         Example(hlo=(_SCALAR,), note="a scalar copy"),
         Example(hlo=(_FUSION_COMPUTES,), note="a copy of a value a fusion computes"),
+        Example(hlo=(_RESHARD,), note="a copy that changes sharding= (a reshard)"),
+        Example(hlo=(_MEMORY_SPACE_MOVE,), note="a copy to another memory space (host offload)"),
     )
     INVALID = (
         Example(hlo=(_RETURNS_INPUT,), expect=("HD002 copy",), note="sampler returning its input"),
@@ -191,6 +212,11 @@ class AliasingCopy(Rule):
                     continue
                 if part.layout != inst.shape.layout or part.dims != inst.shape.dims:
                     continue
+                if part.memory_space != inst.shape.memory_space:
+                    continue  # a move to another memory space (host offload): not aliasing
+                if inst.attribute("sharding") and inst.attribute("sharding") != param.attribute("sharding"):
+                    continue  # a reshard: the copy changes how the value is laid out across devices
+                stage = stage_of(m, ctx.origin)
                 outputs = m.output_indices_of(inst)
                 sampler = is_argmax_program(m)
                 where = ", ".join(str(i) for i in outputs) or "0"
@@ -198,12 +224,15 @@ class AliasingCopy(Rule):
                     self, m, inst,
                     f"{inst.name} copies parameter {param.parameter_number} ({param.name}, "
                     f"{dtype_shape(part)}, {fmt_bytes(inst.shape.nbytes)}) into output {where}: "
-                    f"the program returns its input without donation",
+                    f"the program returns its input without donation"
+                    + ("" if stage.optimized else "; unoptimized HLO: copy insertion decides after XLA's passes"),
+                    severity=None if stage.optimized else Severity.LOW,
                     recoverable_fraction=1.0,
                     # The copy has no metadata of its own (copy insertion adds it): the parameter's
                     # line when it has one, else no source rather than an unrelated op's line.
                     source_inst=param if param.source else None,
-                    evidence=tuple(dict.fromkeys((param.raw, inst.raw, m.entry.root.raw))),
+                    evidence=tuple(dict.fromkeys((param.raw, inst.raw, m.entry.root.raw,
+                                                  *(() if stage.optimized else (stage.evidence(),))))),
                     fix="bf16-greedy-sampler" if sampler else "",
                     extra=(("parameter", param.parameter_number), ("parameter_name", param.name),
                            ("output_indices", tuple(outputs))),

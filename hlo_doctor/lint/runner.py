@@ -18,6 +18,7 @@ from hlo_doctor.hlo import HloInstruction, HloModule, fused_opcodes
 from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.loader import LoadedRule, RuleBook
 from hlo_doctor.lint.severity import with_cost_severity
+from hlo_doctor.lint.stage import stages_line
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,8 @@ class Diagnosis:
     compiler_inserted_us: float | None = None
     """Time per step in converts/copies the compiler inserted (no metadata) that no finding covers."""
     compiler_inserted_ops: int = 0
+    stage_line: str = ""
+    """Which modules are unoptimized HLO (as lowered), empty when all are optimized (see :mod:`.stage`)."""
 
     def compiler_inserted_line(self) -> str:
         """``gpu: 2% of the step (31 us) is in 3 converts/copies the compiler inserted; no source line``."""
@@ -83,6 +86,7 @@ class Diagnosis:
             "modules": list(self.modules),
             "compiler_inserted_us": self.compiler_inserted_us,
             "compiler_inserted_ops": self.compiler_inserted_ops,
+            "stage": self.stage_line,
             "findings": [f.to_dict() for f in self.findings],
         }
 
@@ -128,6 +132,7 @@ def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
         modules=tuple(m.name if m.program_id is None else f"{m.name}({m.program_id})" for m in ctx.modules),
         elapsed_s=time.perf_counter() - t0,
         compiler_inserted_us=inserted_us if ctx.has_opstats else None, compiler_inserted_ops=inserted_ops,
+        stage_line=stages_line(ctx.modules, ctx.origin),
     )
 
 

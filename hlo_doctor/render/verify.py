@@ -9,10 +9,13 @@ from hlo_doctor.core.format import fmt_ms
 from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.checks import ratio as _ratio
 from hlo_doctor.verify.results import VerifyReport
+from hlo_doctor.verify.target import TargetReport
 
-__all__ = ["JSON_SCHEMA", "metric_rows", "to_json", "to_markdown"]
+__all__ = ["JSON_SCHEMA", "TARGET_JSON_SCHEMA", "metric_rows", "target_to_json", "target_to_markdown", "to_json",
+           "to_markdown"]
 
 JSON_SCHEMA = "hlo-doctor.verify/1"
+TARGET_JSON_SCHEMA = "hlo-doctor.verify-target/1"
 
 
 def to_json(report: VerifyReport) -> str:
@@ -99,3 +102,25 @@ def to_markdown(report: VerifyReport) -> str:
 
 def _md(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+def target_to_json(report: TargetReport) -> str:
+    """A ``verify --target`` / ``--bench`` report as JSON (schema ``hlo-doctor.verify-target/1``)."""
+    return json.dumps({"schema": TARGET_JSON_SCHEMA, **report.to_dict()}, indent=2, default=str) + "\n"
+
+
+def target_to_markdown(report: TargetReport) -> str:
+    """A ``verify --target`` / ``--bench`` report as Markdown."""
+    status = "PASS" if report.passed else "FAIL"
+    lines = [f"## hlo-doctor verify --target: {status} ({report.verdict})", "",
+             f"Baseline `{report.baseline}` ({report.release}) vs treatment `{report.treatment}`; "
+             f"{report.elapsed_s:.0f} s."]
+    for level in report.levels:
+        lines += ["", f"### {level.level} level", "", "| # | check | result | figure |", "|---|---|---|---|"]
+        for c in level.checks:
+            result = "pass" if c.passed else ("not run" if c.figure.startswith("not run") else "**FAIL**")
+            lines.append(f"| {c.number} | {c.name} | {result} | {_md(c.figure)} |")
+        lines += [f"- check {c.number} ({c.name}): {_md(c.detail)}" for c in level.checks if c.detail]
+    for note in report.notes:
+        lines += ["", f"Note: {note}"]
+    return "\n".join(lines) + "\n"

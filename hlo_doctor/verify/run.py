@@ -36,7 +36,7 @@ def run_verify(settings: VerifySettings, progress: ProgressFn | None = None) -> 
     validate_settings(settings)
     report = progress or (lambda stage, done, total: None)
     started = time.perf_counter()
-    with _workspace(settings.out_dir) as work:
+    with workspace(settings.out_dir) as work:
         baseline_dir = Path(settings.baseline).resolve() if settings.baseline else shipped_engine_dir()
         fix_diff = ""
         if settings.treatment is not None:
@@ -52,7 +52,8 @@ def run_verify(settings: VerifySettings, progress: ProgressFn | None = None) -> 
 
 
 @contextmanager
-def _workspace(out_dir: Path | None) -> Iterator[Path]:
+def workspace(out_dir: Path | None) -> Iterator[Path]:
+    """``out_dir`` (created), or a temporary folder removed at the end."""
     if out_dir is not None:
         path = Path(out_dir)
         path.mkdir(parents=True, exist_ok=True)

@@ -76,7 +76,8 @@ def test_release_apply_twice_then_revert(pristine: dict[str, Path], tmp_path: Pa
     assert "self.runner.model_config.dtype" in (tree / PRECOMPILE).read_text().split("def _precompile_sampling")[1].split("\n    def ")[0]
     # The logprobs computation widens in-graph; its menu is keyed on what the runner now passes.
     consumer = (tree / SAMPLER).read_text().split("def compute_and_gather_logprobs(")[1].split("\ndef ")[0]
-    assert "    logits = logits.astype(jnp.float32)\n    logprobs = compute_logprobs(logits)" in consumer
+    assert ("    logits = logits.astype(jnp.float32)\n    logits = jax.lax.optimization_barrier(logits)\n"
+            "    logprobs = compute_logprobs(logits)") in consumer
     gather = (tree / PRECOMPILE).read_text().split("def _precompile_gather_logprobs")[1].split("\n    def ")[0]
     assert re.search(r"jnp\.float32 if .*processed.* else self\.runner\.model_config\.dtype", gather), gather
     # Only the changed regions differ: comments and formatting elsewhere are byte-identical.

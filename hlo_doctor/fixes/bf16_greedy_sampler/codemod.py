@@ -123,10 +123,19 @@ def _widen_in_consumer(module: cst.Module, float32: str) -> cst.Module:
     assert facts is not None and facts.widening is None
     body = list(facts.func.body.body)
     at = 1 if body and is_docstring(body[0]) else 0
-    widening = cst.parse_statement(f"{facts.logits_param} = {facts.logits_param}.astype({float32})")
-    body.insert(at, widening.with_changes(leading_lines=[
-        comment_line(f"{MARK}: the runner passes the model's logits; widen them here, in this program."),
-    ]))
+    var = facts.logits_param
+    widening = cst.parse_statement(f"{var} = {var}.astype({float32})")
+    # The log-softmax must read a materialized float32 array, as it did when the runner widened:
+    # XLA:GPU otherwise fuses the widening into the reductions, which then round differently
+    # (logprobs off by up to 9.5e-07 on an H200). The barrier keeps the same reductions, bit for bit.
+    barrier = cst.parse_statement(f"{var} = jax.lax.optimization_barrier({var})")
+    body[at:at] = [
+        widening.with_changes(leading_lines=[
+            comment_line(f"{MARK}: the runner passes the model's logits; widen them here, in this program,"),
+            comment_line(f"{MARK}: materialized (the barrier) so the logprobs stay bit-identical on every backend."),
+        ]),
+        barrier,
+    ]
     return _replace(module, "compute_and_gather_logprobs", facts.func.body, facts.func.body.with_changes(body=body))
 
 

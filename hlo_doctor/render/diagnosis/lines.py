@@ -50,6 +50,8 @@ def to_concise(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
     lines.append(diagnosis.summary_line())
     if diagnosis.compiler_inserted_line():
         lines.append(diagnosis.compiler_inserted_line())
+    if diagnosis.stage_line:
+        lines.append(diagnosis.stage_line)
     return "\n".join(lines) + "\n"
 
 

@@ -68,4 +68,6 @@ def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType
     parts.append(Text(diagnosis.summary_line(), style=style))
     if diagnosis.compiler_inserted_line():
         parts.append(Text(diagnosis.compiler_inserted_line(), style="dim"))
+    if diagnosis.stage_line:
+        parts.append(Text(diagnosis.stage_line, style="dim"))
     return Group(*parts)
