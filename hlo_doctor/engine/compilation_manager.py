@@ -3,9 +3,6 @@
 Each entry is lowered and compiled ahead of time, then called once so that the jit cache holds it.
 The sampler's entries are built from float32 dummy logits: the menu is keyed on the logits dtype, so a
 runner that hands ``sample`` logits of another dtype misses it and compiles while serving.
-
-Warm-up takes a minute or more at serving sizes, so ``capture_model`` reports each program it adds
-as ``progress("precompile", done, total)``.
 """
 
 from __future__ import annotations
@@ -25,13 +22,6 @@ from .sampling_metadata import TPUSupportedSamplingMetadata
 if TYPE_CHECKING:
     from .runner import ModelRunner
 
-Progress = Callable[[str, int, int], None]
-"""``progress(stage, done, total)``, as the driver's."""
-
-_PROGRAMS_PER_BUCKET = 9
-"""Menu entries per num_reqs bucket: prefill, decode, compute_logits, logits_cast, sample (with and
-without sampling, with and without logprobs: 4), gather_logprobs. The rng split is built once."""
-
 
 @dataclass(frozen=True, slots=True)
 class MenuEntry:
@@ -48,17 +38,6 @@ class CompilationManager:
     def __init__(self, runner: ModelRunner) -> None:
         self.runner = runner
         self.menu: list[MenuEntry] = []
-        self._progress: Progress | None = None
-
-    @property
-    def menu_size(self) -> int:
-        """How many entries :meth:`capture_model` builds (the ``total`` it reports)."""
-        return _PROGRAMS_PER_BUCKET * len(self.runner.num_reqs_paddings) + 1
-
-    def _record(self, entry: MenuEntry) -> None:
-        self.menu.append(entry)
-        if self._progress is not None:
-            self._progress("precompile", len(self.menu), self.menu_size)
 
     def _create_dummy_tensor(self, shape: tuple[int, ...], dtype: Any, sharding: Any = None) -> jax.Array:
         """A ones tensor standing in for a runtime input of this shape, dtype and placement."""
@@ -77,21 +56,14 @@ class CompilationManager:
         self._record(MenuEntry(name, tuple(sorted(key.items())), time.perf_counter() - start))
         jax.block_until_ready(fn(*args, **call_kwargs))
 
-    def capture_model(self, progress: Progress | None = None) -> None:
-        """Precompile everything a serving step runs, in the order a step runs it; ``progress`` hears
-        ``("precompile", done, menu_size)`` before the first program and after each one."""
-        self._progress = progress
-        if progress is not None:
-            progress("precompile", 0, self.menu_size)
-        try:
-            self._precompile_backbone()
-            self._precompile_compute_logits()
-            self._precompile_logits_cast()
-            self._precompile_sampling_rng()
-            self._precompile_sampling()
-            self._precompile_gather_logprobs()
-        finally:
-            self._progress = None
+    def capture_model(self) -> None:
+        """Precompile everything a serving step runs, in the order a step runs it."""
+        self._precompile_backbone()
+        self._precompile_compute_logits()
+        self._precompile_logits_cast()
+        self._precompile_sampling_rng()
+        self._precompile_sampling()
+        self._precompile_gather_logprobs()
 
     def _precompile_backbone(self) -> None:
         runner = self.runner
@@ -188,3 +160,38 @@ class CompilationManager:
                 runner.max_logprobs,
                 num_reqs=num_reqs,
             )
+
+    # -- progress -----------------------------------------------------------------------------------
+    # Warm-up takes a minute or more at serving sizes. Kept below the menu's code so that the source
+    # lines a trace records for the menu's programs stay where they were.
+
+    _progress: Progress | None = None
+
+    @property
+    def menu_size(self) -> int:
+        """How many entries :meth:`capture_model` builds (the ``total`` that progress reports)."""
+        return _PROGRAMS_PER_BUCKET * len(self.runner.num_reqs_paddings) + 1
+
+    def capture_reporting(self, progress: Progress | None) -> None:
+        """:meth:`capture_model`, with ``progress("precompile", done, menu_size)`` before the first
+        program and after each one."""
+        self._progress = progress
+        if progress is not None:
+            progress("precompile", 0, self.menu_size)
+        try:
+            self.capture_model()
+        finally:
+            self._progress = None
+
+    def _record(self, entry: MenuEntry) -> None:
+        self.menu.append(entry)
+        if self._progress is not None:
+            self._progress("precompile", len(self.menu), self.menu_size)
+
+
+Progress = Callable[[str, int, int], None]
+"""``progress(stage, done, total)``, as the driver's."""
+
+_PROGRAMS_PER_BUCKET = 9
+"""Menu entries per num_reqs bucket: prefill, decode, compute_logits, logits_cast, sample (with and
+without sampling, with and without logprobs: 4), gather_logprobs. The rng split is built once."""

@@ -25,8 +25,7 @@ from .sampling import compute_and_gather_logprobs, sample
 from .sampling_metadata import TPUSupportedSamplingMetadata
 
 Progress = Callable[[str, int, int], None]
-"""``progress(stage, done, total)`` with stage ``warmup``, ``precompile`` (programs of the menu),
-``prefill`` or ``decode``."""
+"""``progress(stage, done, total)``: stage ``warmup``, ``precompile`` (menu programs), ``prefill``, ``decode``."""
 
 
 def make_prompts(config: EngineConfig) -> np.ndarray:

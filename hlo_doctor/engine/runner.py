@@ -87,9 +87,8 @@ class ModelRunner:
         self.kv_caches = init_kv_caches(self.dims, num_reqs, self.max_model_len)
 
     def capture_model(self, progress: Progress | None = None) -> None:
-        """Build the precompiled menu (AOT compile + warm call of every program and bucket);
-        ``progress("precompile", done, total)`` after each program."""
-        self.compilation_manager.capture_model(progress)
+        """Build the precompiled menu (AOT compile + warm call of every program and bucket), reporting to ``progress``."""
+        self.compilation_manager.capture_reporting(progress)
 
     def get_padded_num_reqs(self, num_reqs: int) -> int:
         """The smallest bucket holding ``num_reqs`` requests."""
