@@ -137,7 +137,7 @@ def keep_gpu_ops_visible() -> bool:
 
 def default_run_dir(base: Path = Path("runs")) -> Path:
     """``runs/profile-<UTC time>``: a fresh name for each capture."""
-    return base / ("profile-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S"))
+    return base / ("profile-" + _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S"))
 
 
 @contextmanager
@@ -196,8 +196,13 @@ def _device_info() -> tuple[str, str]:
     return jax.default_backend(), str(getattr(dev, "device_kind", dev.platform))
 
 
+RUN_JSON_SCHEMA = "hlo-doctor.run/1"
+"""The ``schema`` tag of a run directory's run.json."""
+
+
 def _write_run_json(directory: Path, run: RunInfo) -> None:
-    (directory / "run.json").write_text(json.dumps(run_info_to_dict(run), indent=1, default=str) + "\n")
+    doc = {"schema": RUN_JSON_SCHEMA, **run_info_to_dict(run)}
+    (directory / "run.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
 
 
 def _finish(directory: Path, final: Path, run: RunInfo, progress: ProgressFn | None) -> OpStats:
@@ -263,7 +268,7 @@ def capture_run(
         raise InputError(f"--steps {steps}: need at least one step", "pass --steps 1 or more")
     if warmup < 0:
         raise InputError(f"--warmup {warmup}: cannot be negative", "pass --warmup 0 or more")
-    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    created = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     final = Path(out_dir)  # as the user named it: that is how the table header shows it
     with staged_run_dir(final) as tmp:
         if progress:
@@ -333,7 +338,7 @@ def attach_run(
         from xprof.convert import _pywrap_profiler_plugin
     except ImportError as exc:  # pragma: no cover - xprof is a dependency
         raise InputError("--attach needs xprof's profiler client", "pip install xprof") from exc
-    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    created = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     final = Path(out_dir)
     with staged_run_dir(final) as tmp:
         if progress:

@@ -43,7 +43,10 @@ from hlo_doctor.verify import (
     run_verify,
 )
 
-__all__ = ["DoctorResult", "DoctorSettings", "run_doctor"]
+__all__ = ["JSON_SCHEMA", "DoctorResult", "DoctorSettings", "run_doctor"]
+
+JSON_SCHEMA = "hlo-doctor.doctor/1"
+"""The ``schema`` tag of doctor.json."""
 
 
 _ARTIFACTS = ("profile", "diagnose.json", "diagnose.md", "fix.diff", "treatment-engine", "verify", "verify.json",
@@ -215,5 +218,5 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     from hlo_doctor.render.doctor import to_markdown as render_report
 
     (out / "report.md").write_text(render_report(result))
-    (out / "doctor.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+    (out / "doctor.json").write_text(json.dumps({"schema": JSON_SCHEMA, **result.to_dict()}, indent=2, default=str) + "\n")
     return result

@@ -15,7 +15,8 @@ from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode, HloDoctorError
 from hlo_doctor.engines import checked_config, engine_source_dir, load_engine
 
-_STAGES = {"warmup": "warm-up (parameters + precompiled menu)", "prefill": "prefill", "decode": "decode"}
+_STAGES = {"warmup": "warm-up (parameters + precompiled menu)", "precompile": "precompile (programs)",
+           "prefill": "prefill", "decode": "decode"}
 
 
 JSON_SCHEMA = "hlo-doctor.engine-run/1"

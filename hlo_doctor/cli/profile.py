@@ -3,6 +3,7 @@ existing capture)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from pathlib import Path
@@ -28,15 +29,12 @@ from hlo_doctor.cli.common import (
 )
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import InputError, NotAvailableError
-from hlo_doctor.core.format import fmt_bytes
+from hlo_doctor.core.format import fmt_bytes, short_path
+from hlo_doctor.core.model import ProgressFn
 from hlo_doctor.opstats import OpStats, group_by_shape, load_opstats, to_csv, to_json
 
-_PHASES = {"warmup": "warm-up (untraced)", "capture": "capture (traced)", "analyze": "building the table"}
-
-
-def _short_source(source: str) -> str:
-    # The full path is in the csv/json; the table shows file:line.
-    return source.rsplit("/", 1)[-1]
+_PHASES = {"warmup": "warm-up (untraced)", "precompile": "precompile (programs)", "capture": "capture (traced)",
+           "analyze": "building the table"}
 
 
 def header_line(stats: OpStats) -> str:
@@ -82,7 +80,7 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
         cells = {"#": str(r.rank), "% step": f"{r.pct_of_step:.1f}", "µs/step": f"{r.time_per_step_us:,.1f}",
                  "n": str(r.occurrences), "program": pid, "module": str(r.module), "op": str(r.op),
                  "category": str(r.category), "shape": str(r.shape),
-                 "bytes": fmt_bytes(r.bytes_accessed), "source": _short_source(str(r.source))}
+                 "bytes": fmt_bytes(r.bytes_accessed), "source": short_path(str(r.source), keep=1)}  # file:line; the csv/json keep the path
         # Text, not str: names and paths come from the trace and are never markup.
         t.add_row(*(Text(cells[name]) for name, _ in columns))
     parts.append(t)
@@ -223,7 +221,7 @@ def _capture(target: str | None, steps: int, warmup: int, out: Path | None, atta
             run_dir, stats = attach_run(attach, duration_ms=duration_ms, out_dir=out_dir, progress=progress)
     else:
         config: dict[str, Any] = {}
-        warmup_fn: Callable[[], Any] | None = None
+        engine_warmup: Callable[[ProgressFn | None], None] | None = None
         if target is not None:
             if engine_path is not None or any(v is not None for v in engine_options.values()):
                 raise InputError("--engine/--batch/--vocab/--layers apply to the bundled engine only",
@@ -232,9 +230,11 @@ def _capture(target: str | None, steps: int, warmup: int, out: Path | None, atta
             name = target
         else:
             engine_target = _engine_target(engine_path, engine_options)
-            step_fn, name, config, warmup_fn = (engine_target.step, engine_target.name, engine_target.metadata,
-                                                engine_target.warmup)
+            step_fn, name, config = engine_target.step, engine_target.name, engine_target.metadata
+            engine_warmup = engine_target.warmup
         with progress_bars(_PHASES) as progress:
+            # The engine's warm-up reports its precompile (programs done / total) on the same display.
+            warmup_fn = None if engine_warmup is None else functools.partial(engine_warmup, progress)
             run_dir, stats = capture_run(step_fn, steps=steps, warmup=warmup, out_dir=out_dir, target=name,
                                          config=config, warmup_fn=warmup_fn, progress=progress,
                                          timeout_s=timeout_s)

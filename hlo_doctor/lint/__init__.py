@@ -13,11 +13,12 @@ Rule files import only this package and :mod:`hlo_doctor.hlo` (plus the standard
 
 from __future__ import annotations
 
+from hlo_doctor.core.format import fmt_bytes
 from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.lint.context import Context, OpTiming, producing_convert_program
 from hlo_doctor.lint.inputs import context_from_example, executed_modules, load_context, table_from_records
 from hlo_doctor.lint.loader import LoadedRule, RuleBook, RuleLoadError, load_rulebook
-from hlo_doctor.lint.rule import DOC_SECTIONS, REQUIREMENTS, Example, Rule, fmt_bytes
+from hlo_doctor.lint.rule import DOC_SECTIONS, REQUIREMENTS, Example, Rule
 from hlo_doctor.lint.runner import Diagnosis, diagnose, run_rule, total_recoverable
 from hlo_doctor.lint.stage import Stage, stage_of
 from hlo_doctor.trace import CompileEvent

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from hlo_doctor.core.format import fmt_duration
 from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.hlo import HloInstruction, HloModule, fused_opcodes
 from hlo_doctor.lint.context import Context
@@ -51,7 +52,7 @@ class Diagnosis:
         pct = 100.0 * self.compiler_inserted_us / self.step_time_us
         n = self.compiler_inserted_ops
         share = f"{pct:.1f}%" if pct < 10 else f"{pct:.0f}%"
-        return (f"{self.backend or 'unknown backend'}: {share} of the step ({_ms(self.compiler_inserted_us)}) "
+        return (f"{self.backend or 'unknown backend'}: {share} of the step ({fmt_duration(self.compiler_inserted_us)}) "
                 f"is in {n} convert{'s' if n != 1 else ''}/cop{'ies' if n != 1 else 'y'} the compiler "
                 f"inserted; no source line, no finding")
 
@@ -73,7 +74,7 @@ class Diagnosis:
         if self.recoverable_us is None or not self.step_time_us:
             return f"{head} (no op stats: no time estimate)"
         pct = self.recoverable_pct or 0.0
-        return (f"{head}: ~{_ms(self.recoverable_us)} of ~{_ms(self.step_time_us)} per step "
+        return (f"{head}: ~{fmt_duration(self.recoverable_us)} of ~{fmt_duration(self.step_time_us)} per step "
                 f"(~{pct:.0f}%) is recoverable")
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,10 +90,6 @@ class Diagnosis:
             "stage": self.stage_line,
             "findings": [f.to_dict() for f in self.findings],
         }
-
-
-def _ms(us: float) -> str:
-    return f"{us / 1000:.1f} ms" if us >= 100 else f"{us:.0f} us"
 
 
 def run_rule(rule: LoadedRule | type[Any], ctx: Context) -> list[Finding]:

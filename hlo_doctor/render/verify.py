@@ -11,12 +11,16 @@ from hlo_doctor.verify.checks import ratio as _ratio
 from hlo_doctor.verify.results import VerifyReport
 from hlo_doctor.verify.target import TargetReport
 
-__all__ = ["metric_rows", "target_to_json", "target_to_markdown", "to_json", "to_markdown"]
+__all__ = ["JSON_SCHEMA", "TARGET_JSON_SCHEMA", "metric_rows", "target_to_json", "target_to_markdown", "to_json",
+           "to_markdown"]
+
+JSON_SCHEMA = "hlo-doctor.verify/1"
+TARGET_JSON_SCHEMA = "hlo-doctor.verify-target/1"
 
 
 def to_json(report: VerifyReport) -> str:
-    """The whole report as JSON."""
-    return json.dumps(report.to_dict(), indent=2, default=str) + "\n"
+    """The whole report as JSON (schema ``hlo-doctor.verify/1``)."""
+    return json.dumps({"schema": JSON_SCHEMA, **report.to_dict()}, indent=2, default=str) + "\n"
 
 
 def metric_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str, str]]:
@@ -101,8 +105,8 @@ def _md(text: str) -> str:
 
 
 def target_to_json(report: TargetReport) -> str:
-    """A ``verify --target`` / ``--bench`` report as JSON."""
-    return json.dumps(report.to_dict(), indent=2, default=str) + "\n"
+    """A ``verify --target`` / ``--bench`` report as JSON (schema ``hlo-doctor.verify-target/1``)."""
+    return json.dumps({"schema": TARGET_JSON_SCHEMA, **report.to_dict()}, indent=2, default=str) + "\n"
 
 
 def target_to_markdown(report: TargetReport) -> str:

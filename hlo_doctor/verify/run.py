@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from hlo_doctor.core import outdir
 from hlo_doctor.core.errors import HloDoctorError
+from hlo_doctor.core.format import json_safe
 from hlo_doctor.statistics import SampleComparison, compare_samples
 from hlo_doctor.verify.checks import (
     check_compiles,
@@ -80,7 +79,7 @@ def _warm_and_measure(settings: VerifySettings, base: Variant, treat: Variant,
     with counter.listening():
         for v in (base, treat):
             report(f"warm-up {v.label}", 0, 1)
-            v.warmup()
+            v.warmup(_only_precompile(report, f"precompile {v.label}"))
             report(f"warm-up {v.label}", 1, 1)
         if base.rewarms or treat.rewarms:
             notes.append("an engine without OfflineEngine was driven by run_offline_batch: it re-warmed each round "
@@ -136,16 +135,17 @@ def _measure(settings: VerifySettings, base: Variant, treat: Variant, work: Path
         check_throughput(throughput, step_time, settings.require_improvement),
     )
     return VerifyReport(
-        settings=settings, config=_jsonable(dataclasses.asdict(base.config)), baseline=b, treatment=t,
+        settings=settings, config=json_safe(dataclasses.asdict(base.config)), baseline=b, treatment=t,
         checks=checks, throughput=throughput, step_time=step_time, ttft=ttft, treatment_hlo=treat_hlo,
         baseline_hlo=base_hlo, removed_ops=removed_ops(base_hlo, treat_hlo), fix_diff=fix_diff,
         elapsed_s=time.perf_counter() - started, backend=jax.default_backend(), notes=tuple(notes),
     )
 
 
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        return json.loads(json.dumps(value, default=str))
+def _only_precompile(report: ProgressFn, label: str) -> ProgressFn:
+    """The engine's precompile progress under ``label``; its other stages (an untimed batch's prefill
+    and decode) are not verify's."""
+    def update(stage: str, done: int, total: int) -> None:
+        if stage == "precompile":
+            report(label, done, total)
+    return update

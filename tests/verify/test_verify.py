@@ -86,6 +86,7 @@ def test_fix_removes_the_copy_and_the_convert_program(fix_report: VerifyReport) 
 
 def test_reports_render(fix_report: VerifyReport) -> None:
     doc = json.loads(render_json(fix_report))
+    assert next(iter(doc)) == "schema" and doc["schema"] == "hlo-doctor.verify/1"
     assert doc["passed"] == fix_report.passed
     assert [c["number"] for c in doc["checks"]] == [1, 2, 3, 4, 5]
     assert doc["treatment"]["rounds"][0]["compiles"] == 0

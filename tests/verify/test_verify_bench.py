@@ -46,6 +46,7 @@ def test_bench_seed_hand_fix_fails(tmp_path: Path) -> None:
                                        *SIZES])
     assert result.exit_code == 1, result.output
     doc = json.loads(result.stdout)
+    assert next(iter(doc)) == "schema" and doc["schema"] == "hlo-doctor.verify-target/1"
     serving, program = _levels(doc)["serving"], _levels(doc)["program"]
     # Off the precompiled menu in every run: compiles after warm-up, and the batch TTFT multiplied.
     assert not serving[1]["passed"] and "treatment round 1" in serving[1]["detail"]
