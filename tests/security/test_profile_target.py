@@ -62,7 +62,7 @@ def test_a_step_that_prints_does_not_break_json_on_stdout(tmp_path: Path, target
     r = cli("profile", f"{target}:printing", "--steps", "2", "--warmup", "1", "--out", str(tmp_path / "run"),
             "--format", "json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["format"] == "hlo-doctor.opstats/1"
+    assert json.loads(r.stdout)["schema"] == "hlo-doctor.opstats/1"
     assert "hello from print" in r.stderr and "hello from fd 1" in r.stderr
 
 
