@@ -49,7 +49,8 @@ def main() -> int:
     from hlo_doctor.capture import capture_callable
     from hlo_doctor.engines import load_engine
     from hlo_doctor.fixes import patched_copy
-    from hlo_doctor.render.verify import render_json, render_markdown
+    from hlo_doctor.render.verify import to_json as render_json
+    from hlo_doctor.render.verify import to_markdown as render_markdown
     from hlo_doctor.verify import VerifySettings, engine_config, run_verify
 
     engine_dir = ROOT / "hlo_doctor" / "engine"

@@ -31,6 +31,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from hlo_doctor.capture_guard import call_target
+from hlo_doctor.core import outdir
 from hlo_doctor.core.errors import HloDoctorError, InputError
 from hlo_doctor.core.model import ProgressFn, RunInfo
 from hlo_doctor.opstats import OpStats, build_opstats, run_info_to_dict, write_exports
@@ -67,6 +69,9 @@ def resolve_target(spec: str) -> StepFn:
         except ModuleNotFoundError as exc:
             raise InputError(f"TARGET module {module_part!r} cannot be imported ({exc})",
                              "install it or pass a file path (path/to/file.py:func)") from exc
+        except SystemExit as exc:
+            raise InputError(f"TARGET module {module_part} called sys.exit({exc.code!r}) on import",
+                             "guard the module's script code with if __name__ == '__main__'") from None
         except Exception as exc:  # noqa: BLE001 - the user's import-time code may raise anything
             raise InputError(f"TARGET module {module_part} raised {type(exc).__name__} on import: {exc}",
                              "fix the module so that importing it works") from exc
@@ -84,14 +89,23 @@ def _import_file(path: Path) -> Any:
     if spec is None or spec.loader is None:
         raise InputError(f"TARGET file {path} is not a Python module", "pass a .py file")
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs, as the import system does: dataclasses (and typing.get_type_hints)
+    # look the defining module up in sys.modules to resolve string annotations, which every
+    # annotation is under `from __future__ import annotations`.
+    sys.modules[name] = module
     # The file's own directory on sys.path lets it import its neighbours, as `python file.py` would.
     sys.path.insert(0, str(path.parent.resolve()))
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
+        sys.modules.pop(name, None)
         raise InputError(f"TARGET file {path} has a syntax error (line {exc.lineno}): {exc.msg}",
                          "fix the file") from exc
+    except SystemExit as exc:
+        raise InputError(f"TARGET file {path} called sys.exit({exc.code!r}) on import",
+                         "guard the file's script code with if __name__ == '__main__'") from None
     except Exception as exc:  # noqa: BLE001 - the user's import-time code may raise anything
+        sys.modules.pop(name, None)
         raise InputError(f"TARGET file {path} raised {type(exc).__name__} on import: {exc}",
                          "fix the file so that importing it works") from exc
     finally:
@@ -123,26 +137,31 @@ def keep_gpu_ops_visible() -> bool:
 
 def default_run_dir(base: Path = Path("runs")) -> Path:
     """``runs/profile-<UTC time>``: a fresh name for each capture."""
-    return base / ("profile-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S"))
+    return base / ("profile-" + _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S"))
 
 
 @contextmanager
 def staged_run_dir(out_dir: Path) -> Iterator[Path]:
     """A temporary directory beside ``out_dir`` that becomes ``out_dir`` when the block succeeds.
 
-    An existing ``out_dir`` is replaced only when it is an earlier run directory (has run.json) or
-    empty; anything else is refused, so a typo in ``--out`` never deletes a user's files.
+    An existing ``out_dir`` is replaced only when it is empty or an earlier run directory (it holds the
+    marker ``profile`` writes, :mod:`hlo_doctor.core.outdir`); anything else is refused, so a typo in
+    ``--out`` never deletes a user's files.
     """
     out_dir = out_dir.absolute()
-    if out_dir.exists():
-        if not out_dir.is_dir():
-            raise InputError(f"--out {out_dir} exists and is a file", "choose another --out directory")
-        if any(out_dir.iterdir()) and not (out_dir / "run.json").is_file():
-            raise InputError(f"--out {out_dir} exists and is not an hlo-doctor run directory",
-                             "choose another --out directory (or an empty one)")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    tmp.mkdir()
+    outdir.check_replaceable(out_dir, "profile")
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        tmp.mkdir()
+    except OSError as exc:
+        raise InputError(f"--out {out_dir}: cannot create it ({outdir.os_reason(exc)})",
+                         "choose a writable --out folder") from None
+    try:
+        outdir.write_marker(tmp, "profile")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     try:
         yield tmp
     except BaseException:
@@ -177,8 +196,13 @@ def _device_info() -> tuple[str, str]:
     return jax.default_backend(), str(getattr(dev, "device_kind", dev.platform))
 
 
+RUN_JSON_SCHEMA = "hlo-doctor.run/1"
+"""The ``schema`` tag of a run directory's run.json."""
+
+
 def _write_run_json(directory: Path, run: RunInfo) -> None:
-    (directory / "run.json").write_text(json.dumps(run_info_to_dict(run), indent=1, default=str) + "\n")
+    doc = {"schema": RUN_JSON_SCHEMA, **run_info_to_dict(run)}
+    (directory / "run.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
 
 
 def _finish(directory: Path, final: Path, run: RunInfo, progress: ProgressFn | None) -> OpStats:
@@ -210,9 +234,11 @@ def _block(result: Any) -> None:
     jax.block_until_ready(result)
 
 
-def _call_step(step_fn: StepFn, target: str, phase: str, i: int) -> None:
+def _call_step(step_fn: StepFn, target: str, phase: str, i: int, *, timeout_s: float | None = None,
+               staged: Path | None = None) -> None:
     try:
-        _block(step_fn())
+        call_target(lambda: _block(step_fn()), what=f"TARGET {target}, {phase} step {i},",
+                    timeout_s=timeout_s, staged=staged)
     except HloDoctorError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's step may raise anything
@@ -227,30 +253,37 @@ def _call_step(step_fn: StepFn, target: str, phase: str, i: int) -> None:
 def capture_run(
     step_fn: StepFn, *, steps: int, warmup: int, out_dir: Path, target: str,
     config: dict[str, Any] | None = None, warmup_fn: Callable[[], Any] | None = None,
-    progress: ProgressFn | None = None,
+    progress: ProgressFn | None = None, timeout_s: float | None = None,
 ) -> tuple[Path, OpStats]:
-    """:func:`capture_callable`, also returning the op stats it built."""
+    """:func:`capture_callable`, also returning the op stats it built.
+
+    ``timeout_s``: the longest the warm-up call or any one step may take (None: no limit); past it,
+    :class:`~hlo_doctor.capture_guard.StepTimeout` and nothing is written.
+    """
+    if timeout_s is not None and not timeout_s > 0:
+        raise InputError(f"--timeout {timeout_s}: must be a positive number of seconds", "e.g. --timeout 600")
     import jax
 
     if steps < 1:
         raise InputError(f"--steps {steps}: need at least one step", "pass --steps 1 or more")
     if warmup < 0:
         raise InputError(f"--warmup {warmup}: cannot be negative", "pass --warmup 0 or more")
-    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    created = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     final = Path(out_dir)  # as the user named it: that is how the table header shows it
     with staged_run_dir(final) as tmp:
         if progress:
             progress("warmup", 0, warmup)
         if warmup_fn is not None:
             try:
-                warmup_fn()
+                call_target(warmup_fn, what=f"TARGET {target}, warming up,", timeout_s=timeout_s,
+                            staged=tmp)
             except HloDoctorError:
                 raise
             except Exception as exc:  # noqa: BLE001
                 raise InputError(f"TARGET {target} raised {type(exc).__name__} while warming up: {exc}",
                                  "check the target's configuration") from exc
         for i in range(warmup):
-            _call_step(step_fn, target, "warm-up", i)
+            _call_step(step_fn, target, "warm-up", i, timeout_s=timeout_s, staged=tmp)
             if progress:
                 progress("warmup", i + 1, warmup)
         backend, device_kind = _device_info()
@@ -260,7 +293,7 @@ def capture_run(
         try:
             for i in range(steps):
                 with jax.profiler.StepTraceAnnotation("decode", step_num=i):
-                    _call_step(step_fn, target, "traced", i)
+                    _call_step(step_fn, target, "traced", i, timeout_s=timeout_s, staged=tmp)
                 if progress:
                     progress("capture", i + 1, steps)
         finally:
@@ -305,7 +338,7 @@ def attach_run(
         from xprof.convert import _pywrap_profiler_plugin
     except ImportError as exc:  # pragma: no cover - xprof is a dependency
         raise InputError("--attach needs xprof's profiler client", "pip install xprof") from exc
-    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    created = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     final = Path(out_dir)
     with staged_run_dir(final) as tmp:
         if progress:

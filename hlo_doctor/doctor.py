@@ -27,9 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hlo_doctor.core import outdir
 from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.core.model import ProgressFn
-from hlo_doctor.render.verify import render_json, render_markdown
+from hlo_doctor.render.verify import to_json as render_json
+from hlo_doctor.render.verify import to_markdown as render_markdown
 from hlo_doctor.verify import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_PROFILE_STEPS,
@@ -41,7 +43,10 @@ from hlo_doctor.verify import (
     run_verify,
 )
 
-__all__ = ["DoctorResult", "DoctorSettings", "run_doctor"]
+__all__ = ["JSON_SCHEMA", "DoctorResult", "DoctorSettings", "run_doctor"]
+
+JSON_SCHEMA = "hlo-doctor.doctor/1"
+"""The ``schema`` tag of doctor.json."""
 
 
 _ARTIFACTS = ("profile", "diagnose.json", "diagnose.md", "fix.diff", "treatment-engine", "verify", "verify.json",
@@ -121,12 +126,8 @@ class DoctorResult:
 
 def _prepare_out(out_dir: Path) -> Path:
     out_dir = Path(out_dir).absolute()
+    outdir.check_replaceable(out_dir, "doctor")
     if out_dir.exists():
-        if not out_dir.is_dir():
-            raise InputError(f"--out {out_dir} exists and is a file", "choose another --out folder")
-        if any(out_dir.iterdir()) and not (out_dir / "doctor.json").is_file():
-            raise InputError(f"--out {out_dir} exists and does not hold an earlier doctor run",
-                             "choose an empty or new --out folder")
         # An earlier doctor run: replace exactly its artifacts, nothing else.
         for name in _ARTIFACTS:
             path = out_dir / name
@@ -134,8 +135,7 @@ def _prepare_out(out_dir: Path) -> Path:
                 shutil.rmtree(path)
             elif path.exists():
                 path.unlink()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return out_dir
+    return outdir.claim(out_dir, "doctor")
 
 
 def _pick_fix(diagnosis: Any) -> str | None:
@@ -215,8 +215,8 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     result = DoctorResult(settings=settings, engine_dir=str(engine_dir), profile_run=profile_run,
                           diagnosis=diagnosis, fix_id=fix_id, fix_diff=fix_diff, treatment_dir=treatment_dir,
                           verify=verify, stage_seconds=tuple(stages))
-    from hlo_doctor.render.doctor import render_report
+    from hlo_doctor.render.doctor import to_markdown as render_report
 
     (out / "report.md").write_text(render_report(result))
-    (out / "doctor.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+    (out / "doctor.json").write_text(json.dumps({"schema": JSON_SCHEMA, **result.to_dict()}, indent=2, default=str) + "\n")
     return result

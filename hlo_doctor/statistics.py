@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 from scipy import stats
@@ -77,16 +77,13 @@ DEFAULT_MIN_SAMPLES = 5
 DEFAULT_N_BOOTSTRAP = 2000
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     """What a comparison concluded about the candidate relative to the baseline."""
 
     IMPROVED = "improved"
     NO_CHANGE = "no change"
     REGRESSED = "regressed"
     INCONCLUSIVE = "inconclusive"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,8 @@ from hlo_doctor.hlo.analysis import (
     selection_reduce_kind,
     value_uses,
 )
-from hlo_doctor.lint import Context, Example, Finding, Rule, Severity
-from hlo_doctor.lint.testing import ARGMAX_REDUCER, eager_convert
+from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, stage_of
+from hlo_doctor.lint.testing import ARGMAX_REDUCER, GPU_TWO_STAGE_ARGMAX_BF16, eager_convert
 
 _ARGMAX_F32 = """\
 HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->(s32[8]{0}, f32[8,1024]{1,0})}
@@ -133,7 +133,9 @@ class WideningConvertBeforeReduce(Rule):
         the parameter only reaches such reductions. Not flagged: a convert fused into its reduction
         (the fusion reads the narrow tensor and widens in registers: XLA:GPU's
         ``input_convert_reduce_fusion``), and a widened value that is also returned (the widening
-        moves to the output rather than vanishing; HD003 and HD004 hold what there is to save).
+        moves to the output rather than vanishing; HD003 and HD004 hold what there is to save). On
+        unoptimized HLO (as lowered: no fusion, not scheduled) nothing is fused yet and XLA usually
+        fuses such a convert into its reduce: the finding is low severity and says the stage.
     Why it costs:
         Widening is exact and monotone, so argmax over the widened tensor equals argmax over the
         narrow one (ties and NaN included): the convert buys nothing for the reduce, and when it
@@ -153,6 +155,7 @@ class WideningConvertBeforeReduce(Rule):
     fix = "bf16-greedy-sampler"
 
     VALID = (
+        Example(hlo=(GPU_TWO_STAGE_ARGMAX_BF16,), note="XLA:GPU two-stage argmax, convert fused into stage 1"),
         Example(hlo=(_XLA_WIDENED_ARGMAX,), note="argmax on bf16; XLA's own reducer widening"),
         Example(hlo=(_FUSED_WIDEN_ARGMAX,), note="astype(f32) fused into the argmax: it reads bf16"),
         Example(hlo=(_EAGER_CONVERT, _ARGMAX_F32), note="the widened value is also returned"),
@@ -201,12 +204,17 @@ class WideningConvertBeforeReduce(Rule):
                 if all(ctx.entry_op(m, r) is op for r in reduces):
                     continue  # fused with its reduce: the fusion reads the narrow tensor
                 kinds = sorted({selection_reduce_kind(m, r) or "reduce" for r in reduces})
+                stage = stage_of(m, ctx.origin)
+                # As lowered nothing is fused yet: XLA usually fuses such a convert into its reduce.
+                said = "" if stage.optimized else "; unoptimized HLO: XLA may fuse it into the reduce"
                 yield ctx.finding(
                     self, m, inst,
                     f"{src[0].dtype} -> {inst.dtype} convert {inst.name} only feeds "
-                    f"{'/'.join(kinds)} (materialised only for the reduce); run the reduce on {src[0].dtype}",
+                    f"{'/'.join(kinds)} (materialised only for the reduce); run the reduce on {src[0].dtype}"
+                    f"{said}",
                     recoverable_fraction=1.0, source_inst=inst,
-                    evidence=(inst.raw, *(r.raw for r in reduces)),
+                    severity=None if stage.optimized else Severity.LOW,
+                    evidence=(inst.raw, *(r.raw for r in reduces), *(() if stage.optimized else (stage.evidence(),))),
                     extra=(("narrow_dtype", src[0].dtype), ("wide_dtype", inst.dtype)),
                 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from hlo_doctor.hlo.analysis import dtype_shape, entry_parameter_of, is_argmax_program
-from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes
+from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, stage_of
 from hlo_doctor.lint.testing import ARGMAX_REDUCER
 
 _RETURNS_INPUT = """\
@@ -80,6 +80,68 @@ ENTRY %main.1 (args_0_.1: bf16[]) -> bf16[] {
 """
 
 
+# XLA:GPU: the returned parameter goes through a tuple before the copy.
+_GPU_TUPLE_COPY = """\
+HloModule jit_sample, is_scheduled=true, entry_computation_layout={(f32[64,64]{1,0})->(f32[64]{0}, f32[64,64]{1,0})}
+
+%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(%a, %b)
+}
+
+ENTRY %main.3 (logits.1: f32[64,64]) -> (f32[64], f32[64,64]) {
+  %logits.1 = f32[64,64]{1,0} parameter(0), metadata={op_name="logits"}
+  %c = f32[] constant(-inf)
+  %r = f32[64]{0} reduce(%logits.1, %c), dimensions={1}, to_apply=%max
+  %tuple = (f32[64]{0}, f32[64,64]{1,0}) tuple(%r, %logits.1)
+  %get-tuple-element.5 = f32[64]{0} get-tuple-element(%tuple), index=0
+  %get-tuple-element.6 = f32[64,64]{1,0} get-tuple-element(%tuple), index=1
+  %copy.1 = f32[64,64]{1,0} copy(%get-tuple-element.6)
+  ROOT %tuple.2 = (f32[64]{0}, f32[64,64]{1,0}) tuple(%get-tuple-element.5, %copy.1)
+}
+"""
+
+# A multi-output fusion that passes its parameter through (bitcast) next to real work.
+_FUSION_PASS_THROUGH = """\
+HloModule jit_f, entry_computation_layout={(f32[64,64]{1,0})->(f32[64,64]{1,0}, f32[64,64]{1,0})}
+
+%fused (p: f32[64,64]) -> (f32[64,64], f32[64,64]) {
+  %p = f32[64,64]{1,0} parameter(0)
+  %n = f32[64,64]{1,0} negate(%p)
+  %b = f32[64,64]{1,0} bitcast(%p)
+  ROOT %t = (f32[64,64]{1,0}, f32[64,64]{1,0}) tuple(%n, %b)
+}
+
+ENTRY %main.1 (x.1: f32[64,64]) -> (f32[64,64], f32[64,64]) {
+  %x.1 = f32[64,64]{1,0} parameter(0)
+  %fusion = (f32[64,64]{1,0}, f32[64,64]{1,0}) fusion(%x.1), kind=kLoop, calls=%fused
+  %g0 = f32[64,64]{1,0} get-tuple-element(%fusion), index=0
+  %g1 = f32[64,64]{1,0} get-tuple-element(%fusion), index=1
+  %copy.3 = f32[64,64]{1,0} copy(%g1)
+  ROOT %out = (f32[64,64]{1,0}, f32[64,64]{1,0}) tuple(%g0, %copy.3)
+}
+"""
+
+# The same fusion, but the copied output is computed (negate): not the parameter.
+_FUSION_COMPUTES = _FUSION_PASS_THROUGH.replace("%copy.3 = f32[64,64]{1,0} copy(%g1)",
+                                                "%copy.3 = f32[64,64]{1,0} copy(%g0)")
+
+# SPMD: the copy changes the sharding (a reshard), not a copy-insertion copy.
+_RESHARD = _IDENTITY.replace("parameter(0)", "parameter(0), sharding={devices=[2,1]0,1}").replace(
+    "copy(%x.1)", "copy(%x.1), sharding={replicated}")
+
+# Host offload: the copy moves the value to another memory space (S(5): host memory).
+_MEMORY_SPACE_MOVE = """\
+HloModule jit_offload, entry_computation_layout={(f32[64,64]{1,0})->f32[64,64]{1,0:S(5)}}
+
+ENTRY %main.1 (x.1: f32[64,64]) -> f32[64,64] {
+  %x.1 = f32[64,64]{1,0} parameter(0)
+  ROOT %copy.1 = f32[64,64]{1,0:S(5)} copy(%x.1)
+}
+"""
+
+
 class AliasingCopy(Rule):
     """A ``copy`` that exists only because the program returns one of its inputs.
 
@@ -90,7 +152,11 @@ class AliasingCopy(Rule):
         through what only moves a value (``bitcast``, ``get-tuple-element`` of a ``tuple``, a
         fusion output that passes a parameter through): XLA:GPU writes the copy as
         ``copy(get-tuple-element(tuple(..., parameter)))``. The finding says which output
-        and which parameter. Copies under 4 KiB (scalars, small metadata arrays) are ignored.
+        and which parameter. Copies under 4 KiB (scalars, small metadata arrays) are ignored, and
+        so are copies that change ``sharding=`` (reshards) or the memory space (``{1,0:S(5)}``,
+        host offload): those move the value somewhere else, they do not alias it. On unoptimized
+        HLO (as lowered) the finding is low severity and says the stage: the copy seen there is
+        the program's own, and copy insertion decides after XLA's passes.
     Why it costs:
         A jitted function that returns its input without donation cannot hand back the caller's
         buffer, so XLA's copy insertion materialises a full copy of it: one read and one write of
@@ -115,10 +181,16 @@ class AliasingCopy(Rule):
         Example(hlo=(_TRANSPOSING_COPY,), note="layout-changing copy"),
         Example(hlo=(_COPY_NOT_RETURNED,), note="copy that is not an output"),
         Example(hlo=(_SCALAR,), note="a scalar copy"),
+        Example(hlo=(_FUSION_COMPUTES,), note="a copy of a value a fusion computes"),
+        Example(hlo=(_RESHARD,), note="a copy that changes sharding= (a reshard)"),
+        Example(hlo=(_MEMORY_SPACE_MOVE,), note="a copy to another memory space (host offload)"),
     )
     INVALID = (
         Example(hlo=(_RETURNS_INPUT,), expect=("HD002 copy",), note="sampler returning its input"),
         Example(hlo=(_IDENTITY,), expect=("HD002 copy.1",), note="identity function"),
+        Example(hlo=(_GPU_TUPLE_COPY,), expect=("HD002 copy.1",), note="XLA:GPU copy(get-tuple-element(tuple))"),
+        Example(hlo=(_FUSION_PASS_THROUGH,), expect=("HD002 copy.3",),
+                note="a multi-output fusion passing the parameter through"),
         Example(
             hlo=(_RETURNS_INPUT,),
             opstats=({"module": "jit_sample", "op": "copy", "occurrences": 10, "time_per_step_us": 30.0},),
@@ -140,6 +212,11 @@ class AliasingCopy(Rule):
                     continue
                 if part.layout != inst.shape.layout or part.dims != inst.shape.dims:
                     continue
+                if part.memory_space != inst.shape.memory_space:
+                    continue  # a move to another memory space (host offload): not aliasing
+                if inst.attribute("sharding") and inst.attribute("sharding") != param.attribute("sharding"):
+                    continue  # a reshard: the copy changes how the value is laid out across devices
+                stage = stage_of(m, ctx.origin)
                 outputs = m.output_indices_of(inst)
                 sampler = is_argmax_program(m)
                 where = ", ".join(str(i) for i in outputs) or "0"
@@ -147,12 +224,15 @@ class AliasingCopy(Rule):
                     self, m, inst,
                     f"{inst.name} copies parameter {param.parameter_number} ({param.name}, "
                     f"{dtype_shape(part)}, {fmt_bytes(inst.shape.nbytes)}) into output {where}: "
-                    f"the program returns its input without donation",
+                    f"the program returns its input without donation"
+                    + ("" if stage.optimized else "; unoptimized HLO: copy insertion decides after XLA's passes"),
+                    severity=None if stage.optimized else Severity.LOW,
                     recoverable_fraction=1.0,
                     # The copy has no metadata of its own (copy insertion adds it): the parameter's
                     # line when it has one, else no source rather than an unrelated op's line.
                     source_inst=param if param.source else None,
-                    evidence=tuple(dict.fromkeys((param.raw, inst.raw, m.entry.root.raw))),
+                    evidence=tuple(dict.fromkeys((param.raw, inst.raw, m.entry.root.raw,
+                                                  *(() if stage.optimized else (stage.evidence(),))))),
                     fix="bf16-greedy-sampler" if sampler else "",
                     extra=(("parameter", param.parameter_number), ("parameter_name", param.name),
                            ("output_indices", tuple(outputs))),

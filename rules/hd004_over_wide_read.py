@@ -5,9 +5,25 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from hlo_doctor.hlo import DTYPE_BYTES
-from hlo_doctor.hlo.analysis import dtype_shape, fusion_read_of, selection_reduces, widening_convert_of
-from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, producing_convert_program
-from hlo_doctor.lint.testing import ARGMAX_REDUCER, eager_convert
+from hlo_doctor.hlo.analysis import (
+    dtype_shape,
+    fusion_read_of,
+    only_reaches_selection,
+    selection_reduces,
+    value_uses,
+    widening_convert_of,
+)
+from hlo_doctor.lint import (
+    Context,
+    Example,
+    Finding,
+    Rule,
+    Severity,
+    fmt_bytes,
+    producing_convert_program,
+    stage_of,
+)
+from hlo_doctor.lint.testing import ARGMAX_REDUCER, GPU_TWO_STAGE_ARGMAX_BF16, eager_convert
 
 _ARGMAX_F32_PARAM = """\
 HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->s32[8]{0}}
@@ -73,6 +89,37 @@ ENTRY %main.3 (l.1: bf16[8,1024]) -> s32[8] {
 """
 
 
+# As lowered (no fusion, not scheduled): a softmax whose widened logits also feed subtract/exp.
+_UNOPTIMIZED_SOFTMAX = """\
+HloModule jit_softmax, entry_computation_layout={(bf16[8,1024]{1,0})->f32[8,1024]{1,0}}
+
+%region_0.1 (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %m = f32[] maximum(%a, %b)
+}
+
+ENTRY %main.3 (l.1: bf16[8,1024]) -> f32[8,1024] {
+  %l.1 = bf16[8,1024]{1,0} parameter(0)
+  %convert.1 = f32[8,1024]{1,0} convert(%l.1), metadata={op_name="jit(softmax)/convert_element_type"}
+  %constant.2 = f32[] constant(-inf)
+  %reduce.1 = f32[8]{0} reduce(%convert.1, %constant.2), dimensions={1}, to_apply=%region_0.1
+  %b.0 = f32[8,1024]{1,0} broadcast(%reduce.1), dimensions={0}
+  %sub.1 = f32[8,1024]{1,0} subtract(%convert.1, %b.0)
+  ROOT %exp.0 = f32[8,1024]{1,0} exponential(%sub.1)
+}
+"""
+
+# As lowered, a convert that only feeds a max: XLA will likely fuse it (reported at low severity).
+_UNOPTIMIZED_MAX = _UNOPTIMIZED_SOFTMAX.replace("->f32[8,1024]{1,0}}", "->f32[8]{0}}").replace(
+    ") -> f32[8,1024] {", ") -> f32[8] {").replace(
+    """  %reduce.1 = f32[8]{0} reduce(%convert.1, %constant.2), dimensions={1}, to_apply=%region_0.1
+  %b.0 = f32[8,1024]{1,0} broadcast(%reduce.1), dimensions={0}
+  %sub.1 = f32[8,1024]{1,0} subtract(%convert.1, %b.0)
+  ROOT %exp.0 = f32[8,1024]{1,0} exponential(%sub.1)""",
+    "  ROOT %reduce.1 = f32[8]{0} reduce(%convert.1, %constant.2), dimensions={1}, to_apply=%region_0.1")
+
+
 class OverWideRead(Rule):
     """An order-invariant reduce (argmax, max, min...) reading a tensor widened from a narrower dtype.
 
@@ -82,7 +129,10 @@ class OverWideRead(Rule):
         an entry parameter matching the output of a separate convert program of the run (see
         HD001 for how the programs are paired). The bytes that matter are those the op reads from
         memory: for a fusion, its operand's dtype, not the reducer's (XLA:CPU widens bf16 inside
-        reducers; that costs no bandwidth and is not flagged).
+        reducers; that costs no bandwidth and is not flagged). A widened value that also feeds other work
+        (softmax's ``subtract``/``exp``) is needed in f32 and is not flagged. On unoptimized HLO
+        (as lowered: no fusion, not scheduled) a convert feeding a reduce is usually fused into
+        it later, so the finding is low severity and its evidence says the stage.
     Why it costs:
         A reduction over a large tensor is bound by memory bandwidth; reading f32 instead of the
         bf16 it came from moves twice the bytes for an identical result (widening is exact and
@@ -105,14 +155,18 @@ class OverWideRead(Rule):
     fix = "bf16-greedy-sampler"
 
     VALID = (
+        Example(hlo=(GPU_TWO_STAGE_ARGMAX_BF16,), note="XLA:GPU two-stage argmax over bf16: stage 2 reads partials"),
         Example(hlo=(_BF16_ARGMAX,), note="bf16 argmax widened in registers by XLA"),
         Example(hlo=(_ARGMAX_F32_PARAM,), note="f32 input with no narrow producer in the run"),
+        Example(hlo=(_UNOPTIMIZED_SOFTMAX,), note="softmax as lowered: the widened value feeds subtract/exp"),
     )
     INVALID = (
         Example(hlo=(_CONVERT_THEN_ARGMAX,), expect=("HD004 argmax_fusion",),
                 note="convert materialised then reduced"),
         Example(hlo=(_EAGER_CONVERT, _ARGMAX_F32_PARAM), expect=("HD004 iota_reduce_fusion",),
                 note="eager convert program feeding the argmax"),
+        Example(hlo=(_UNOPTIMIZED_MAX,), expect=("HD004 reduce.1",),
+                note="as lowered: low severity, the stage in the evidence"),
         Example(
             hlo=(_EAGER_CONVERT, _ARGMAX_F32_PARAM),
             opstats=({"module": "jit_sample", "op": "iota_reduce_fusion", "occurrences": 10,
@@ -136,6 +190,8 @@ class OverWideRead(Rule):
                 widen = widening_convert_of(m, read)
                 origin = ""
                 evidence = [reduce.raw]
+                if not only_reaches_selection(value_uses(m, read)):
+                    continue  # also feeds other work (softmax's subtract/exp): the f32 is needed
                 if widen is not None:
                     narrow = widen[0]
                     origin = f"widened from {narrow} by {read.name} in this program"
@@ -159,6 +215,11 @@ class OverWideRead(Rule):
                 compute_bound = ctx.backend == "cpu"
                 fraction = 0.0 if compute_bound else 1.0 - needed / read_bytes
                 note = "; no time estimate on XLA:CPU, where this reduce is compute-bound" if compute_bound else ""
+                stage = stage_of(m, ctx.origin)
+                if not stage.optimized:
+                    # As lowered, XLA usually fuses the convert into the reduce later: not yet evidence.
+                    note += "; unoptimized HLO: XLA may fuse the convert into the reduce, check the optimized module"
+                    evidence.append(stage.evidence())
                 yield ctx.finding(
                     self, m, reduce,
                     f"{kind} in {op.name} reads {dtype_shape(read.shape)} ({fmt_bytes(read_bytes)}), "
@@ -168,4 +229,5 @@ class OverWideRead(Rule):
                     extra=(("bytes_read", read_bytes), ("bytes_needed", needed), ("reduce_kind", kind),
                            ("narrow_dtype", narrow)),
                     bytes_accessed=read_bytes,
+                    severity=None if stage.optimized else Severity.LOW,
                 )

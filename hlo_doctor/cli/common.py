@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import os
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
 
-from hlo_doctor.core.errors import ExitCode, HloDoctorError
+from hlo_doctor.core.errors import ExitCode, HloDoctorError, InputError
+from hlo_doctor.core.outdir import os_reason
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,12 +100,15 @@ def handle_errors(func: F) -> F:
             fail(exc)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
-        except KeyboardInterrupt:
-            console.print("[red]interrupted[/]")
-            sys.exit(130)
+        except KeyboardInterrupt as exc:
+            # SIGTERM arrives as a KeyboardInterrupt subclass where a command asked for it (profile):
+            # the same clean-up, the conventional 128 + signal number.
+            terminated = type(exc).__name__ == "Terminated"
+            console.print("[red]terminated[/]" if terminated else "[red]interrupted[/]")
+            sys.exit(143 if terminated else 130)
         except Exception as exc:  # noqa: BLE001 - the last line of defence
-            console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}")
-            console.print("[dim]" + "".join(traceback.format_exception(exc)[-6:]) + "[/]")
+            console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))}")
+            console.print("[dim]" + escape("".join(traceback.format_exception(exc)[-6:])) + "[/]")
             console.print("please report this with the command line and the input")
             sys.exit(int(ExitCode.INTERNAL))
 
@@ -114,11 +120,31 @@ def write_output(text: str, output: Path | None) -> None:
     if output is None or output == STDOUT:
         click.echo(text, nl=not text.endswith("\n"))
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(output)
-    console.print(f"wrote {output}")
+    write_file_atomically(output, text)
+    console.print(f"wrote {escape(str(output))}", soft_wrap=True)
+
+
+def write_file_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it with an unpredictable
+    name (created exclusively), renamed over it.
+
+    Raises:
+        InputError: the folder cannot be created or written, or ``path`` is a folder; nothing is left
+            behind.
+    """
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise InputError(f"{path}: cannot write it ({os_reason(exc)})",
+                         "choose a writable output path") from None
 
 
 def not_available(command: str, reason: str) -> None:

@@ -13,14 +13,12 @@ gate's policy does: a typo never silently turns a setting off. Flags on the comm
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.pyproject import find_pyproject, repository_root, tool_table, unknown_key_hint
 
 __all__ = ["TABLE", "default_map", "find_pyproject", "repository_root"]
 
@@ -38,41 +36,8 @@ _DIAGNOSE_KEYS: dict[str, tuple[str, str]] = {
 _SUBTABLES = ("diagnose", "gate")
 
 
-def repository_root(start: Path) -> Path:
-    """The nearest folder from ``start`` upward that holds ``.git``; ``start`` itself outside a repository."""
-    start = start.resolve()
-    for directory in (start, *start.parents):
-        if (directory / ".git").exists():
-            return directory
-    return start
-
-
-def find_pyproject(start: Path) -> Path | None:
-    """The nearest ``pyproject.toml`` with a ``[tool.hlo-doctor]`` table, up to the repository root."""
-    start = start.resolve()
-    for directory in (start, *start.parents):
-        candidate = directory / "pyproject.toml"
-        if candidate.is_file() and _tool_table(candidate) is not None:
-            return candidate
-        if (directory / ".git").exists():
-            return None
-    return None
-
-
-def _tool_table(path: Path) -> Mapping[str, Any] | None:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"{path}: invalid TOML ({exc})", "fix the syntax") from None
-    tool = data.get("tool")
-    table = tool.get("hlo-doctor") if isinstance(tool, Mapping) else None
-    return table if isinstance(table, Mapping) else None
-
-
 def _unknown(key: str, where: str, known: list[str]) -> InputError:
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f"did you mean '{close[0]}'?" if close else "known keys: " + ", ".join(known)
-    return InputError(f"{where}: unknown key '{key}'", hint)
+    return InputError(f"{where}: unknown key '{key}'", unknown_key_hint(key, known))
 
 
 def _value(key: str, value: Any, kind: str, where: str, base: Path) -> Any:
@@ -113,7 +78,7 @@ def default_map(start: Path) -> dict[str, Any]:
     path = find_pyproject(start)
     if path is None:
         return {}
-    table = _tool_table(path) or {}
+    table = tool_table(path) or {}
     base = path.parent
     diagnose = _diagnose_defaults(table, f"{path} [{TABLE}]", base, allow=_SUBTABLES)
     section = table.get("diagnose")

@@ -56,7 +56,7 @@ def doctor_cmd(engine: Path | None, out_dir: Path, variant: str, rounds: int, ma
     console.print(Text(f"found: {d.summary_line()}", style="bold"))
     for f in d.findings:
         tps = "-" if f.time_per_step_us is None else f"{f.time_per_step_us:,.0f} us/step"
-        console.print(f"  {f.code} {f.module}/{f.op} {f.shape}: {tps} {f.source}", soft_wrap=True)
+        console.print(f"  {f.code} {f.module}/{f.op} {f.shape}: {tps} {f.source}", soft_wrap=True, markup=False)
     if result.fix_id is not None:
         console.print(Text(f"fixed: {result.fix_id} ({variant}) on a copy: {result.treatment_dir}", style="bold"),
                       soft_wrap=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from hlo_doctor.cli.common import console, examples, handle_errors, output_option, write_output
@@ -14,7 +15,8 @@ from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode, HloDoctorError
 from hlo_doctor.engines import checked_config, engine_source_dir, load_engine
 
-_STAGES = {"warmup": "warm-up (parameters + precompiled menu)", "prefill": "prefill", "decode": "decode"}
+_STAGES = {"warmup": "warm-up (parameters + precompiled menu)", "precompile": "precompile (programs)",
+           "prefill": "prefill", "decode": "decode"}
 
 
 JSON_SCHEMA = "hlo-doctor.engine-run/1"
@@ -85,7 +87,7 @@ def run_cmd(engine_path: Path | None, fmt: str, output: Path | None, check_recom
 def _render(summary: dict[str, Any]) -> None:
     config = summary["config"]
     mode = "sampling" if config["do_sampling"] else "greedy"
-    console.print(f"[bold]engine run[/] {summary['engine_source']}")
+    console.print(f"[bold]engine run[/] {escape(str(summary['engine_source']))}", soft_wrap=True)
     console.print(f"batch {config['batch']} · {config['max_tokens']} tokens · vocab {config['vocab_size']:,} · "
                   f"hidden {config['hidden_size']} · {config['num_layers']} layers · {mode}"
                   + (" · logprobs" if config["logprobs"] else ""))
@@ -105,7 +107,7 @@ def _render(summary: dict[str, Any]) -> None:
         table.add_row("mean logprob", f"{summary['mean_logprob']:.4f}")
     console.print(table)
     for reason in summary["compile_reasons"]:
-        console.print(f"[red]compile:[/] {reason}", soft_wrap=True)
+        console.print(f"[red]compile:[/] {escape(str(reason))}", soft_wrap=True)
 
 
 COMMANDS = [engine_group]

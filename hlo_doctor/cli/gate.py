@@ -53,7 +53,7 @@ def _print_result(result: GateResult, max_rows: int) -> None:
         style = ""
         if line.startswith("  FAIL"):
             style = "bold red"
-        elif line.startswith(("note:", "us: ")):
+        elif line.startswith(("note:", "us: ", "policy: ")):
             style = "dim"
         else:
             style = next((s for judgement, s in _STYLE.items() if line.endswith(" " + judgement)), "")

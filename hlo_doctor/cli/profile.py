@@ -3,6 +3,7 @@ existing capture)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from hlo_doctor.capture_guard import sigterm_as_interrupt, stdout_to_stderr
 from hlo_doctor.cli.common import (
     console,
     examples,
@@ -27,15 +29,12 @@ from hlo_doctor.cli.common import (
 )
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import InputError, NotAvailableError
-from hlo_doctor.core.format import fmt_bytes
+from hlo_doctor.core.format import fmt_bytes, short_path
+from hlo_doctor.core.model import ProgressFn
 from hlo_doctor.opstats import OpStats, group_by_shape, load_opstats, to_csv, to_json
 
-_PHASES = {"warmup": "warm-up (untraced)", "capture": "capture (traced)", "analyze": "building the table"}
-
-
-def _short_source(source: str) -> str:
-    # The full path is in the csv/json; the table shows file:line.
-    return source.rsplit("/", 1)[-1]
+_PHASES = {"warmup": "warm-up (untraced)", "precompile": "precompile (programs)", "capture": "capture (traced)",
+           "analyze": "building the table"}
 
 
 def header_line(stats: OpStats) -> str:
@@ -64,8 +63,8 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
             t.add_column(name, justify=justify)  # type: ignore[arg-type]
         for r in grouped.itertuples(index=False):
             t.add_row(str(r.rank), f"{r.pct_of_step:.1f}", f"{r.time_per_step_us:,.1f}", str(r.ops),
-                      str(r.opcode), str(r.category), str(r.shape), fmt_bytes(r.bytes_accessed),
-                      str(r.modules))
+                      Text(str(r.opcode)), Text(str(r.category)), Text(str(r.shape)), fmt_bytes(r.bytes_accessed),
+                      Text(str(r.modules)))
         return Group(*parts, t)
     columns = [("#", "right"), ("% step", "right"), ("µs/step", "right")]
     if wide:
@@ -81,8 +80,9 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
         cells = {"#": str(r.rank), "% step": f"{r.pct_of_step:.1f}", "µs/step": f"{r.time_per_step_us:,.1f}",
                  "n": str(r.occurrences), "program": pid, "module": str(r.module), "op": str(r.op),
                  "category": str(r.category), "shape": str(r.shape),
-                 "bytes": fmt_bytes(r.bytes_accessed), "source": _short_source(str(r.source))}
-        t.add_row(*(cells[name] for name, _ in columns))
+                 "bytes": fmt_bytes(r.bytes_accessed), "source": short_path(str(r.source), keep=1)}  # file:line; the csv/json keep the path
+        # Text, not str: names and paths come from the trace and are never markup.
+        t.add_row(*(Text(cells[name]) for name, _ in columns))
     parts.append(t)
     if len(stats.table) > top:
         parts.append(Text(f"{len(stats.table) - top} more rows: --top N, or --format csv/json", style="dim"))
@@ -170,11 +170,15 @@ def _engine_target(engine_path: Path | None, overrides: dict[str, Any]) -> Any:
 @click.option("--batch", type=int, default=None, help="Engine batch size (engine target only).")
 @click.option("--vocab", type=int, default=None, help="Engine vocabulary size (engine target only).")
 @click.option("--layers", type=int, default=None, help="Engine decoder layers (engine target only).")
+@click.option("--timeout", "timeout_s", type=float, default=None, metavar="SECONDS",
+              help="Longest one step (or the warm-up call) of the target may take; past it: exit 2, nothing "
+                   "written.  [default: no limit]")
 @_common
 @handle_errors
 def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, attach: str | None,
                 duration_ms: int, engine_path: Path | None, batch: int | None, vocab: int | None,
-                layers: int | None, top: int, fmt: str, group_by: str, output: Path | None) -> None:
+                layers: int | None, timeout_s: float | None, top: int, fmt: str, group_by: str,
+                output: Path | None) -> None:
     """Capture a trace of TARGET and print its op-stats table.
 
     \b
@@ -185,8 +189,20 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
       --attach HOST:PORT     a running program with jax.profiler.start_server(PORT)
 
     Writes a run directory that xprof opens unchanged (plugins/profile/<run>/<host>.xplane.pb),
-    run.json, opstats.csv and opstats.json.
+    run.json, opstats.csv and opstats.json. What the target prints goes to stderr; SIGTERM and
+    Ctrl-C leave no partial folder behind.
     """
+    with stdout_to_stderr(), sigterm_as_interrupt():
+        run_dir, stats = _capture(target, steps, warmup, out, attach, duration_ms, engine_path,
+                                  {"batch": batch, "vocab": vocab, "layers": layers}, timeout_s)
+    console.print(Text(f"wrote {run_dir} (open it with: xprof --logdir {run_dir})"), soft_wrap=True)
+    _emit(stats, fmt, top, group_by, output)
+
+
+def _capture(target: str | None, steps: int, warmup: int, out: Path | None, attach: str | None,
+             duration_ms: int, engine_path: Path | None, engine_options: dict[str, int | None],
+             timeout_s: float | None) -> tuple[Path, OpStats]:
+    """The capture behind ``profile``: attach, a TARGET function, or the engine."""
     from hlo_doctor.capture import (
         attach_run,
         capture_run,
@@ -205,22 +221,24 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
             run_dir, stats = attach_run(attach, duration_ms=duration_ms, out_dir=out_dir, progress=progress)
     else:
         config: dict[str, Any] = {}
-        warmup_fn: Callable[[], Any] | None = None
+        engine_warmup: Callable[[ProgressFn | None], None] | None = None
         if target is not None:
-            if engine_path is not None or batch is not None or vocab is not None or layers is not None:
+            if engine_path is not None or any(v is not None for v in engine_options.values()):
                 raise InputError("--engine/--batch/--vocab/--layers apply to the bundled engine only",
                                  "drop them, or drop TARGET to profile the engine")
             step_fn = resolve_target(target)
             name = target
         else:
-            engine_target = _engine_target(engine_path, {"batch": batch, "vocab": vocab, "layers": layers})
-            step_fn, name, config, warmup_fn = (engine_target.step, engine_target.name, engine_target.metadata,
-                                                engine_target.warmup)
+            engine_target = _engine_target(engine_path, engine_options)
+            step_fn, name, config = engine_target.step, engine_target.name, engine_target.metadata
+            engine_warmup = engine_target.warmup
         with progress_bars(_PHASES) as progress:
+            # The engine's warm-up reports its precompile (programs done / total) on the same display.
+            warmup_fn = None if engine_warmup is None else functools.partial(engine_warmup, progress)
             run_dir, stats = capture_run(step_fn, steps=steps, warmup=warmup, out_dir=out_dir, target=name,
-                                         config=config, warmup_fn=warmup_fn, progress=progress)
-    console.print(f"wrote {run_dir} (open it with: xprof --logdir {run_dir})")
-    _emit(stats, fmt, top, group_by, output)
+                                         config=config, warmup_fn=warmup_fn, progress=progress,
+                                         timeout_s=timeout_s)
+    return run_dir, stats
 
 
 @click.command("stats", epilog=examples(

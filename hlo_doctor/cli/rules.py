@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 from rich.markdown import Markdown
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from hlo_doctor.cli.common import (
     FormatChoice,
@@ -35,7 +37,7 @@ def _row(r: LoadedRule) -> dict[str, object]:
 
 def _print_errors(book: RuleBook) -> None:
     for e in book.errors:
-        console.print(f"[bold red]rule file not loaded:[/] {e.path}: {e.reason}", soft_wrap=True)
+        console.print(f"[bold red]rule file not loaded:[/] {escape(str(e.path))}: {escape(str(e.reason))}", soft_wrap=True)
 
 
 JSON_SCHEMA = "hlo-doctor.rules/1"
@@ -73,8 +75,12 @@ def rules_cmd(ctx: click.Context, rules_dirs: tuple[Path, ...], fmt: str, output
             t.add_column(col, no_wrap=True)
         t.add_column("what it flags", overflow="fold", min_width=30)
         for r in book.rules:
-            t.add_row(r.code, r.rule.name, str(r.rule.severity), ", ".join(r.rule.requires),
-                      r.rule.fix or "-", r.rule.summary().replace("``", "") + ("" if r.bundled else f" [dim]({r.path})[/]"))
+            # User rules' names, summaries and paths are text, never markup.
+            summary = Text(r.rule.summary().replace("``", ""))
+            if not r.bundled:
+                summary.append(f" ({r.path})", style="dim")
+            t.add_row(Text(r.code), Text(r.rule.name), Text(str(r.rule.severity)), Text(", ".join(r.rule.requires)),
+                      Text(r.rule.fix or "-"), summary)
         if output is not None:
             write_output(plain_text(t), output)
         else:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
 from rich.text import Text
 
-from hlo_doctor.cli.common import console, examples, handle_errors, write_output
+from hlo_doctor.cli.common import console, examples, handle_errors, write_file_atomically, write_output
 from hlo_doctor.cli.progress import progress_bars
-from hlo_doctor.core.errors import ExitCode
-from hlo_doctor.render.verify import fmt_us, metric_rows, render_json, render_markdown
+from hlo_doctor.core.errors import ExitCode, InputError
+from hlo_doctor.core.format import fmt_ms as fmt_us
+from hlo_doctor.render.verify import metric_rows, target_to_json, target_to_markdown
+from hlo_doctor.render.verify import to_json as render_json
+from hlo_doctor.render.verify import to_markdown as render_markdown
 from hlo_doctor.verify import (
     DEFAULT_ALPHA,
     DEFAULT_MAX_TOKENS,
@@ -33,8 +37,8 @@ def print_report(report: VerifyReport) -> None:
     for col in ("#", "check", "result", "figure"):
         checks.add_column(col, overflow="fold")
     for c in report.checks:
-        checks.add_row(str(c.number), c.name, Text("pass", style="green") if c.passed else Text("FAIL", style="bold red"),
-                       c.figure)
+        checks.add_row(str(c.number), Text(c.name), Text("pass", style="green") if c.passed else Text("FAIL", style="bold red"),
+                       Text(c.figure))
     console.print(checks)
     for c in report.checks:
         if not c.passed and c.detail:
@@ -45,7 +49,7 @@ def print_report(report: VerifyReport) -> None:
                          ("95% CI", "left"), ("outcome", "left")):
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in metric_rows(report):
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))
     console.print(table)
     for op in report.removed_ops:
         now = "" if op.status == "gone" else f" ({fmt_us(op.treatment_time_per_step_us)}/step)"
@@ -57,18 +61,18 @@ def print_report(report: VerifyReport) -> None:
 
 def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
     """``verify.json`` and ``verify.md`` (and ``fix.diff`` when verify made the treatment) in ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / "verify.json", out_dir / "verify.md"
-    json_path.write_text(render_json(report))
-    md_path.write_text(render_markdown(report))
+    write_file_atomically(json_path, render_json(report))
+    write_file_atomically(md_path, render_markdown(report))
     if report.fix_diff:
-        (out_dir / "fix.diff").write_text(report.fix_diff)
+        write_file_atomically(out_dir / "fix.diff", report.fix_diff)
     return json_path, md_path
 
 
 @click.command("verify", epilog=examples(
     "hlo-doctor verify --fix bf16-greedy-sampler --rounds 5",
     "hlo-doctor verify --baseline ~/src/engine --treatment ~/src/engine-fixed --format md -o verify.md",
+    "hlo-doctor verify --target ./tpu_inference-0.24.0 --bench 'vllm bench throughput ... --output-json {out}'",
 ))
 @click.option("--fix", "fix", metavar="FIX", help="Bundled fix to verify (bf16-greedy-sampler): the treatment is "
               "a temporary patched copy of the baseline.")
@@ -98,11 +102,25 @@ def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the --format output to FILE.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Artifact folder: verify.json, verify.md, "
               "fix.diff, the run directories of the HLO check and the patched treatment tree.")
+@click.option("--target", type=click.Path(path_type=Path), help="A tpu-inference tree (installed package, "
+              "unpacked wheel, checkout): verified against a patched copy (--fix) or --treatment, at program level.")
+@click.option("--steps", type=int, default=8, show_default=True, help="Sampling steps per program-level round "
+              "(--target).")
+@click.option("--without-compiler-options", is_flag=True, help="--target: when the release jits sample() with "
+              "compiler options this backend rejects (TPU flags), jit the same body without them (noted in the report).")
+@click.option("--bench", metavar="CMD", help="Serving level: a command with {tree} and {out} placeholders run on "
+              "baseline and treatment in interleaved rounds; figures read from the JSON it writes at {out}.")
+@click.option("--bench-metrics", metavar="NAME=KEY,...", help="JSON keys of throughput, ttft, compiles, tokens "
+              "[default: vllm bench's names, then the reference engine's].")
+@click.option("--bench-timeout", type=float, default=1800.0, show_default=True, help="Seconds per bench run.")
+@click.option("--bench-rounds", type=int, help="Bench runs per tree [default: --rounds].")
 @handle_errors
 def verify_cmd(fix: str | None, variant: str, baseline: Path | None, treatment: Path | None, rounds: int,
                batch: int | None, max_tokens: int, vocab: int | None, logprobs: bool, ttft_bound: float,
-               min_effect: float, alpha: float, require_improvement: bool, baseline_run: Path | None, fmt: str, output: Path | None,
-               out_dir: Path | None) -> None:
+               min_effect: float, alpha: float, require_improvement: bool, baseline_run: Path | None, fmt: str,
+               output: Path | None, out_dir: Path | None, target: Path | None, steps: int,
+               without_compiler_options: bool, bench: str | None, bench_metrics: str | None, bench_timeout: float,
+               bench_rounds: int | None) -> None:
     """Measure baseline and treatment in one process and decide whether the treatment is safe and faster.
 
     \b
@@ -117,8 +135,21 @@ def verify_cmd(fix: str | None, variant: str, baseline: Path | None, treatment: 
       5 throughput: improved / no change / regressed / inconclusive (Mann-Whitney U, bootstrap CI)
 
     \b
+    \b
+    --target T: the real sample() of a tpu-inference tree and of its patched copy (or --treatment),
+    lowered and run here, interleaved; checks 1-5 as above at program level, and 6: the precompile
+    menu's dtype is the dtype the runner passes (HD006). --bench CMD adds the serving level.
+    A check that could not run says why and fails.
+
+    \b
     Exit codes: 0 every check passed, 1 a check failed, 2 bad input.
     """
+    if target is not None or bench is not None:
+        _verify_tree(target=target, fix=fix, variant=variant, baseline=baseline, treatment=treatment, rounds=rounds,
+                     batch=batch, vocab=vocab, logprobs=logprobs, ttft_bound=ttft_bound, min_effect=min_effect,
+                     alpha=alpha, steps=steps, without_compiler_options=without_compiler_options, bench=bench,
+                     bench_metrics=bench_metrics, bench_timeout=bench_timeout, bench_rounds=bench_rounds,
+                     fmt=fmt, output=output, out_dir=out_dir)
     if fix is not None:
         from hlo_doctor.fixes import get_fix
 
@@ -133,13 +164,66 @@ def verify_cmd(fix: str | None, variant: str, baseline: Path | None, treatment: 
     print_report(report)
     if out_dir is not None:
         json_path, md_path = write_artifacts(report, out_dir)
-        console.print(f"wrote {json_path} and {md_path}")
+        console.print(Text(f"wrote {json_path} and {md_path}"), soft_wrap=True)
     if fmt == "json":
         write_output(render_json(report), output)
     elif fmt == "md":
         write_output(render_markdown(report), output)
     elif output is not None:
         write_output(render_markdown(report), output)
+    raise SystemExit(int(ExitCode.OK if report.passed else ExitCode.FINDINGS))
+
+
+def _verify_tree(*, target: Path | None, fix: str | None, variant: str, baseline: Path | None,
+                 treatment: Path | None, bench: str | None, bench_metrics: str | None, fmt: str,
+                 output: Path | None, out_dir: Path | None, batch: int | None, vocab: int | None,
+                 **rest: Any) -> None:
+    """``--target`` and/or ``--bench``: the program and serving levels; exits."""
+    from hlo_doctor.verify.bench import parse_metrics
+    from hlo_doctor.verify.run import workspace
+    from hlo_doctor.verify.target import TargetSettings, run_target
+    from hlo_doctor.verify.variants import shipped_engine_dir
+
+    if target is not None and baseline is not None:
+        raise InputError("--target and --baseline both given", "the target is the baseline: drop --baseline")
+    if fix is None and treatment is None:
+        if target is None:
+            raise InputError("nothing to verify: no --fix and no --treatment",
+                             "pass --fix bf16-greedy-sampler, or --treatment PATH")
+        fix = "bf16-greedy-sampler"
+    settings = TargetSettings(
+        target=target or baseline or shipped_engine_dir(), treatment=treatment, fix=fix or "bf16-greedy-sampler",
+        variant=variant, batch=batch or 16, vocab=vocab or 2048, bench=bench, bench_metrics=parse_metrics(bench_metrics),
+        out_dir=out_dir, **rest)
+    with progress_bars(keep=True, label_width=34) as progress, workspace(out_dir) as work:
+        report = run_target(settings, work, progress=progress)
+        status = "PASS" if report.passed else "FAIL"
+        console.print(Text(f"verify: {status} ({report.verdict})", style=f"bold {'green' if report.passed else 'red'}"),
+                      soft_wrap=True)
+        for level in report.levels:
+            table = Table(show_edge=False, pad_edge=False, box=None, title=f"{level.level} level", title_justify="left")
+            for col in ("#", "check", "result", "figure"):
+                table.add_column(col, overflow="fold")
+            for c in level.checks:
+                result = (Text("pass", style="green") if c.passed else
+                          Text("not run", style="yellow") if c.figure.startswith("not run") else
+                          Text("FAIL", style="bold red"))
+                table.add_row(str(c.number), c.name, result, c.figure)
+            console.print(table)
+            for c in level.checks:
+                if not c.passed and c.detail:
+                    console.print(Text(f"  check {c.number}: {c.detail}", style="red"), soft_wrap=True)
+        for note in report.notes:
+            console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
+        if out_dir is not None:
+            (out_dir / "verify.json").write_text(target_to_json(report))
+            (out_dir / "verify.md").write_text(target_to_markdown(report))
+            if report.fix_diff:
+                (out_dir / "fix.diff").write_text(report.fix_diff)
+    if fmt == "json":
+        write_output(target_to_json(report), output)
+    elif fmt == "md" or output is not None:
+        write_output(target_to_markdown(report), output)
     raise SystemExit(int(ExitCode.OK if report.passed else ExitCode.FINDINGS))
 
 

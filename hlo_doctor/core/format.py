@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import Any
 
 import numpy as np
 
-__all__ = ["fmt_bytes", "fmt_ms", "fmt_num", "fmt_pct", "fmt_us", "json_float", "json_safe", "short_path",
+__all__ = ["fmt_bytes", "fmt_duration", "fmt_ms", "fmt_num", "fmt_pct", "fmt_us", "json_float", "json_safe", "short_path",
            "split_source"]
 
 _SOURCE = re.compile(r"^(.*):(\d+)$")
@@ -33,6 +34,11 @@ def fmt_ms(us: float | None) -> str:
     if us is None:
         return "-"
     return f"{us / 1000:,.2f} ms" if us >= 1000 else f"{us:,.0f} us"
+
+
+def fmt_duration(us: float) -> str:
+    """A duration in a one-line summary: ``0.8 ms`` from 100 us, ``42 us`` under."""
+    return f"{us / 1000:.1f} ms" if us >= 100 else f"{us:.0f} us"
 
 
 def fmt_num(x: float | None, digits: int = 1) -> str:
@@ -81,9 +87,12 @@ def json_float(x: float) -> float | str | None:
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` with only JSON types: NaN and infinities become null, numpy scalars Python numbers,
-    mappings and sequences are walked, anything else becomes its ``str``."""
+    """``value`` with only JSON types: NaN, infinities and pandas' ``NA`` become null, numpy scalars
+    Python numbers, mappings and sequences are walked, anything else becomes its ``str``."""
     if isinstance(value, float) and not math.isfinite(value):
+        return None
+    pandas = sys.modules.get("pandas")  # pd.NA exists only once pandas is loaded; no import just for it
+    if pandas is not None and value is pandas.NA:
         return None
     if isinstance(value, dict):
         return {str(k): json_safe(x) for k, x in value.items()}

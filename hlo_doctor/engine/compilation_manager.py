@@ -53,7 +53,7 @@ class CompilationManager:
         call_kwargs = call_kwargs or {}
         start = time.perf_counter()
         fn.lower(*args, **call_kwargs).compile()  # type: ignore[attr-defined]
-        self.menu.append(MenuEntry(name, tuple(sorted(key.items())), time.perf_counter() - start))
+        self._record(MenuEntry(name, tuple(sorted(key.items())), time.perf_counter() - start))
         jax.block_until_ready(fn(*args, **call_kwargs))
 
     def capture_model(self) -> None:
@@ -101,7 +101,7 @@ class CompilationManager:
             model_logits = self._create_dummy_tensor((num_reqs, runner.vocab_size), runner.dtype)
             start = time.perf_counter()
             jax.block_until_ready(jax.lax.convert_element_type(model_logits, np.float32))
-            self.menu.append(MenuEntry("logits_cast", (("num_reqs", num_reqs),), time.perf_counter() - start))
+            self._record(MenuEntry("logits_cast", (("num_reqs", num_reqs),), time.perf_counter() - start))
 
     def _precompile_sampling_rng(self) -> None:
         # The sampling branch splits the runner's key every step (an eager program); warm it without
@@ -109,7 +109,7 @@ class CompilationManager:
         start = time.perf_counter()
         new_key, step_key = jax.random.split(self.runner.rng_params_for_sampling)
         jax.block_until_ready((new_key, step_key))
-        self.menu.append(MenuEntry("rng_split", (), time.perf_counter() - start))
+        self._record(MenuEntry("rng_split", (), time.perf_counter() - start))
 
     def _precompile_sampling(self) -> None:
         runner = self.runner
@@ -160,3 +160,38 @@ class CompilationManager:
                 runner.max_logprobs,
                 num_reqs=num_reqs,
             )
+
+    # -- progress -----------------------------------------------------------------------------------
+    # Warm-up takes a minute or more at serving sizes. Kept below the menu's code so that the source
+    # lines a trace records for the menu's programs stay where they were.
+
+    _progress: Progress | None = None
+
+    @property
+    def menu_size(self) -> int:
+        """How many entries :meth:`capture_model` builds (the ``total`` that progress reports)."""
+        return _PROGRAMS_PER_BUCKET * len(self.runner.num_reqs_paddings) + 1
+
+    def capture_reporting(self, progress: Progress | None) -> None:
+        """:meth:`capture_model`, with ``progress("precompile", done, menu_size)`` before the first
+        program and after each one."""
+        self._progress = progress
+        if progress is not None:
+            progress("precompile", 0, self.menu_size)
+        try:
+            self.capture_model()
+        finally:
+            self._progress = None
+
+    def _record(self, entry: MenuEntry) -> None:
+        self.menu.append(entry)
+        if self._progress is not None:
+            self._progress("precompile", len(self.menu), self.menu_size)
+
+
+Progress = Callable[[str, int, int], None]
+"""``progress(stage, done, total)``, as the driver's."""
+
+_PROGRAMS_PER_BUCKET = 9
+"""Menu entries per num_reqs bucket: prefill, decode, compute_logits, logits_cast, sample (with and
+without sampling, with and without logprobs: 4), gather_logprobs. The rng split is built once."""

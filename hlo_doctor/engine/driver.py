@@ -25,7 +25,7 @@ from .sampling import compute_and_gather_logprobs, sample
 from .sampling_metadata import TPUSupportedSamplingMetadata
 
 Progress = Callable[[str, int, int], None]
-"""``progress(stage, done, total)`` with stage ``warmup``, ``prefill`` or ``decode``."""
+"""``progress(stage, done, total)``: stage ``warmup``, ``precompile`` (menu programs), ``prefill``, ``decode``."""
 
 
 def make_prompts(config: EngineConfig) -> np.ndarray:
@@ -52,11 +52,11 @@ def _clear_sampler_caches() -> None:
         jitted.clear_cache()  # type: ignore[attr-defined]
 
 
-def _warm_runner(config: EngineConfig) -> ModelRunner:
+def _warm_runner(config: EngineConfig, progress: Progress | None = None) -> ModelRunner:
     """A runner as after an engine start: parameters, the precompiled menu, an empty KV cache."""
     runner = ModelRunner(config)
     runner.load_model()
-    runner.capture_model()
+    runner.capture_model(progress)
     runner.initialize_kv_cache(config.padded_num_reqs)
     return runner
 
@@ -95,9 +95,9 @@ class StepTarget:
         self._position = config.prompt_len
         self._metadata: TPUSupportedSamplingMetadata | None = None
 
-    def warmup(self) -> None:
-        """Generate parameters, build the precompiled menu, and prefill the batch."""
-        runner = _warm_runner(self.config)
+    def warmup(self, progress: Progress | None = None) -> None:
+        """Generate parameters, build the precompiled menu (reported to ``progress``), and prefill the batch."""
+        runner = _warm_runner(self.config, progress)
         padded = self.config.padded_num_reqs
         metadata = runner.sampling_metadata(padded)
         out = runner.execute_prefill(_pad_rows(make_prompts(self.config), padded), metadata)
@@ -195,10 +195,10 @@ class OfflineEngine:
         self.warmup_s = 0.0
         self._initial_rng: jax.Array | None = None
 
-    def warmup(self) -> None:
-        """Parameters and the precompiled menu (timed as ``warmup_s``)."""
+    def warmup(self, progress: Progress | None = None) -> None:
+        """Parameters and the precompiled menu (timed as ``warmup_s``; each program reported to ``progress``)."""
         start = time.perf_counter()
-        self.runner = _warm_runner(self.config)
+        self.runner = _warm_runner(self.config, progress)
         self._initial_rng = self.runner.rng_params_for_sampling
         self.warmup_s = time.perf_counter() - start
 
@@ -284,6 +284,6 @@ def run_offline_batch(config: EngineConfig, progress: Progress | None = None) ->
     _clear_sampler_caches()
     engine = OfflineEngine(config)
     report("warmup", 0, 1)
-    engine.warmup()
+    engine.warmup(progress)
     report("warmup", 1, 1)
     return engine.run_batch(progress)

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .compilation_manager import CompilationManager
+from .compilation_manager import CompilationManager, Progress
 from .config import EngineConfig
 from .model import (
     KVCaches,
@@ -86,9 +86,9 @@ class ModelRunner:
         """Fresh (zeroed) caches for ``num_reqs`` padded requests."""
         self.kv_caches = init_kv_caches(self.dims, num_reqs, self.max_model_len)
 
-    def capture_model(self) -> None:
-        """Build the precompiled menu (AOT compile + warm call of every program and bucket)."""
-        self.compilation_manager.capture_model()
+    def capture_model(self, progress: Progress | None = None) -> None:
+        """Build the precompiled menu (AOT compile + warm call of every program and bucket), reporting to ``progress``."""
+        self.compilation_manager.capture_reporting(progress)
 
     def get_padded_num_reqs(self, num_reqs: int) -> int:
         """The smallest bucket holding ``num_reqs`` requests."""

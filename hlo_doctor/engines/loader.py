@@ -68,8 +68,12 @@ def load_engine(path: str | Path | None = None) -> ModuleType:
             "fix or re-create the patched tree",
         ) from exc
     except ImportError as exc:
-        sys.modules.pop(name, None)
+        _forget(name)
         raise InputError(f"engine tree {engine_dir} failed to import: {exc}", "fix or re-create the patched tree") from exc
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the tree's import-time code may raise anything
+        _forget(name)
+        raise InputError(f"engine tree {engine_dir} raised {type(exc).__name__} on import: {exc}",
+                         "fix or re-create the patched tree") from None
     missing_api = [attr for attr in ENGINE_API if not hasattr(module, attr)]
     if missing_api:
         sys.modules.pop(name, None)
@@ -79,6 +83,12 @@ def load_engine(path: str | Path | None = None) -> ModuleType:
         )
     _loaded[engine_dir] = module
     return module
+
+
+def _forget(name: str) -> None:
+    """Drop a half-imported engine package and its submodules, so a later load starts afresh."""
+    for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+        sys.modules.pop(key, None)
 
 
 def engine_source_dir(engine: ModuleType) -> Path:

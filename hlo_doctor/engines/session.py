@@ -9,7 +9,7 @@ warm-up) is filled in by the warm-up; ``capture_engine`` captures a few decode s
 from __future__ import annotations
 
 import dataclasses
-import json
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +17,11 @@ from types import ModuleType
 from typing import Any
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.format import json_safe
 from hlo_doctor.core.model import ProgressFn
 
-__all__ = ["EngineTarget", "capture_engine", "checked_config", "config_fields", "engine_config", "engine_target"]
+__all__ = ["EngineTarget", "call_with_progress", "capture_engine", "checked_config", "config_fields", "engine_config",
+           "engine_target"]
 
 
 def config_fields(engine: ModuleType) -> frozenset[str]:
@@ -63,17 +65,14 @@ def checked_config(engine: ModuleType, **fields: Any) -> Any:
     return engine_config(engine, fields, strict=True)
 
 
-def _json_safe(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
 @dataclass(frozen=True, slots=True)
 class EngineTarget:
     """An engine's decode step as a capture target."""
 
     step: Callable[[], Any]
-    warmup: Callable[[], None]
-    """Builds the engine (parameters, precompiled menu, prefill) and then records ``metadata``."""
+    warmup: Callable[[ProgressFn | None], None]
+    """``warmup(progress)`` builds the engine (parameters, precompiled menu, prefill) and then records
+    ``metadata``; the engine reports its precompile to ``progress`` as ``("precompile", done, total)``."""
     name: str
     """How run.json names the target (``engine`` or ``engine:PATH``)."""
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -85,12 +84,12 @@ def engine_target(engine: ModuleType, config: Any, name: str) -> EngineTarget:
     target = engine.profile_target(config)
     metadata: dict[str, Any] = {}
 
-    def warmup() -> None:
-        target.warmup()
+    def warmup(progress: ProgressFn | None = None) -> None:
+        call_with_progress(target.warmup, progress)
         # After warm-up the engine can say what it built (its precompiled menu): record that.
         describe = getattr(target, "describe", None)
         if describe is not None:
-            metadata.update(_json_safe(dict(describe())))
+            metadata.update(json_safe(dict(describe())))
 
     return EngineTarget(step=target.step, warmup=warmup, name=name, metadata=metadata)
 
@@ -102,4 +101,14 @@ def capture_engine(engine: ModuleType, config: Any, *, name: str, out_dir: Path,
 
     target = engine_target(engine, config, name)
     return capture_callable(target.step, steps=steps, warmup=warmup, out_dir=out_dir, target=target.name,
-                            config=target.metadata, warmup_fn=target.warmup, progress=progress)
+                            config=target.metadata, warmup_fn=lambda: target.warmup(progress), progress=progress)
+
+
+def call_with_progress(fn: Callable[..., Any], progress: ProgressFn | None, *args: Any) -> Any:
+    """``fn(*args, progress=progress)`` when ``fn`` takes ``progress`` (the bundled engine's warm-ups
+    do), else ``fn(*args)``: an engine tree whose warm-up reports nothing still runs."""
+    try:
+        takes = "progress" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: no signature to read
+        takes = False
+    return fn(*args, progress=progress) if takes and progress is not None else fn(*args)

@@ -134,7 +134,7 @@ def _judge(fix: Fix, tree: Target, plan: Plan, variant: str, complete: bool) -> 
         applied_by = read_manifest(tree.root, fix.fix_id)
         how = f" (by hlo-doctor, variant {applied_by.get('variant')})" if applied_by else ""
         return FixSkipped(reason=f"already applied{how}: every element of the {variant} variant is present", **common)
-    if plan.done and not complete:
+    if plan.done and not complete and not plan.upgrade:
         return FixRefused(reason=fix.explain_half_fixed(plan, variant), kind="half-fixed", **common)
     return None
 
@@ -174,7 +174,7 @@ def _apply(fix: Fix, tree: Target, variant: str, *, dry_run: bool, complete: boo
     verdict = _judge(fix, tree, plan, variant, complete)
     if verdict is not None:
         return verdict
-    half_fixed = bool(plan.done)
+    half_fixed = bool(plan.done) and not plan.upgrade
 
     paths = dict(tree.files)
     changes: list[FileChange] = []
@@ -187,7 +187,7 @@ def _apply(fix: Fix, tree: Target, variant: str, *, dry_run: bool, complete: boo
         mode = os.stat(path, follow_symlinks=False).st_mode
         changes.append(FileChange(tree.rel(path), old_text.encode("utf-8"), new_text.encode("utf-8"), mode))
         diffs.append(_unified_diff(tree, path, old_text, new_text))
-    notes = plan.notes + (("completed a half-fixed tree",) if half_fixed else ())
+    notes = plan.notes + (("completed a half-fixed tree",) if half_fixed else ()) + ((plan.upgrade,) if plan.upgrade else ())
     applied = FixApplied(
         files=tuple(tree.root / c.rel for c in changes),
         diff="".join(diffs),

@@ -67,6 +67,9 @@ class Plan:
     new_sources: tuple[tuple[str, str], ...]
     relevant: tuple[str, ...]
     preconditions: frozenset[str] = frozenset()
+    # Set when the tree carries exactly an earlier version of the fix: applying upgrades it (no
+    # --complete needed); the reason is reported as a note.
+    upgrade: str = ""
 
     def state(self, element: str) -> str | None:
         """The state of ``element`` in the tree, or None when it was not looked at."""

@@ -16,10 +16,9 @@ from __future__ import annotations
 import email.parser
 import re
 import subprocess
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-
-import tomllib
 
 from hlo_doctor.core.errors import InputError
 

@@ -8,16 +8,15 @@ nearest ``pyproject.toml`` (:func:`find_policy_file`), and from command-line ove
 
 from __future__ import annotations
 
-import difflib
 import math
+import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from hlo_doctor.core.errors import HloDoctorError
+from hlo_doctor.core.pyproject import find_pyproject, unknown_key_hint
 
 __all__ = ["POLICY_TABLE", "GatePolicy", "PolicyError", "find_policy_file", "load_policy", "resolve_policy"]
 
@@ -95,9 +94,7 @@ _POLICY_KEYS: dict[str, tuple[type, Any, str]] = {
 def _coerce(key: str, value: Any, where: str) -> Any:
     """Check one policy value's type and range; ``where`` names the file and table for the message."""
     if key not in _POLICY_KEYS:
-        close = difflib.get_close_matches(key, _POLICY_KEYS, n=1)
-        hint = f"did you mean '{close[0]}'?" if close else "known keys: " + ", ".join(_POLICY_KEYS)
-        raise PolicyError(f"{where}: unknown key '{key}'", hint)
+        raise PolicyError(f"{where}: unknown key '{key}'", unknown_key_hint(key, _POLICY_KEYS))
     kind, check, requirement = _POLICY_KEYS[key]
     ok_type: bool
     if kind is bool:
@@ -155,24 +152,10 @@ def load_policy(path: Path, base: GatePolicy | None = None) -> GatePolicy:
 def find_policy_file(start: Path) -> Path | None:
     """The nearest ``pyproject.toml`` with a ``[tool.hlo-doctor.gate]`` table, from ``start`` upward.
 
-    The search stops after the first directory that holds ``.git`` (the repository root), so a
-    policy never leaks in from outside the repository.
+    The search stops after the first directory that holds ``.git`` (the repository root); outside a
+    repository only ``start`` itself is searched, so a policy never leaks in from a parent folder.
     """
-    for directory in (start.resolve(), *start.resolve().parents):
-        candidate = directory / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-                raise PolicyError(f"{candidate}: invalid TOML ({exc})", "fix the syntax") from None
-            tool = data.get("tool", {})
-            if isinstance(tool, Mapping) and isinstance(tool.get("hlo-doctor"), Mapping) and (
-                "gate" in tool["hlo-doctor"]
-            ):
-                return candidate
-        if (directory / ".git").exists():
-            return None
-    return None
+    return find_pyproject(start, lambda table: "gate" in table, PolicyError)
 
 
 def resolve_policy(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from hlo_doctor.core.errors import ExitCode
@@ -16,16 +16,13 @@ __all__ = ["JSON_SCHEMA", "GateResult", "OpDiff", "Verdict", "Violation"]
 JSON_SCHEMA = "hlo-doctor.gate/1"
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     """The gate's answer."""
 
     PASS = "pass"
     REGRESSION = "regression"
     INCONCLUSIVE = "inconclusive"
     """Only under ``strict``: some change was within noise."""
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def exit_code(self) -> ExitCode:

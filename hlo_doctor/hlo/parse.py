@@ -278,7 +278,10 @@ def _read_module(reader: _Reader, program_id: int | None) -> HloModule:
         bad = next(s for s in statements if not _parses(s, tables))
         raise reader.fail(bad.line, f"cannot parse an instruction of module {name}: {exc}") from None
     fusion_bodies = {c for i in instructions if i.opcode == "fusion" for c in i.called_computations[:1]}
-    entry = next((c[0] for c in computations if c[1]), computations[-1][0])
+    if not any(c[1] for c in computations):
+        # XLA prints every module with an ENTRY computation, last: without one the text was cut off.
+        raise reader.fail(reader.pos, f"truncated: module {name} has no ENTRY computation")
+    entry = next(c[0] for c in computations if c[1])
     comps = tuple(
         HloComputation(n, tuple(instructions[first:end]), is_entry=(n == entry),
                        is_fusion=(n in fusion_bodies), execution_thread=thread)

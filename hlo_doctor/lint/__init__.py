@@ -7,22 +7,25 @@ Rule files import only this package and :mod:`hlo_doctor.hlo` (plus the standard
 - :mod:`~hlo_doctor.lint.inputs`: :func:`load_context` for every input kind;
 - :mod:`~hlo_doctor.lint.loader`: rule files by path, :class:`RuleBook`;
 - :mod:`~hlo_doctor.lint.runner`: :func:`diagnose` -> :class:`Diagnosis`;
+- :mod:`~hlo_doctor.lint.stage`: :func:`stage_of` (optimized or as lowered);
 - :mod:`~hlo_doctor.lint.testing`: examples as tests, shared HLO fixtures.
 """
 
 from __future__ import annotations
 
+from hlo_doctor.core.format import fmt_bytes
 from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.lint.context import Context, OpTiming, producing_convert_program
 from hlo_doctor.lint.inputs import context_from_example, executed_modules, load_context, table_from_records
 from hlo_doctor.lint.loader import LoadedRule, RuleBook, RuleLoadError, load_rulebook
-from hlo_doctor.lint.rule import DOC_SECTIONS, REQUIREMENTS, Example, Rule, fmt_bytes
+from hlo_doctor.lint.rule import DOC_SECTIONS, REQUIREMENTS, Example, Rule
 from hlo_doctor.lint.runner import Diagnosis, diagnose, run_rule, total_recoverable
+from hlo_doctor.lint.stage import Stage, stage_of
 from hlo_doctor.trace import CompileEvent
 
 __all__ = [
     "DOC_SECTIONS", "REQUIREMENTS", "CompileEvent", "Context", "Diagnosis", "Example", "Finding", "LoadedRule",
-    "OpTiming", "Rule", "RuleBook", "RuleLoadError", "Severity", "context_from_example", "diagnose",
+    "OpTiming", "Rule", "RuleBook", "RuleLoadError", "Severity", "Stage", "context_from_example", "diagnose",
     "executed_modules", "fmt_bytes", "load_context", "load_rulebook", "producing_convert_program",
-    "run_rule", "table_from_records", "total_recoverable",
+    "run_rule", "stage_of", "table_from_records", "total_recoverable",
 ]

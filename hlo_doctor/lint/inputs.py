@@ -89,8 +89,8 @@ def _read_hlo_file(path: Path) -> list[HloModule]:
 
 
 def _with_program_id(module: HloModule, program_id: int | None) -> HloModule:
-    return HloModule(name=module.name, computations=module.computations, entry_name=module.entry_name,
-                     input_output_alias=module.input_output_alias, program_id=program_id, text=module.text)
+    # replace() keeps every other field (is_scheduled, header attributes): the stage reads them.
+    return replace(module, program_id=program_id)
 
 
 def _from_hlo_files(files: list[Path], origin: Path, kind: str, source_root: Path | None) -> Context:

@@ -86,12 +86,3 @@ class Rule:
         if current:
             sections[current] = "\n".join(lines).strip()
         return sections
-
-
-def fmt_bytes(n: float) -> str:
-    """Bytes for people: ``500 MiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"

@@ -6,17 +6,20 @@ estimate wins). Nothing here prints.
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from hlo_doctor.core.format import fmt_duration
 from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.hlo import HloInstruction, HloModule, fused_opcodes
 from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.loader import LoadedRule, RuleBook
 from hlo_doctor.lint.severity import with_cost_severity
+from hlo_doctor.lint.stage import stages_line
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,8 @@ class Diagnosis:
     compiler_inserted_us: float | None = None
     """Time per step in converts/copies the compiler inserted (no metadata) that no finding covers."""
     compiler_inserted_ops: int = 0
+    stage_line: str = ""
+    """Which modules are unoptimized HLO (as lowered), empty when all are optimized (see :mod:`.stage`)."""
 
     def compiler_inserted_line(self) -> str:
         """``gpu: 2% of the step (31 us) is in 3 converts/copies the compiler inserted; no source line``."""
@@ -47,7 +52,7 @@ class Diagnosis:
         pct = 100.0 * self.compiler_inserted_us / self.step_time_us
         n = self.compiler_inserted_ops
         share = f"{pct:.1f}%" if pct < 10 else f"{pct:.0f}%"
-        return (f"{self.backend or 'unknown backend'}: {share} of the step ({_ms(self.compiler_inserted_us)}) "
+        return (f"{self.backend or 'unknown backend'}: {share} of the step ({fmt_duration(self.compiler_inserted_us)}) "
                 f"is in {n} convert{'s' if n != 1 else ''}/cop{'ies' if n != 1 else 'y'} the compiler "
                 f"inserted; no source line, no finding")
 
@@ -69,7 +74,7 @@ class Diagnosis:
         if self.recoverable_us is None or not self.step_time_us:
             return f"{head} (no op stats: no time estimate)"
         pct = self.recoverable_pct or 0.0
-        return (f"{head}: ~{_ms(self.recoverable_us)} of ~{_ms(self.step_time_us)} per step "
+        return (f"{head}: ~{fmt_duration(self.recoverable_us)} of ~{fmt_duration(self.step_time_us)} per step "
                 f"(~{pct:.0f}%) is recoverable")
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,19 +87,16 @@ class Diagnosis:
             "modules": list(self.modules),
             "compiler_inserted_us": self.compiler_inserted_us,
             "compiler_inserted_ops": self.compiler_inserted_ops,
+            "stage": self.stage_line,
             "findings": [f.to_dict() for f in self.findings],
         }
-
-
-def _ms(us: float) -> str:
-    return f"{us / 1000:.1f} ms" if us >= 100 else f"{us:.0f} us"
 
 
 def run_rule(rule: LoadedRule | type[Any], ctx: Context) -> list[Finding]:
     """Run one rule; a crash becomes one internal-error finding (Severity.ERROR), never an exception."""
     cls = rule.rule if isinstance(rule, LoadedRule) else rule
     try:
-        return list(cls().check(ctx))
+        return [_checked_result(cls, rule, item) for item in cls().check(ctx)]
     except Exception as exc:  # noqa: BLE001 - a rule's bug must not abort the diagnosis
         tb = traceback.format_exc().strip().splitlines()
         return [Finding(
@@ -103,6 +105,39 @@ def run_rule(rule: LoadedRule | type[Any], ctx: Context) -> list[Finding]:
             source=str(getattr(rule, "path", "")), evidence=tuple(tb[-4:]),
             extra=(("internal_error", True),),
         )]
+
+
+def _bad_number(value: Any) -> bool:
+    return value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value < 0)
+
+
+def _checked_result(cls: Any, rule: LoadedRule | type[Any], item: Any) -> Finding:
+    """``item`` when it is a sane :class:`Finding`; else an HD000 error finding naming the rule.
+
+    A user rule is code the diagnosis must survive: something that is not a Finding, or a Finding whose
+    times are NaN, infinite or negative (which would print "-1910% recoverable"), is reported as the
+    rule's error and the other rules still run.
+    """
+    problem = ""
+    if not isinstance(item, Finding):
+        problem = f"yielded a {type(item).__name__}, not a Finding"
+    else:
+        bad = [name for name in ("time_per_step_us", "pct_of_step", "recoverable_us", "bytes_accessed")
+               if _bad_number(getattr(item, name))]
+        if bad:
+            problem = "yielded a Finding with " + ", ".join(f"{n}={getattr(item, n)!r}" for n in bad) + \
+                      " (must be a finite number >= 0 or None)"
+        elif not all(isinstance(getattr(item, n), str) for n in ("code", "name", "message", "module", "op",
+                                                                  "shape", "source")):
+            problem = "yielded a Finding whose code, name, message, module, op, shape or source is not text"
+    if not problem:
+        return item
+    return Finding(
+        code="HD000", name="internal.rule-result-error", severity=Severity.ERROR,
+        message=f"rule {getattr(cls, 'code', '?')} {problem}",
+        source=str(getattr(rule, "path", "")), extra=(("internal_error", True),),
+    )
 
 
 def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
@@ -131,6 +166,7 @@ def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
         modules=tuple(m.name if m.program_id is None else f"{m.name}({m.program_id})" for m in ctx.modules),
         elapsed_s=time.perf_counter() - t0,
         compiler_inserted_us=inserted_us if ctx.has_opstats else None, compiler_inserted_ops=inserted_ops,
+        stage_line=stages_line(ctx.modules, ctx.origin),
     )
 
 

@@ -31,6 +31,42 @@ ARGMAX_REDUCER = """\
 """
 
 
+# XLA:GPU's argmax over bf16[8,1024] with the widening fused into the first stage (the upstream
+# fix's ``input_convert_reduce_fusion``): stage 1 reads bf16 and writes f32/s32 [8,16] partials,
+# stage 2 reduces the partials to [8].
+GPU_TWO_STAGE_ARGMAX_BF16 = """\
+HloModule jit_sample, is_scheduled=true, entry_computation_layout={(bf16[8,1024]{1,0})->s32[8]{0}}
+
+""" + ARGMAX_REDUCER + """
+%fused_reduce (param_0.7: bf16[8,1024]) -> (f32[8,16], s32[8,16]) {
+  %param_0.7 = bf16[8,1024]{1,0} parameter(0)
+  %bitcast.5 = bf16[8,16,64]{2,1,0} bitcast(%param_0.7)
+  %convert.15 = f32[8,16,64]{2,1,0} convert(%bitcast.5), metadata={op_name="jit(sample)/convert_element_type" source_file="sampling.py" source_line=104}
+  %iota.4 = s32[8,1024]{1,0} iota(), iota_dimension=1
+  %bitcast.1 = s32[8,16,64]{2,1,0} bitcast(%iota.4)
+  %constant_0 = f32[] constant(-inf)
+  %constant_1 = s32[] constant(0)
+  ROOT %reduce.8 = (f32[8,16]{1,0}, s32[8,16]{1,0}) reduce(%convert.15, %bitcast.1, %constant_0, %constant_1), dimensions={2}, to_apply=%region_0.1, metadata={op_name="jit(sample)/reduce" source_file="sampling.py" source_line=105}
+}
+
+%fused_reduce.1 (param_0.6: f32[8,16], param_1.4: s32[8,16]) -> (f32[8], s32[8]) {
+  %param_0.6 = f32[8,16]{1,0} parameter(0)
+  %param_1.4 = s32[8,16]{1,0} parameter(1)
+  %constant_2 = f32[] constant(-inf)
+  %constant_3 = s32[] constant(0)
+  ROOT %reduce.0 = (f32[8]{0}, s32[8]{0}) reduce(%param_0.6, %param_1.4, %constant_2, %constant_3), dimensions={1}, to_apply=%region_0.1, metadata={op_name="jit(sample)/reduce" source_file="sampling.py" source_line=105}
+}
+
+ENTRY %main.3 (logits.1: bf16[8,1024]) -> s32[8] {
+  %logits.1 = bf16[8,1024]{1,0} parameter(0)
+  %input_convert_reduce_fusion = (f32[8,16]{1,0}, s32[8,16]{1,0}) fusion(%logits.1), kind=kInput, calls=%fused_reduce
+  %gte.2 = f32[8,16]{1,0} get-tuple-element(%input_convert_reduce_fusion), index=0
+  %gte.1 = s32[8,16]{1,0} get-tuple-element(%input_convert_reduce_fusion), index=1
+  %input_reduce_fusion.1 = (f32[8]{0}, s32[8]{0}) fusion(%gte.2, %gte.1), kind=kInput, calls=%fused_reduce.1
+  ROOT %tokens = s32[8]{0} get-tuple-element(%input_reduce_fusion.1), index=1
+}
+"""
+
 def eager_convert(source: str = "") -> str:
     """An eager ``x.astype(jnp.float32)``: its own program doing one bf16 -> f32 convert.
 

@@ -31,7 +31,7 @@ from hlo_doctor.opstats.optext import parse_op_text
 from hlo_doctor.opstats.schema import (
     COLUMN_NAMES,
     COLUMNS,
-    JSON_FORMAT,
+    JSON_SCHEMA,
     PER_STEP_COLUMNS,
     Column,
     OpStats,
@@ -41,7 +41,7 @@ from hlo_doctor.opstats.schema import (
 from hlo_doctor.trace import CompileEvent
 
 __all__ = [
-    "COLUMNS", "COLUMN_NAMES", "JSON_FORMAT", "PER_STEP_COLUMNS", "Column", "CompileEvent", "OpStats",
+    "COLUMNS", "COLUMN_NAMES", "JSON_SCHEMA", "PER_STEP_COLUMNS", "Column", "CompileEvent", "OpStats",
     "assign_canonical_keys", "build_opstats", "categorize", "empty_table", "from_json", "group_by_shape",
     "load_opstats", "modules_from_trace", "parse_op_text", "read_run_info", "run_info_from_dict",
     "run_info_to_dict", "to_csv", "to_json", "write_exports",

@@ -8,31 +8,22 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.format import json_safe
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.opstats.build import build_opstats
 from hlo_doctor.opstats.schema import (
     COLUMNS,
-    JSON_FORMAT,
+    JSON_SCHEMA,
     PER_STEP_COLUMNS,
     OpStats,
     program_id_or_none,
     table_from_rows,
 )
+from hlo_doctor.opstats.validate import check_export, check_opstats
 from hlo_doctor.trace import CompileEvent, find_xplanes, program_id_of, read_trace, xprof_hlo_stats
-
-
-def _plain(value: Any) -> Any:
-    if value is None or value is pd.NA:
-        return None
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    return value
 
 
 def run_info_to_dict(run: RunInfo) -> dict[str, Any]:
@@ -56,10 +47,10 @@ def run_info_from_dict(d: dict[str, Any]) -> RunInfo:
 
 def to_json(stats: OpStats) -> str:
     """The whole OpStats as JSON (everything but the parsed modules), for gate and for people."""
-    rows = [{k: _plain(v) for k, v in rec.items()} for rec in stats.table.to_dict(orient="records")]
+    rows = [{k: json_safe(v) for k, v in rec.items()} for rec in stats.table.to_dict(orient="records")]
     per_step = stats.per_step
     doc = {
-        "format": JSON_FORMAT,
+        "schema": JSON_SCHEMA,
         "source_path": stats.source_path,
         "backend": stats.backend,
         "device_kind": stats.device_kind,
@@ -75,7 +66,7 @@ def to_json(stats: OpStats) -> str:
         "rows": rows,
         "per_step": {
             "columns": list(PER_STEP_COLUMNS),
-            "rows": [[_plain(v) for v in rec] for rec in per_step.itertuples(index=False)],
+            "rows": [[json_safe(v) for v in rec] for rec in per_step.itertuples(index=False)],
         },
         "compile_events": [asdict(c) for c in stats.compile_events],
         "modules": [{"name": m.name, "program_id": m.program_id} for m in stats.modules],
@@ -93,11 +84,16 @@ def from_json(text: str, *, origin: str = "opstats.json") -> OpStats:
     except json.JSONDecodeError as exc:
         raise InputError(f"{origin}: not JSON ({exc.msg} at line {exc.lineno})",
                          "pass an opstats.json written by hlo-doctor") from exc
-    if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
-        raise InputError(f"{origin}: not an hlo-doctor opstats export (format != {JSON_FORMAT})",
+    except RecursionError:
+        # Nesting deeper than the interpreter's stack: no export this tool writes is nested so.
+        raise InputError(f"{origin}: JSON nested too deeply", "pass an opstats.json written by hlo-doctor") from None
+    # Exports written before every JSON output carried ``schema`` tag themselves with ``format``.
+    if not isinstance(doc, dict) or JSON_SCHEMA not in (doc.get("schema"), doc.get("format")):
+        raise InputError(f"{origin}: not an hlo-doctor opstats export (schema != {JSON_SCHEMA})",
                          "pass an opstats.json written by 'hlo-doctor profile' or 'stats'")
+    check_export(doc, origin)
     try:
-        return _from_doc(doc, origin)
+        return check_opstats(_from_doc(doc, origin), origin)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         # A hand-edited or foreign export (a null in an integer column, a missing field) is bad
         # input, not a bug: name the file and the field.
@@ -170,7 +166,7 @@ def read_run_info(path: Path) -> RunInfo | None:
     """The ``RunInfo`` in a ``run.json``; None when it cannot be read (the trace still is)."""
     try:
         return run_info_from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):
         return None
 
 
@@ -206,4 +202,4 @@ def load_opstats(path: str | Path) -> OpStats:
             name, text = str(row.get("hlo_op_name", "")), str(row.get("hlo_op_expression", "") or "")
             if name and text:
                 texts.append(("", pid, name, text))
-    return build_opstats(trace, run=run, source_path=str(p), op_texts=texts)
+    return check_opstats(build_opstats(trace, run=run, source_path=str(p), op_texts=texts), str(p))

@@ -15,7 +15,8 @@ from hlo_doctor.core.model import RunInfo
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.trace import CompileEvent
 
-JSON_FORMAT = "hlo-doctor.opstats/1"
+JSON_SCHEMA = "hlo-doctor.opstats/1"
+"""The ``schema`` tag of an opstats.json (exports before it carry the same value under ``format``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hlo_doctor.core.format import fmt_ms
 from hlo_doctor.render.verify import metric_rows
 
 if TYPE_CHECKING:
     from hlo_doctor.doctor import DoctorResult
 
-__all__ = ["render_report"]
-
-
-def _fmt_us(us: float | None) -> str:
-    if us is None:
-        return "-"
-    return f"{us / 1000:,.2f} ms" if us >= 1000 else f"{us:,.0f} us"
+__all__ = ["to_markdown"]
 
 
 def _diff_stats(diff: str) -> list[tuple[str, int, int]]:
@@ -33,7 +28,7 @@ def _diff_stats(diff: str) -> list[tuple[str, int, int]]:
     return stats
 
 
-def render_report(result: DoctorResult) -> str:
+def to_markdown(result: DoctorResult) -> str:
     """``report.md``: what was found, what the fix changed, what it measured, the verdict."""
     d = result.diagnosis
     lines = [f"# hlo-doctor doctor: {result.verdict}", ""]
@@ -47,7 +42,7 @@ def render_report(result: DoctorResult) -> str:
         lines += ["| rule | op | shape | time/step | % of step | source | fix |", "|---|---|---|---:|---:|---|---|"]
         for f in d.findings:
             pct = "-" if f.pct_of_step is None else f"{f.pct_of_step:.1f}%"
-            lines.append(f"| {f.code} | {f.module}/{f.op} | `{f.shape}` | {_fmt_us(f.time_per_step_us)} | {pct} | "
+            lines.append(f"| {f.code} | {f.module}/{f.op} | `{f.shape}` | {fmt_ms(f.time_per_step_us)} | {pct} | "
                          f"{f.source or '-'} | {f.fix or '-'} |")
     lines += ["", "## 2. What the fix changed", ""]
     if result.fix_id is None:
@@ -79,8 +74,8 @@ def render_report(result: DoctorResult) -> str:
         if v.removed_ops:
             lines += ["", "Wasteful ops of the baseline and what became of them in the treatment's own trace:", ""]
             for o in v.removed_ops:
-                now = "" if o.status == "gone" else f" ({_fmt_us(o.treatment_time_per_step_us)} per step)"
-                lines.append(f"- {o.code} `{o.module}/{o.op}` `{o.shape}`: {_fmt_us(o.time_per_step_us)} per step, "
+                now = "" if o.status == "gone" else f" ({fmt_ms(o.treatment_time_per_step_us)} per step)"
+                lines.append(f"- {o.code} `{o.module}/{o.op}` `{o.shape}`: {fmt_ms(o.time_per_step_us)} per step, "
                              f"{o.status}{now}")
     lines += ["", "## 4. Verdict", ""]
     if v is None:

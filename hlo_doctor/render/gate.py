@@ -142,6 +142,8 @@ def to_junit(result: GateResult, *, timestamp: datetime | None = None, source_ro
     """
     when = (timestamp or datetime.now(UTC)).replace(microsecond=0)
     suite = ET.Element("testsuite", name="hlo-doctor gate", timestamp=when.isoformat())
+    # Which policy judged: a report must say where its limits came from (a file, flags or defaults).
+    ET.SubElement(ET.SubElement(suite, "properties"), "property", name="policy", value=result.policy.source)
     # name, classname, failure message, output, time (s), file
     cases: list[tuple[str, str, str | None, str, float, str]] = []
     by_key = {v.key: v for v in result.violations}
@@ -225,6 +227,7 @@ def to_text(result: GateResult, *, max_rows: int = 20, fit: bool = False) -> str
             )
         lines.append(_legend(result))
     lines.extend(f"note: {n}" for n in result.notes)
+    lines.append(f"policy: {result.policy.source}")
     return "\n".join(lines) + "\n"
 
 
@@ -242,5 +245,6 @@ def to_github(result: GateResult, *, source_root: Path | None = None) -> str:
     if result.strict:
         lines.extend(annotation("warning", f"{key}: within noise", title="hlo-doctor gate: within noise")
                      for key in result.within_noise)
+    lines.append(annotation("notice", result.policy.source, title="hlo-doctor gate policy"))
     lines.append(annotation("notice", _headline(result), title="hlo-doctor gate"))
     return "\n".join(lines) + "\n"

@@ -5,16 +5,22 @@ from __future__ import annotations
 import json
 import math
 
+from hlo_doctor.core.format import fmt_ms
 from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.checks import ratio as _ratio
 from hlo_doctor.verify.results import VerifyReport
+from hlo_doctor.verify.target import TargetReport
 
-__all__ = ["fmt_us", "metric_rows", "render_json", "render_markdown"]
+__all__ = ["JSON_SCHEMA", "TARGET_JSON_SCHEMA", "metric_rows", "target_to_json", "target_to_markdown", "to_json",
+           "to_markdown"]
+
+JSON_SCHEMA = "hlo-doctor.verify/1"
+TARGET_JSON_SCHEMA = "hlo-doctor.verify-target/1"
 
 
-def render_json(report: VerifyReport) -> str:
-    """The whole report as JSON."""
-    return json.dumps(report.to_dict(), indent=2, default=str) + "\n"
+def to_json(report: VerifyReport) -> str:
+    """The whole report as JSON (schema ``hlo-doctor.verify/1``)."""
+    return json.dumps({"schema": JSON_SCHEMA, **report.to_dict()}, indent=2, default=str) + "\n"
 
 
 def metric_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str, str]]:
@@ -55,7 +61,7 @@ def metric_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str, str
     return rows
 
 
-def render_markdown(report: VerifyReport) -> str:
+def to_markdown(report: VerifyReport) -> str:
     """The report as Markdown (a PR comment or a file beside the JSON)."""
     s = report.settings
     status = "PASS" if report.passed else "FAIL"
@@ -84,8 +90,8 @@ def render_markdown(report: VerifyReport) -> str:
                   "| rule | op | shape | baseline time/step | treatment time/step | in treatment |",
                   "|---|---|---|---:|---:|---|"]
         for o in report.removed_ops:
-            lines.append(f"| {o.code} | {o.module}/{o.op} | `{o.shape}` | {fmt_us(o.time_per_step_us)} | "
-                         f"{fmt_us(o.treatment_time_per_step_us) if o.status != 'gone' else '0 (gone)'} | {o.status} |")
+            lines.append(f"| {o.code} | {o.module}/{o.op} | `{o.shape}` | {fmt_ms(o.time_per_step_us)} | "
+                         f"{fmt_ms(o.treatment_time_per_step_us) if o.status != 'gone' else '0 (gone)'} | {o.status} |")
     for note in report.notes:
         lines += ["", f"Note: {note}"]
     if report.fix_diff:
@@ -94,12 +100,27 @@ def render_markdown(report: VerifyReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def fmt_us(us: float | None) -> str:
-    """Microseconds for people: ``72.53 ms`` or ``480 us``; ``-`` for unknown."""
-    if us is None:
-        return "-"
-    return f"{us / 1000:,.2f} ms" if us >= 1000 else f"{us:,.0f} us"
-
-
 def _md(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+def target_to_json(report: TargetReport) -> str:
+    """A ``verify --target`` / ``--bench`` report as JSON (schema ``hlo-doctor.verify-target/1``)."""
+    return json.dumps({"schema": TARGET_JSON_SCHEMA, **report.to_dict()}, indent=2, default=str) + "\n"
+
+
+def target_to_markdown(report: TargetReport) -> str:
+    """A ``verify --target`` / ``--bench`` report as Markdown."""
+    status = "PASS" if report.passed else "FAIL"
+    lines = [f"## hlo-doctor verify --target: {status} ({report.verdict})", "",
+             f"Baseline `{report.baseline}` ({report.release}) vs treatment `{report.treatment}`; "
+             f"{report.elapsed_s:.0f} s."]
+    for level in report.levels:
+        lines += ["", f"### {level.level} level", "", "| # | check | result | figure |", "|---|---|---|---|"]
+        for c in level.checks:
+            result = "pass" if c.passed else ("not run" if c.figure.startswith("not run") else "**FAIL**")
+            lines.append(f"| {c.number} | {c.name} | {result} | {_md(c.figure)} |")
+        lines += [f"- check {c.number} ({c.name}): {_md(c.detail)}" for c in level.checks if c.detail]
+    for note in report.notes:
+        lines += ["", f"Note: {note}"]
+    return "\n".join(lines) + "\n"

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
+from hlo_doctor.core import outdir
 from hlo_doctor.core.errors import HloDoctorError
+from hlo_doctor.core.format import json_safe
 from hlo_doctor.statistics import SampleComparison, compare_samples
 from hlo_doctor.verify.checks import (
     check_compiles,
@@ -37,7 +37,7 @@ def run_verify(settings: VerifySettings, progress: ProgressFn | None = None) -> 
     validate_settings(settings)
     report = progress or (lambda stage, done, total: None)
     started = time.perf_counter()
-    with _workspace(settings.out_dir) as work:
+    with workspace(settings.out_dir) as work:
         baseline_dir = Path(settings.baseline).resolve() if settings.baseline else shipped_engine_dir()
         fix_diff = ""
         if settings.treatment is not None:
@@ -53,11 +53,11 @@ def run_verify(settings: VerifySettings, progress: ProgressFn | None = None) -> 
 
 
 @contextmanager
-def _workspace(out_dir: Path | None) -> Iterator[Path]:
+def workspace(out_dir: Path | None) -> Iterator[Path]:
+    """``out_dir`` (created), or a temporary folder removed at the end."""
     if out_dir is not None:
-        path = Path(out_dir)
-        path.mkdir(parents=True, exist_ok=True)
-        yield path
+        # Only a folder verify wrote before (or a new/empty one): the workspace is cleaned inside it.
+        yield outdir.claim(Path(out_dir), "verify")
         return
     tmp = Path(tempfile.mkdtemp(prefix="hlo-doctor-verify-"))
     try:
@@ -79,7 +79,7 @@ def _warm_and_measure(settings: VerifySettings, base: Variant, treat: Variant,
     with counter.listening():
         for v in (base, treat):
             report(f"warm-up {v.label}", 0, 1)
-            v.warmup()
+            v.warmup(_only_precompile(report, f"precompile {v.label}"))
             report(f"warm-up {v.label}", 1, 1)
         if base.rewarms or treat.rewarms:
             notes.append("an engine without OfflineEngine was driven by run_offline_batch: it re-warmed each round "
@@ -135,16 +135,17 @@ def _measure(settings: VerifySettings, base: Variant, treat: Variant, work: Path
         check_throughput(throughput, step_time, settings.require_improvement),
     )
     return VerifyReport(
-        settings=settings, config=_jsonable(dataclasses.asdict(base.config)), baseline=b, treatment=t,
+        settings=settings, config=json_safe(dataclasses.asdict(base.config)), baseline=b, treatment=t,
         checks=checks, throughput=throughput, step_time=step_time, ttft=ttft, treatment_hlo=treat_hlo,
         baseline_hlo=base_hlo, removed_ops=removed_ops(base_hlo, treat_hlo), fix_diff=fix_diff,
         elapsed_s=time.perf_counter() - started, backend=jax.default_backend(), notes=tuple(notes),
     )
 
 
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        return json.loads(json.dumps(value, default=str))
+def _only_precompile(report: ProgressFn, label: str) -> ProgressFn:
+    """The engine's precompile progress under ``label``; its other stages (an untimed batch's prefill
+    and decode) are not verify's."""
+    def update(stage: str, done: int, total: int) -> None:
+        if stage == "precompile":
+            report(label, done, total)
+    return update

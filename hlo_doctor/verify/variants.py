@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from hlo_doctor.engines.session import call_with_progress
 from hlo_doctor.verify.compiles import CompileCounter
 from hlo_doctor.verify.results import RoundResult
-from hlo_doctor.verify.settings import VerifySettings, engine_config
+from hlo_doctor.verify.settings import ProgressFn, VerifySettings, engine_config
 
 
 class Variant:
@@ -35,14 +36,15 @@ class Variant:
         """True when the tree has no OfflineEngine: each round goes through run_offline_batch."""
         return not hasattr(self.module, "OfflineEngine")
 
-    def warmup(self) -> None:
+    def warmup(self, progress: ProgressFn | None = None) -> None:
+        """Start the engine (or run one untimed batch); its precompile is reported to ``progress``."""
         start = time.perf_counter()
         if self.rewarms:
             # One untimed batch so that the first measured round is not the process's first trace.
-            self.module.run_offline_batch(self.config)
+            call_with_progress(self.module.run_offline_batch, progress, self.config)
         else:
             self.engine = self.module.OfflineEngine(self.config)
-            self.engine.warmup()
+            call_with_progress(self.engine.warmup, progress)
         self.warmup_s = time.perf_counter() - start
 
     @property

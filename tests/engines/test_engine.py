@@ -34,8 +34,16 @@ def warm_runner() -> eng.ModelRunner:
 
 
 @pytest.fixture(scope="module")
-def greedy_result() -> eng.BatchResult:
-    return eng.run_offline_batch(eng.EngineConfig(**SMALL))
+def greedy_run() -> tuple[eng.BatchResult, list[tuple[str, int, int]]]:
+    """A small greedy offline batch and every ``progress(stage, done, total)`` call it made."""
+    calls: list[tuple[str, int, int]] = []
+    result = eng.run_offline_batch(eng.EngineConfig(**SMALL), progress=lambda *call: calls.append(call))
+    return result, calls
+
+
+@pytest.fixture(scope="module")
+def greedy_result(greedy_run: tuple[eng.BatchResult, list[tuple[str, int, int]]]) -> eng.BatchResult:
+    return greedy_run[0]
 
 
 # -- configuration -----------------------------------------------------------------------------
@@ -88,6 +96,19 @@ def test_menu_covers_every_bucket_and_sampling_combination(warm_runner: eng.Mode
                 assert ("sample", key) in keys
         for name in ("prefill", "decode", "compute_logits", "gather_logprobs", "logits_cast"):
             assert (name, (("num_reqs", num_reqs),)) in keys
+    assert len(warm_runner.compilation_manager.menu) == warm_runner.compilation_manager.menu_size
+
+
+def test_precompile_reports_programs_done_of_total(
+        greedy_run: tuple[eng.BatchResult, list[tuple[str, int, int]]]) -> None:
+    _, calls = greedy_run
+    precompile = [(done, total) for stage, done, total in calls if stage == "precompile"]
+    total = 9 * 2 + 1  # 9 programs for each of the buckets 8 and 16, and the rng split
+    assert precompile == [(done, total) for done in range(total + 1)]
+    # All of it inside the warm-up stage, before the batch.
+    first = calls.index(("precompile", 0, total))
+    last = calls.index(("precompile", total, total))
+    assert calls.index(("warmup", 0, 1)) < first < last < calls.index(("warmup", 1, 1))
 
 
 def test_sample_hits_the_menu_with_f32_and_misses_with_bf16(warm_runner: eng.ModelRunner) -> None:

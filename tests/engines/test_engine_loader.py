@@ -18,7 +18,7 @@ from click.testing import CliRunner
 import hlo_doctor.engine as bundled
 from hlo_doctor.cli import main
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.engines import checked_config, engine_source_dir, load_engine
+from hlo_doctor.engines import call_with_progress, checked_config, engine_source_dir, load_engine
 
 SMALL = dict(vocab_size=1024, hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
              mlp_dim=128, max_num_reqs=8, batch=8, prompt_len=4, max_tokens=4)
@@ -131,6 +131,24 @@ def test_cli_engine_run_json(tmp_path: Path) -> None:
     assert summary["steady_state_compiles"] == 0
     assert summary["throughput_tok_s"] > 0 and summary["batch_ttft_ms"] > 0
     assert summary["engine_source"] == str(engine_source_dir(bundled))
+    # Piped, the precompile shows one line when it starts and one when it is done: programs done / total
+    # (9 for the one bucket, 8, and the rng split).
+    assert "precompile (programs) 0/10\n" in result.stderr and "precompile (programs) 10/10 done" in result.stderr
+
+
+def test_call_with_progress_passes_it_only_to_a_warmup_that_takes_it() -> None:
+    def reporting(config: int, progress: object = None) -> tuple[int, object]:
+        return config, progress
+
+    def silent(config: int) -> int:
+        return config
+
+    def report(stage: str, done: int, total: int) -> None:
+        pass
+
+    assert call_with_progress(reporting, report, 3) == (3, report)
+    assert call_with_progress(silent, report, 3) == 3
+    assert call_with_progress(reporting, None, 3) == (3, None)
 
 
 @pytest.mark.parametrize(

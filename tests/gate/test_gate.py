@@ -59,6 +59,7 @@ def _stats(rows: list[dict[str, object]], *, step_us: float, seed: int, spread: 
     rng = np.random.default_rng(seed)
     scale = scale or {}
     table = pd.DataFrame(rows).reindex(columns=list(COLUMN_NAMES))
+    table["runs_per_step"] = table["runs_per_step"].fillna(1.0)  # exports are checked: no NaN counts
     table["time_per_step_us"] = [
         float(r["time_per_step_us"]) * scale.get(str(r["canonical_key"]), 1.0) for r in rows  # type: ignore[arg-type]
     ]

@@ -80,6 +80,9 @@ def _invoke(*args: str) -> object:
 
 
 def _profile(tmp: Path, name: str, program: str) -> Path:
+    # An eager astype of a shape compiled earlier in this process reuses that executable, and with
+    # it the source line of whoever compiled it first: start from empty caches.
+    jax.clear_caches()
     src = tmp / f"{name}.py"
     src.write_text(textwrap.dedent(program))
     out = tmp / f"run_{name}"

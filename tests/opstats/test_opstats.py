@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -198,8 +199,28 @@ def test_from_json_rejects_other_files(tmp_path: Path) -> None:
         load_opstats(tmp_path / "t.json")
 
 
+def test_from_json_reads_the_format_key_of_older_exports(small_run: Path) -> None:
+    doc = json.loads(to_json(load_opstats(small_run)))
+    doc["format"] = doc.pop("schema")
+    again = from_json(json.dumps(doc))
+    assert len(again.table) == len(load_opstats(small_run).table)
+    committed = Path(__file__).parents[2] / "sample_traces" / "engine_b64_fixed" / "opstats.json"
+    assert '"format": "hlo-doctor.opstats/1"' in committed.read_text()
+    assert len(load_opstats(committed).table) > 0
+
+
+def test_to_json_writes_a_missing_value_as_null_and_reads_it_back(small_run: Path) -> None:
+    stats = load_opstats(small_run)
+    table = stats.table.copy()
+    table.loc[0, "total_time_us"] = float("nan")
+    text = to_json(dataclasses.replace(stats, table=table))
+    doc = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert doc["rows"][0]["total_time_us"] is None
+    assert pd.isna(from_json(text).table.loc[0, "total_time_us"])
+
+
 def test_to_json_is_plain_json(small_run: Path) -> None:
     doc = json.loads(to_json(load_opstats(small_run)))
-    assert doc["format"] == "hlo-doctor.opstats/1"
+    assert next(iter(doc)) == "schema" and doc["schema"] == "hlo-doctor.opstats/1" and "format" not in doc
     assert "pct_of_step_definition" in doc and doc["rows"]
     assert all(isinstance(r["program_id"], int) for r in doc["rows"])

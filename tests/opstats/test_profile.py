@@ -35,6 +35,7 @@ def test_profile_writes_a_run_directory_xprof_layout(sampler_run: tuple[Path, di
     xplanes = list(out.glob("plugins/profile/*/*.xplane.pb"))
     assert len(xplanes) == 1
     run = json.loads((out / "run.json").read_text())
+    assert next(iter(run)) == "schema" and run["schema"] == "hlo-doctor.run/1"
     assert run["target"] == SAMPLER
     assert run["backend"] == "cpu" and run["steps"] == 4 and run["warmup"] == 2
     assert {"jax", "jaxlib", "xprof"} <= set(run["versions"])

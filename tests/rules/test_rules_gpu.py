@@ -134,3 +134,12 @@ def test_verify_check_4_evidence_passes_on_the_fixed_capture() -> None:
     assert failing_findings(fixed) == []
     original = hlo_evidence(_capture("original"))
     assert {f.code for f in failing_findings(original)} == {"HD002", "HD003", "HD004"}
+
+
+def test_upstream_shape_convert_fused_into_stage_one_reads_bf16() -> None:
+    from hlo_doctor.hlo import parse_modules
+    from hlo_doctor.lint.testing import GPU_TWO_STAGE_ARGMAX_BF16
+
+    ctx = Context(modules=tuple(parse_modules(GPU_TWO_STAGE_ARGMAX_BF16)))
+    assert argmax_reads(ctx) == ("jit_sample: bf16[8,1024]",)
+    assert diagnose(ctx, BOOK).findings == ()

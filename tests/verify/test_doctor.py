@@ -29,7 +29,9 @@ def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:
     assert {"HD002", "HD003"} <= codes  # the aliasing copy and the standalone convert program
     verify = json.loads((out / "verify.json").read_text())
     assert [c["passed"] for c in verify["checks"]][:4] == [True, True, True, True], verify["checks"]
+    assert verify["schema"] == "hlo-doctor.verify/1"
     doc = json.loads((out / "doctor.json").read_text())
+    assert next(iter(doc)) == "schema" and doc["schema"] == "hlo-doctor.doctor/1"
     assert doc["fix"] == "bf16-greedy-sampler"
     assert doc["exit_code"] == result.exit_code
     report = (out / "report.md").read_text()

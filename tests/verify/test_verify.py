@@ -16,7 +16,8 @@ from seed_attempts import ATTEMPTS, build_attempt
 
 from hlo_doctor.cli import main
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.render.verify import render_json, render_markdown
+from hlo_doctor.render.verify import to_json as render_json
+from hlo_doctor.render.verify import to_markdown as render_markdown
 from hlo_doctor.statistics import Outcome
 from hlo_doctor.verify import (
     RoundResult,
@@ -85,6 +86,7 @@ def test_fix_removes_the_copy_and_the_convert_program(fix_report: VerifyReport) 
 
 def test_reports_render(fix_report: VerifyReport) -> None:
     doc = json.loads(render_json(fix_report))
+    assert next(iter(doc)) == "schema" and doc["schema"] == "hlo-doctor.verify/1"
     assert doc["passed"] == fix_report.passed
     assert [c["number"] for c in doc["checks"]] == [1, 2, 3, 4, 5]
     assert doc["treatment"]["rounds"][0]["compiles"] == 0

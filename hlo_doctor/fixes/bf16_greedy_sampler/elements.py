@@ -29,15 +29,23 @@ MODEL_DTYPE_EXPRESSIONS = (
 
 ELEMENT_TITLES = {
     "runner.eager_widening": (1, "runner: no eager float32 widening before sample()"),
-    "runner.post_sample_widening": (1, "runner: widening after sampling only when logprobs are on"),
+    "runner.post_sample_widening": (1, "runner: no eager float32 widening after sampling, logprobs or not"),
     "sampler.argmax_on_input": (2, "sampler: argmax reads the incoming logits, before the widening"),
     "sampler.logprobs_gated_output": (2, "sampler (full): no float32 logits returned without logprobs"),
+    "sampler.logprobs_widening_in_graph": (2, "sampler: the logprobs computation widens its input in-graph"),
     "precompile.sampling_dtype": (3, "precompile: sample() menu keyed on the model dtype"),
+    "precompile.logprobs_dtype": (3, "precompile: logprobs menu keyed on what the runner passes"),
 }
 ORDER = tuple(ELEMENT_TITLES)
 # Elements every known release already satisfies (argmax before the widening): they are checked and
 # enforced, but being "fixed" does not make a tree half-fixed.
 PRECONDITIONS = frozenset({"sampler.argmax_on_input"})
+# What this version of the fix adds to the previous one (which left the runner's widening under
+# `if logprobs:`, an eager program whenever logprobs are on): a tree carrying exactly the previous
+# version is upgraded by applying again, without --complete.
+LOGPROBS_ELEMENTS = frozenset(
+    {"runner.post_sample_widening", "sampler.logprobs_widening_in_graph", "precompile.logprobs_dtype"}
+)
 
 
 @dataclass(slots=True)

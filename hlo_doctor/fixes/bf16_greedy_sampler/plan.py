@@ -6,18 +6,28 @@ steps is the order the anchors missing are reported in.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
+import libcst.matchers as m
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.fixes.base import Plan
 from hlo_doctor.fixes.bf16_greedy_sampler.codemod import rewrite
-from hlo_doctor.fixes.bf16_greedy_sampler.elements import ORDER, PRECONDITIONS, Analysis
-from hlo_doctor.fixes.bf16_greedy_sampler.precompile import PrecompileFacts, analyze_precompile
+from hlo_doctor.fixes.bf16_greedy_sampler.elements import LOGPROBS_ELEMENTS, ORDER, PRECONDITIONS, Analysis
+from hlo_doctor.fixes.bf16_greedy_sampler.precompile import (
+    GatherMenuFacts,
+    PrecompileFacts,
+    analyze_gather_menu,
+    analyze_precompile,
+)
 from hlo_doctor.fixes.bf16_greedy_sampler.runner import RunnerFacts, analyze_runner
 from hlo_doctor.fixes.bf16_greedy_sampler.sampler import (
+    ConsumerFacts,
     SamplerFacts,
+    analyze_consumer,
     analyze_sampler,
     widening_gated_on_do_sampling,
 )
@@ -82,13 +92,16 @@ def record_runner(analysis: Analysis, parsed: Parsed, runner: RunnerFacts, varia
         with_stmt = runner.with_block.body[runner.with_index]
         analysis.set("runner.eager_widening", "fixed", parsed.where("runner", func, with_stmt),
                      "sample() receives the logits unwidened")
-    if runner.post is None:
+    if runner.post is not None:
+        analysis.set("runner.post_sample_widening", "original", parsed.where("runner", func, runner.post),
+                     "under `if logprobs`: an eager program whenever logprobs are on" if runner.post_gated
+                     else "unconditional")
+    elif runner.consumer is not None:
+        analysis.set("runner.post_sample_widening", "fixed", parsed.where("runner", func, runner.consumer),
+                     "the logprobs computation receives the logits unwidened")
+    else:
         analysis.miss("runner.post_sample_widening",
                       f"`{var} = {var}.astype(jnp.float32)` after sampling in _sample_from_logits", rel)
-    else:
-        analysis.set("runner.post_sample_widening", "fixed" if runner.post_fixed else "original",
-                     parsed.where("runner", func, runner.post),
-                     "under `if logprobs`" if runner.post_fixed else "unconditional")
     if variant == "full" and runner.unsafe_uses:
         analysis.unsafe.extend(
             f"{rel}: `{name}` (logits returned by sample()) is read outside `if {runner.meta}.logprobs:`"
@@ -116,12 +129,87 @@ def record_precompile(analysis: Analysis, parsed: Parsed, precompile: Precompile
     analysis.set("precompile.sampling_dtype", "original" if precompile.is_f32 else "fixed",
                  parsed.where("precompile", func, precompile.dtype_stmt),
                  f"dummy logits {dotted(precompile.dtype_arg.value)}")
-    if precompile.gather_dtypes:
-        kinds = sorted(set(precompile.gather_dtypes))
+    if len(precompile.gather_dtypes) > 1:
         analysis.notes.append(
-            f"_precompile_gather_logprobs kept at {', '.join(kinds)}: its consumers still receive float32 "
-            "(sample()'s own float32 output, or the runner's widening that now runs under `if logprobs`)"
+            "the speculative-decoding entries of _precompile_gather_logprobs keep their dtype: that path passes "
+            "the logprobs computation what it passed before"
         )
+
+
+def record_consumer(analysis: Analysis, parsed: Parsed, consumer: ConsumerFacts) -> None:
+    """Part 2: the jitted logprobs computation widens its own input (a no-op for float32 input)."""
+    where = parsed.where("sampler", consumer.func, consumer.widening or consumer.func)
+    if consumer.widening is not None:
+        analysis.set("sampler.logprobs_widening_in_graph", "fixed", where, "widens its input in-graph")
+    else:
+        analysis.set("sampler.logprobs_widening_in_graph", "original", where, "expects float32 from the runner")
+
+
+def record_gather_menu(analysis: Analysis, parsed: Parsed, menu: GatherMenuFacts, runner: RunnerFacts | None,
+                       source: str, context: dict[str, str]) -> None:
+    """Part 3: the dtype the logprobs menu is keyed on (and, to rekey it, the runner's mode test)."""
+    analysis.set("precompile.logprobs_dtype", menu.state, parsed.where("precompile", menu.func, menu.dtype_stmt),
+                 "float32 only for processed logprobs, else the model dtype" if menu.state == "fixed"
+                 else "dummy logits float32")
+    if menu.state != "original":
+        return
+    test = runner.processed_test if runner is not None else None
+    if test is None:
+        analysis.miss("precompile.logprobs_dtype", "`processed_logits if <processed mode> else logits` (the "
+                      "logprobs input) in _sample_from_logits", parsed.rel["runner"])
+        return
+    code, unknown = for_compilation_manager(test, source)
+    if unknown:
+        analysis.miss("precompile.logprobs_dtype", f"`{', '.join(unknown)}` (used by the runner's test `{code}`) "
+                      "in the compilation manager", parsed.rel["precompile"])
+        return
+    context["processed_test"] = code
+
+
+class _FreeNames(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+
+def for_compilation_manager(test: cst.BaseExpression, source: str) -> tuple[str, list[str]]:
+    """The runner's ``test`` as the compilation manager spells it (``self.`` -> ``self.runner.``), and
+    the names it uses that the compilation manager's source never mentions."""
+    moved = cast(cst.BaseExpression, m.replace(test, m.Name("self"), cst.parse_expression("self.runner")))
+    code = cst.Module(body=[]).code_for_node(moved)
+    # A test written over several lines (inside the runner's parentheses) is put on one line; when a
+    # string in it holds runs of whitespace, parentheses keep it valid as written instead.
+    strings = [cst.ensure_type(n, cst.SimpleString).value for n in m.findall(moved, m.SimpleString())]
+    if any(re.search(r"\s\s|\n", v) for v in strings):
+        code = f"({code})" if "\n" in code else code
+    else:
+        code = " ".join(code.split())
+    free = _FreeNames()
+    moved.visit(free)
+    unknown = sorted(n for n in free.names - {"self", "True", "False", "None"}
+                     if re.search(rf"\b{re.escape(n)}\b", source) is None)
+    return code, unknown
+
+
+def judge_upgrade(analysis: Analysis, runner: RunnerFacts | None, relevant: list[str]) -> str:
+    """Why a tree carrying exactly the previous version of this fix may be upgraded without --complete."""
+    states = {e: analysis.states[e].state for e in relevant if e in analysis.states}
+    pending = {e for e, state in states.items() if state == "original"}
+    done = {e for e, state in states.items() if state == "fixed" and e not in PRECONDITIONS}
+    if not done or not pending or not pending <= LOGPROBS_ELEMENTS or runner is None or not runner.post_gated:
+        return ""
+    return ("upgraded a tree carrying an earlier version of this fix, which still widened the logits eagerly "
+            "in the runner whenever logprobs were on")
 
 
 def build_plan(target: Target, sources: dict[str, str], variant: str) -> Plan:
@@ -147,10 +235,22 @@ def build_plan(target: Target, sources: dict[str, str], variant: str) -> Plan:
         record_sampler(analysis, parsed, sampler)
     if precompile is not None:
         record_precompile(analysis, parsed, precompile)
+    context: dict[str, str] = {"float32": "jnp.float32"}
+    consumer, consumer_missing = analyze_consumer(modules["sampler"])
+    for anchor in consumer_missing:
+        analysis.miss("sampler.logprobs_widening_in_graph", anchor, parsed.rel["sampler"])
+    if consumer is not None:
+        record_consumer(analysis, parsed, consumer)
+    menu, menu_missing = analyze_gather_menu(modules["precompile"], sources["precompile"])
+    for anchor in menu_missing:
+        analysis.miss("precompile.logprobs_dtype", anchor, parsed.rel["precompile"])
+    if menu is not None:
+        record_gather_menu(analysis, parsed, menu, runner, sources["precompile"], context)
 
     relevant = [e for e in ORDER if variant == "full" or e != "sampler.logprobs_gated_output"]
     pending = {e for e in relevant if e in analysis.states and analysis.states[e].state == "original"}
-    new_sources = rewrite(sources, modules, pending) if not analysis.missing and pending else {}
+    upgrade = judge_upgrade(analysis, runner, relevant)
+    new_sources = rewrite(sources, modules, pending, context) if not analysis.missing and pending else {}
     if target.project == ENGINE:
         analysis.notes.append("target is the hlo-doctor reference engine: same codemod, same anchors")
     return Plan(
@@ -163,4 +263,5 @@ def build_plan(target: Target, sources: dict[str, str], variant: str) -> Plan:
         new_sources=tuple(sorted(new_sources.items())),
         relevant=tuple(relevant),
         preconditions=PRECONDITIONS,
+        upgrade=upgrade,
     )

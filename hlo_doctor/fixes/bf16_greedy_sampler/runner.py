@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
+import libcst.matchers as m
 
 from hlo_doctor.fixes.cst import (
     calls_in,
@@ -33,9 +34,38 @@ class RunnerFacts:
     with_block: cst.IndentedBlock
     with_index: int
     eager: cst.SimpleStatementLine | None
+    # The widening after sampling: unconditional (the releases), or under `if <meta>.logprobs:` (an
+    # earlier version of this fix, which still runs it eagerly whenever logprobs are on); None: gone.
     post: cst.CSTNode | None
-    post_fixed: bool
+    post_gated: bool
     unsafe_uses: tuple[str, ...]
+    # `compute_and_gather_logprobs(...)` after sampling, and the runner's choice between sample()'s
+    # processed logits and its own: `<processed> if <processed_test> else <logits>`.
+    consumer: cst.Call | None
+    processed_test: cst.BaseExpression | None
+
+
+CONSUMER = "compute_and_gather_logprobs"
+
+
+def _returned_logits_name(with_stmt: cst.With) -> str | None:
+    """``processed_logits`` in ``next_tokens, processed_logits = sample(...)`` inside ``with_stmt``."""
+    for block in iter_blocks(with_stmt):
+        for stmt in block.body:
+            assign = single_assign(stmt)
+            if assign is None or not is_sample_call(assign.value):
+                continue
+            target = assign.targets[0].target
+            if isinstance(target, cst.Tuple) and len(target.elements) == 2:
+                return dotted(target.elements[1].value)
+    return None
+
+
+def _processed_test(func: cst.FunctionDef, processed: str, logits_var: str) -> cst.BaseExpression | None:
+    """``T`` in ``<processed> if T else <logits>``: when the runner feeds logprobs sample()'s output."""
+    for node in m.findall(func, m.IfExp(body=m.Name(processed), orelse=m.Name(logits_var))):
+        return cst.ensure_type(node, cst.IfExp).test
+    return None
 
 
 def is_sample_call(node: cst.CSTNode) -> bool:
@@ -63,7 +93,8 @@ def analyze_runner(module: cst.Module) -> tuple[RunnerFacts | None, list[str]]:
                 continue
             eager = block.body[index - 1] if index > 0 else None
             eager_stmt = eager if eager is not None and widening_of(eager) == logits_var else None
-            post, post_fixed = _find_post_widening(func, stmt, logits_var, meta)
+            post, post_gated = _find_post_widening(func, stmt, logits_var, meta)
+            processed = _returned_logits_name(stmt)
             return (
                 RunnerFacts(
                     logits_var,
@@ -72,8 +103,10 @@ def analyze_runner(module: cst.Module) -> tuple[RunnerFacts | None, list[str]]:
                     index,
                     eager_stmt,  # type: ignore[arg-type]
                     post,
-                    post_fixed,
+                    post_gated,
                     _unsafe_logit_uses(func, meta),
+                    next((c for c in calls_in(func) if is_call_to(c, CONSUMER, min_positional=2)), None),
+                    _processed_test(func, processed, logits_var) if processed else None,
                 ),
                 [],
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
+import libcst.matchers as m
 
 from hlo_doctor.fixes.cst import (
     assigned_name,
@@ -145,3 +146,30 @@ def analyze_sampler(module: cst.Module) -> tuple[SamplerFacts | None, list[str],
         [],
         False,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerFacts:
+    """The jitted logprobs consumer ``compute_and_gather_logprobs(logits, ...)`` of the sampler file."""
+
+    func: cst.FunctionDef
+    logits_param: str
+    # `logits = logits.astype(jnp.float32)` at the top of its body (the fix puts it there), or None.
+    widening: cst.SimpleStatementLine | None
+
+
+def analyze_consumer(module: cst.Module) -> tuple[ConsumerFacts | None, list[str]]:
+    """Facts about ``compute_and_gather_logprobs``; the anchors not found."""
+    func = find_function(module, "compute_and_gather_logprobs", method=False)
+    if func is None or not func.params.params:
+        return None, ["function compute_and_gather_logprobs(logits, ...)"]
+    if not any(_mentions_jit(d.decorator) for d in func.decorators):
+        return None, ["@jax.jit on compute_and_gather_logprobs"]
+    logits = func.params.params[0].name.value
+    body = [s for s in func.body.body if not is_docstring(s)]
+    widening = body[0] if body and widening_of(body[0]) == logits else None
+    return ConsumerFacts(func, logits, widening), []  # type: ignore[arg-type]
+
+
+def is_docstring(stmt: cst.CSTNode) -> bool:
+    return m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())]))

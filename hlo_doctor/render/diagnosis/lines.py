@@ -48,6 +48,10 @@ def to_concise(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
         where = f"{path}:{line}: " if path and line else (f"{path}: " if path else "")
         lines.append(f"{where}{f.code} [{f.severity}] {f.message}{_what(f)}")
     lines.append(diagnosis.summary_line())
+    if diagnosis.compiler_inserted_line():
+        lines.append(diagnosis.compiler_inserted_line())
+    if diagnosis.stage_line:
+        lines.append(diagnosis.stage_line)
     return "\n".join(lines) + "\n"
 
 

@@ -41,9 +41,10 @@ def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType
             table.add_column(col, justify=justify, no_wrap=not wrap, overflow="fold")  # type: ignore[arg-type]
         for f in diagnosis.findings:
             table.add_row(
-                f.code, Text(str(f.severity), style=_STYLE.get(f.severity, "")), f.module, f.op,
-                f.shape, fmt_us(f.time_per_step_us), fmt_pct(f.pct_of_step), fmt_us(f.recoverable_us),
-                short_path(f.source, 1) if f.source else "",
+                # Text, not str: names and paths come from the user's program and are never markup.
+                Text(f.code), Text(str(f.severity), style=_STYLE.get(f.severity, "")), Text(f.module), Text(f.op),
+                Text(f.shape), fmt_us(f.time_per_step_us), fmt_pct(f.pct_of_step), fmt_us(f.recoverable_us),
+                Text(short_path(f.source, 1) if f.source else ""),
             )
         parts.append(table)
         if details:
@@ -68,4 +69,6 @@ def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType
     parts.append(Text(diagnosis.summary_line(), style=style))
     if diagnosis.compiler_inserted_line():
         parts.append(Text(diagnosis.compiler_inserted_line(), style="dim"))
+    if diagnosis.stage_line:
+        parts.append(Text(diagnosis.stage_line, style="dim"))
     return Group(*parts)

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from fix_previous_version import downgrade
 from test_fix_hlo import facts_of
 
 import hlo_doctor.engine
@@ -71,6 +72,23 @@ def test_engine_copy_apply_twice_revert(tmp_path: Path) -> None:
     assert {p.name: p.read_bytes() for p in tree.glob("*.py")} == original
 
 
+def test_previous_version_is_upgraded_and_reverts(tmp_path: Path) -> None:
+    tree = Path(shutil.copytree(ENGINE_DIR, tmp_path / "engine", ignore=shutil.ignore_patterns("__pycache__")))
+    original = {p.name: p.read_bytes() for p in tree.glob("*.py")}
+    reference = Path(shutil.copytree(tree, tmp_path / "reference"))
+    assert isinstance(apply_fix(FIX, reference), FixApplied)
+    assert isinstance(apply_fix(FIX, tree), FixApplied)
+    downgrade(tree / "runner.py", tree / "sampling.py", tree / "compilation_manager.py")
+    upgraded = apply_fix(FIX, tree)
+    assert isinstance(upgraded, FixApplied) and not upgraded.completed_partial
+    assert any("earlier version" in note for note in upgraded.notes)
+    assert set(upgraded.applied) == {"runner.post_sample_widening", "sampler.logprobs_widening_in_graph",
+                                     "precompile.logprobs_dtype"}
+    assert {p.name: p.read_bytes() for p in tree.glob("*.py")} == {p.name: p.read_bytes() for p in reference.glob("*.py")}
+    assert isinstance(revert_fix(FIX, tree), FixApplied)
+    assert {p.name: p.read_bytes() for p in tree.glob("*.py")} == original
+
+
 def test_compiled_sample_has_no_copy_and_reads_bf16(engines: dict[str, ModuleType]) -> None:
     vocab, batch = SMALL["vocab_size"], 8
     logits = jax.random.normal(jax.random.key(1), (batch, vocab), jnp.bfloat16)
@@ -108,8 +126,15 @@ def test_standalone_convert_program_is_gone(engines: dict[str, ModuleType]) -> N
     assert any("convert_element_type" in name for name in original), original
     assert not any("convert_element_type" in name for name in patched), patched
     assert patched == ["jit(sample)"], patched
-    # With logprobs the widening is still needed, for the logprobs consumer only.
-    assert any("convert_element_type" in name for name in _step_programs(engines["full"], logprobs=True))
+
+
+def test_no_eager_widening_program_with_logprobs_either(engines: dict[str, ModuleType]) -> None:
+    original = _step_programs(engines["original"], logprobs=True)
+    assert any("convert_element_type" in name for name in original), original
+    for variant in ("full", "upstream"):
+        patched = _step_programs(engines[variant], logprobs=True)
+        # The logprobs computation widens its input in its own program: no eager convert in the step.
+        assert patched == ["jit(sample)", "jit(compute_and_gather_logprobs)"], (variant, patched)
 
 
 def test_warmup_menu_is_rekeyed_and_decode_compiles_nothing(engines: dict[str, ModuleType]) -> None:
@@ -132,12 +157,19 @@ def test_warmup_menu_is_rekeyed_and_decode_compiles_nothing(engines: dict[str, M
         assert len(watch.compiles()) == expected, (dtype, watch.reasons())
 
 
-def test_logprobs_batch_matches_and_compiles_nothing(engines: dict[str, ModuleType]) -> None:
-    original = engines["original"].run_offline_batch(_config(engines["original"], logprobs=True, max_tokens=3))
-    patched = engines["full"].run_offline_batch(_config(engines["full"], logprobs=True, max_tokens=3))
-    assert patched.steady_state_compiles == 0, patched.compile_reasons
-    np.testing.assert_array_equal(patched.tokens, original.tokens)
-    np.testing.assert_array_equal(patched.logprobs, original.logprobs)
+@pytest.mark.parametrize("do_sampling", [False, True])
+def test_logprobs_bit_identical_and_compiles_nothing(engines: dict[str, ModuleType], do_sampling: bool) -> None:
+    sampling = {"do_sampling": True, "temperature": 0.7, "top_k": 20, "top_p": 0.9} if do_sampling else {}
+    original = engines["original"].run_offline_batch(
+        _config(engines["original"], logprobs=True, max_tokens=3, **sampling))
+    for variant in ("full", "upstream"):
+        patched = engines[variant].run_offline_batch(_config(engines[variant], logprobs=True, max_tokens=3, **sampling))
+        assert patched.steady_state_compiles == 0, (variant, patched.compile_reasons)
+        np.testing.assert_array_equal(patched.tokens, original.tokens)
+        lp_patched, lp_original = np.asarray(patched.logprobs), np.asarray(original.logprobs)
+        assert lp_patched.dtype == lp_original.dtype == np.float32
+        # Bit for bit, not just equal values (NaN payloads and signed zeros included).
+        np.testing.assert_array_equal(lp_patched.view(np.uint32), lp_original.view(np.uint32))
 
 
 def test_hand_fix_without_rekeying_compiles_while_serving(tmp_path: Path) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fix_previous_version import downgrade
 from fixtures_wheels import PINNED_RELEASES, releases_under_test, tree_bytes, unpack
 
 from hlo_doctor.cli import main
@@ -69,12 +71,15 @@ def test_release_apply_twice_then_revert(pristine: dict[str, Path], tmp_path: Pa
     assert first.parts_applied == (1, 2, 3)
     assert first.manifest_path is not None and first.manifest_path.is_file()
     runner = (tree / RUNNER).read_text()
-    assert "if tpu_sampling_metadata.logprobs:\n            logits = logits.astype(jnp.float32)" in runner
-    assert EAGER not in runner
+    # No eager widening of the logits left in the runner, before sampling or after (logprobs or not).
+    assert EAGER not in runner and re.search(r"^ *logits = logits\.astype\(jnp\.float32\)", runner, re.M) is None
     assert "self.runner.model_config.dtype" in (tree / PRECOMPILE).read_text().split("def _precompile_sampling")[1].split("\n    def ")[0]
-    # The logprobs menu stays float32: its consumers still receive float32.
+    # The logprobs computation widens in-graph; its menu is keyed on what the runner now passes.
+    consumer = (tree / SAMPLER).read_text().split("def compute_and_gather_logprobs(")[1].split("\ndef ")[0]
+    assert ("    logits = logits.astype(jnp.float32)\n    logits = jax.lax.optimization_barrier(logits)\n"
+            "    logprobs = compute_logprobs(logits)") in consumer
     gather = (tree / PRECOMPILE).read_text().split("def _precompile_gather_logprobs")[1].split("\n    def ")[0]
-    assert "jnp.float32" in gather and "model_config.dtype" not in gather
+    assert re.search(r"jnp\.float32 if .*processed.* else self\.runner\.model_config\.dtype", gather), gather
     # Only the changed regions differ: comments and formatting elsewhere are byte-identical.
     after = tree_bytes(tree)
     changed = {k for k in original if original[k] != after.get(k)}
@@ -91,6 +96,28 @@ def test_release_apply_twice_then_revert(pristine: dict[str, Path], tmp_path: Pa
     assert isinstance(reverted, FixApplied) and reverted.reverted
     assert tree_bytes(tree) == original
     assert not (tree / ".hlo-doctor").exists()
+
+
+@pytest.mark.parametrize("version", releases_under_test())
+def test_tree_of_the_previous_fix_version_is_upgraded(pristine: dict[str, Path], tmp_path: Path, version: str) -> None:
+    """The previous version left the runner's widening under `if logprobs:` (an eager program with
+    logprobs on): applying again upgrades it without --complete, to the same bytes as a fresh apply,
+    and --revert still restores the release's bytes."""
+    tree, reference = _copy(pristine, version, tmp_path / "t"), _copy(pristine, version, tmp_path / "r")
+    original = tree_bytes(tree)
+    if not isinstance(apply_fix(FIX, reference), FixApplied):
+        pytest.skip(f"{version}: the fix does not apply")
+    assert isinstance(apply_fix(FIX, tree), FixApplied)
+    downgrade(tree / RUNNER, tree / SAMPLER, tree / PRECOMPILE)
+    assert "if tpu_sampling_metadata.logprobs:\n            logits = logits.astype(jnp.float32)" in (tree / RUNNER).read_text()
+    upgraded = apply_fix(FIX, tree)
+    assert isinstance(upgraded, FixApplied) and not upgraded.completed_partial, upgraded
+    assert any("earlier version of this fix" in note for note in upgraded.notes)
+    assert {p.relative_to(tree).as_posix() for p in upgraded.files} == {RUNNER, SAMPLER, PRECOMPILE}
+    sources = lambda root: {k: v for k, v in tree_bytes(root).items() if not k.startswith(".hlo-doctor")}  # noqa: E731
+    assert sources(tree) == sources(reference)
+    assert isinstance(revert_fix(FIX, tree), FixApplied)
+    assert tree_bytes(tree) == original
 
 
 def test_registry() -> None:
@@ -116,10 +143,13 @@ def test_upstream_variant_keeps_sample_contract(pristine: dict[str, Path], tmp_p
     result = apply_fix(FIX, tree, variant="upstream")
     assert isinstance(result, FixApplied)
     # The released sample() already takes the argmax before its widening: with bf16 in, that widening
-    # is the output materialization, so the upstream variant needs no edit there.
-    assert {p.relative_to(tree).as_posix() for p in result.files} == {RUNNER, PRECOMPILE}
-    assert (tree / SAMPLER).read_bytes() == sampler_before
-    assert result.parts_applied == (1, 3)
+    # is the output materialization, so the upstream variant leaves sample() as it is; only the
+    # logprobs computation below it gets its in-graph widening.
+    assert {p.relative_to(tree).as_posix() for p in result.files} == {RUNNER, SAMPLER, PRECOMPILE}
+    sample_of = lambda text: text.split("def sample(")[1].split("\ndef ")[0]  # noqa: E731
+    assert sample_of((tree / SAMPLER).read_text()) == sample_of(sampler_before.decode())
+    assert result.parts_applied == (1, 2, 3)
+    assert "sampler.logprobs_gated_output" not in result.applied
     # Upgrading to the full variant later is named, not silently done.
     upgrade = apply_fix(FIX, tree, variant="full")
     assert isinstance(upgrade, FixRefused) and upgrade.kind == "half-fixed"

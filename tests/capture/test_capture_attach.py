@@ -21,7 +21,7 @@ from hlo_doctor.cli import main
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.opstats import load_opstats
 
-SERVE = Path(__file__).parent / "profile_programs" / "serve.py"
+SERVE = Path(__file__).parents[1] / "profile_programs" / "serve.py"
 
 
 def _free_port() -> int:

@@ -1,0 +1,87 @@
+"""HD009 and HD010 on small JAX decode loops, run through ``profile`` and ``diagnose`` on XLA:CPU.
+
+The programs are in ``programs/``: a ``while`` loop over a KV-cache state without and with
+donation, and a loop that copies its carried cache on every iteration, without and with the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hlo_doctor.capture import resolve_target
+from hlo_doctor.cli import main
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+
+def _profile_and_diagnose(target: str, out: Path) -> dict:  # type: ignore[type-arg]
+    runner = CliRunner()
+    result = runner.invoke(main, ["profile", f"{PROGRAMS / target}", "--steps", "3", "--warmup", "1",
+                                  "--out", str(out), "--format", "json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(main, ["diagnose", str(out), "--format", "json"], catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def _line(program: str, text: str) -> int:
+    """The line of ``program`` holding ``text``."""
+    lines = (PROGRAMS / program).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def _codes(doc: dict, code: str) -> list[dict]:  # type: ignore[type-arg]
+    return [f for f in doc["findings"] if f["code"] == code]
+
+
+def test_target_file_with_a_dataclass_under_future_annotations(tmp_path: Path) -> None:
+    # A string ``ClassVar`` annotation makes dataclasses look the module up in sys.modules.
+    target = tmp_path / "config_step.py"
+    target.write_text(
+        "from __future__ import annotations\n\nimport dataclasses\nimport typing\n\n\n"
+        "@dataclasses.dataclass\nclass Config:\n    width: int = 4\n"
+        "    names: typing.ClassVar[tuple[str, ...]] = ()\n\n\n"
+        "def step() -> int:\n    return Config().width\n")
+    assert resolve_target(f"{target}:step")() == 4
+
+
+def test_hd009_loop_state_not_donated(tmp_path: Path) -> None:
+    doc = _profile_and_diagnose("decode_no_donation.py:step", tmp_path / "run")
+    found = _codes(doc, "HD009")
+    # Two layers, a K and a V cache each: four copies of the state before the while; the position
+    # (a scalar) is below the size floor.
+    assert sorted(f["extra"]["parameter"] for f in found) == [0, 1, 2, 3]
+    for f in found:
+        assert f["module"] == "jit__loop" and f["op"].startswith("copy")
+        assert f["shape"] == "f32[64,4,32]{2,1,0}"
+        assert f["time_per_step_us"] > 0 and f["recoverable_us"] == f["time_per_step_us"]
+        assert f["source"].endswith(f"decode_no_donation.py:{_line('decode_no_donation.py', 'while_loop(')}")
+        assert "not donated" in f["message"]
+    assert not _codes(doc, "HD002") and not _codes(doc, "HD010")
+
+
+def test_hd009_gone_with_donation(tmp_path: Path) -> None:
+    doc = _profile_and_diagnose("decode_no_donation.py:step_donated", tmp_path / "run")
+    assert not _codes(doc, "HD009")
+
+
+def test_hd010_loop_carried_copy(tmp_path: Path) -> None:
+    doc = _profile_and_diagnose("carried_copy.py:step", tmp_path / "run")
+    found = _codes(doc, "HD010")
+    assert {f["op"] for f in found} >= {"copy.5"}
+    for f in found:
+        assert f["module"] == "jit_decode" and f["extra"]["tuple_index"] == 1
+        assert f["extra"]["iterations_per_step"] == pytest.approx(16)
+        assert "16 iterations per step" in f["message"] and "us per iteration" in f["message"]
+        assert f["time_per_step_us"] > 0
+    # The entry also copies the undonated cache before the loop.
+    assert [f["op"] for f in _codes(doc, "HD009")] == ["copy.10"]
+
+
+def test_hd010_gone_when_the_body_only_writes(tmp_path: Path) -> None:
+    doc = _profile_and_diagnose("carried_copy.py:step_fixed", tmp_path / "run")
+    assert not _codes(doc, "HD010")
