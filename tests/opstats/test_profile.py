@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -176,10 +179,15 @@ def test_profile_target_that_does_not_import(tmp_path: Path) -> None:
 
 
 def test_profile_target_without_hlo_ops(tmp_path: Path) -> None:
+    # A process of its own: in this one, work that earlier tests dispatched asynchronously can still
+    # be running on XLA's thread pool while the trace is on, and its ops would land in the capture.
     out = tmp_path / "run"
-    result = _invoke("profile", f"{PROGRAMS / 'no_ops_step.py'}:step", "--out", str(out),
-                     "--steps", "2", "--warmup", "0")
-    _assert_one_line_error(result, "no HLO op events")
+    proc = subprocess.run([sys.executable, "-m", "hlo_doctor.cli", "profile", f"{PROGRAMS / 'no_ops_step.py'}:step",
+                           "--out", str(out), "--steps", "2", "--warmup", "0"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "no HLO op events" in errors[0], proc.stderr
     _assert_no_run_left(out)
 
 
