@@ -20,11 +20,10 @@ BOOK = load_rulebook()
 
 
 def _capture(case: str) -> Path:
-    for path in (ROOT / "sample_traces" / f"gpu_h200_{case}",
-                 Path("/work/shared/traces/gpu-h200") / f"gpu_engine_b64_{case}"):
-        if path.is_dir():
-            return path
-    pytest.fail(f"the H200 capture '{case}' is missing")
+    path = ROOT / "sample_traces" / f"gpu_h200_{case}"
+    if not path.is_dir():
+        pytest.fail(f"the H200 capture '{case}' is missing")
+    return path
 
 
 @pytest.fixture(scope="module")

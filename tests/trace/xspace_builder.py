@@ -2,7 +2,7 @@
 
 The conventions follow xprof's ``convert/xplane_to_op_metrics_db_test.cc``,
 ``convert/xplane_to_op_stats_test.cc`` and ``utils/op_metrics_db_utils.cc``, and what a real H200
-capture holds (docs in ``../shared/reference/device-traces.md`` of the project notes):
+capture holds (``sample_traces/gpu_h200_*``):
 
 - TPU: plane ``/device:TPU:N`` with plane stats ``device_type_string``,
   ``peak_teraflops_per_second``, ``peak_hbm_bw_gigabytes_per_second``; lines ``Steps`` (events named
