@@ -13,7 +13,12 @@ from hlo_doctor.hlo.analysis import (
     value_uses,
 )
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, stage_of
-from hlo_doctor.lint.testing import ARGMAX_REDUCER, GPU_TWO_STAGE_ARGMAX_BF16, eager_convert
+from hlo_doctor.lint.testing import (
+    ARGMAX_F32_TOKENS,
+    ARGMAX_REDUCER,
+    GPU_TWO_STAGE_ARGMAX_BF16,
+    eager_convert,
+)
 
 _ARGMAX_F32 = """\
 HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->(s32[8]{0}, f32[8,1024]{1,0})}
@@ -88,28 +93,9 @@ ENTRY %main.3 (l.1: bf16[8,1024]) -> f32[8,1024] {
 """
 
 
-# The sampler reduces its f32 parameter and returns only the tokens.
-_ARGMAX_F32_TOKENS = """\
-HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->s32[8]{0}}
-
-""" + ARGMAX_REDUCER + """
-%fused_computation (param_0: f32[8,1024]) -> (f32[8], s32[8]) {
-  %param_0 = f32[8,1024]{1,0} parameter(0)
-  %iota.5 = s32[8,1024]{1,0} iota(), iota_dimension=1
-  %constant.5 = f32[] constant(-inf)
-  %constant.4 = s32[] constant(0)
-  ROOT %reduce.2 = (f32[8]{0}, s32[8]{0}) reduce(%param_0, %iota.5, %constant.5, %constant.4), dimensions={1}, to_apply=%region_0.1
-}
-
-ENTRY %main.3 (logits.1: f32[8,1024]) -> s32[8] {
-  %logits.1 = f32[8,1024]{1,0} parameter(0)
-  %iota_reduce_fusion = (f32[8]{0}, s32[8]{0}) fusion(%logits.1), kind=kLoop, calls=%fused_computation
-  ROOT %gte = s32[8]{0} get-tuple-element(%iota_reduce_fusion), index=1
-}
-"""
 
 # astype(f32) materialised in memory, then an argmax fusion reads the f32 tensor; only tokens out.
-_MATERIALISED_WIDEN_ARGMAX = _ARGMAX_F32_TOKENS.replace(
+_MATERIALISED_WIDEN_ARGMAX = ARGMAX_F32_TOKENS.replace(
     "(f32[8,1024]{1,0})->s32[8]{0}", "(bf16[8,1024]{1,0})->s32[8]{0}").replace(
     """ENTRY %main.3 (logits.1: f32[8,1024]) -> s32[8] {
   %logits.1 = f32[8,1024]{1,0} parameter(0)
@@ -166,10 +152,10 @@ class WideningConvertBeforeReduce(Rule):
     INVALID = (
         Example(hlo=(_MATERIALISED_WIDEN_ARGMAX,), expect=("HD001 logits.1",),
                 note="astype(f32) materialised, then reduced"),
-        Example(hlo=(_EAGER_CONVERT, _ARGMAX_F32_TOKENS), expect=("HD001 wrapped_convert",),
+        Example(hlo=(_EAGER_CONVERT, ARGMAX_F32_TOKENS), expect=("HD001 wrapped_convert",),
                 note="eager astype program feeding the sampler"),
         Example(
-            hlo=(_EAGER_CONVERT, _ARGMAX_F32_TOKENS),
+            hlo=(_EAGER_CONVERT, ARGMAX_F32_TOKENS),
             opstats=(
                 {"module": "jit_convert_element_type", "op": "wrapped_convert", "occurrences": 10,
                  "time_per_step_us": 40.0},

@@ -23,26 +23,12 @@ from hlo_doctor.lint import (
     producing_convert_program,
     stage_of,
 )
-from hlo_doctor.lint.testing import ARGMAX_REDUCER, GPU_TWO_STAGE_ARGMAX_BF16, eager_convert
-
-_ARGMAX_F32_PARAM = """\
-HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->s32[8]{0}}
-
-""" + ARGMAX_REDUCER + """
-%fused_computation (param_0: f32[8,1024]) -> (f32[8], s32[8]) {
-  %param_0 = f32[8,1024]{1,0} parameter(0)
-  %iota.5 = s32[8,1024]{1,0} iota(), iota_dimension=1
-  %constant.5 = f32[] constant(-inf)
-  %constant.4 = s32[] constant(0)
-  ROOT %reduce.2 = (f32[8]{0}, s32[8]{0}) reduce(%param_0, %iota.5, %constant.5, %constant.4), dimensions={1}, to_apply=%region_0.1, metadata={op_name="jit(sample)/reduce" source_file="sampling.py" source_line=125}
-}
-
-ENTRY %main.3 (logits.1: f32[8,1024]) -> s32[8] {
-  %logits.1 = f32[8,1024]{1,0} parameter(0)
-  %iota_reduce_fusion = (f32[8]{0}, s32[8]{0}) fusion(%logits.1), kind=kLoop, calls=%fused_computation, metadata={op_name="jit(sample)/reduce" source_file="sampling.py" source_line=125}
-  ROOT %gte = s32[8]{0} get-tuple-element(%iota_reduce_fusion), index=1
-}
-"""
+from hlo_doctor.lint.testing import (
+    ARGMAX_F32_TOKENS,
+    ARGMAX_REDUCER,
+    GPU_TWO_STAGE_ARGMAX_BF16,
+    eager_convert,
+)
 
 _EAGER_CONVERT = eager_convert()
 
@@ -157,18 +143,18 @@ class OverWideRead(Rule):
     VALID = (
         Example(hlo=(GPU_TWO_STAGE_ARGMAX_BF16,), note="XLA:GPU two-stage argmax over bf16: stage 2 reads partials"),
         Example(hlo=(_BF16_ARGMAX,), note="bf16 argmax widened in registers by XLA"),
-        Example(hlo=(_ARGMAX_F32_PARAM,), note="f32 input with no narrow producer in the run"),
+        Example(hlo=(ARGMAX_F32_TOKENS,), note="f32 input with no narrow producer in the run"),
         Example(hlo=(_UNOPTIMIZED_SOFTMAX,), note="softmax as lowered: the widened value feeds subtract/exp"),
     )
     INVALID = (
         Example(hlo=(_CONVERT_THEN_ARGMAX,), expect=("HD004 argmax_fusion",),
                 note="convert materialised then reduced"),
-        Example(hlo=(_EAGER_CONVERT, _ARGMAX_F32_PARAM), expect=("HD004 iota_reduce_fusion",),
+        Example(hlo=(_EAGER_CONVERT, ARGMAX_F32_TOKENS), expect=("HD004 iota_reduce_fusion",),
                 note="eager convert program feeding the argmax"),
         Example(hlo=(_UNOPTIMIZED_MAX,), expect=("HD004 reduce.1",),
                 note="as lowered: low severity, the stage in the evidence"),
         Example(
-            hlo=(_EAGER_CONVERT, _ARGMAX_F32_PARAM),
+            hlo=(_EAGER_CONVERT, ARGMAX_F32_TOKENS),
             opstats=({"module": "jit_sample", "op": "iota_reduce_fusion", "occurrences": 10,
                       "time_per_step_us": 100.0},
                      {"module": "jit_convert_element_type", "op": "wrapped_convert", "occurrences": 10,

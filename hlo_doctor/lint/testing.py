@@ -31,6 +31,27 @@ ARGMAX_REDUCER = """\
 """
 
 
+# The sampler reduces its f32 parameter and returns only the tokens (an argmax reading f32).
+ARGMAX_F32_TOKENS = """\
+HloModule jit_sample, entry_computation_layout={(f32[8,1024]{1,0})->s32[8]{0}}
+
+""" + ARGMAX_REDUCER + """
+%fused_computation (param_0: f32[8,1024]) -> (f32[8], s32[8]) {
+  %param_0 = f32[8,1024]{1,0} parameter(0)
+  %iota.5 = s32[8,1024]{1,0} iota(), iota_dimension=1
+  %constant.5 = f32[] constant(-inf)
+  %constant.4 = s32[] constant(0)
+  ROOT %reduce.2 = (f32[8]{0}, s32[8]{0}) reduce(%param_0, %iota.5, %constant.5, %constant.4), dimensions={1}, to_apply=%region_0.1, metadata={op_name="jit(sample)/reduce" source_file="sampling.py" source_line=125}
+}
+
+ENTRY %main.3 (logits.1: f32[8,1024]) -> s32[8] {
+  %logits.1 = f32[8,1024]{1,0} parameter(0)
+  %iota_reduce_fusion = (f32[8]{0}, s32[8]{0}) fusion(%logits.1), kind=kLoop, calls=%fused_computation, metadata={op_name="jit(sample)/reduce" source_file="sampling.py" source_line=125}
+  ROOT %gte = s32[8]{0} get-tuple-element(%iota_reduce_fusion), index=1
+}
+"""
+
+
 # XLA:GPU's argmax over bf16[8,1024] with the widening fused into the first stage (the upstream
 # fix's ``input_convert_reduce_fusion``): stage 1 reads bf16 and writes f32/s32 [8,16] partials,
 # stage 2 reduces the partials to [8].
