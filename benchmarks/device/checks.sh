@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Every accelerator check in one run: the whole loop at the defaults, the seed report's two hand
-# fixes (both must FAIL), the seed's sampler at its own shape (batch 512), and the fix verified in
-# its upstream variant and with logprobs on. Captures and reports land under OUTDIR/work; the archive
+# fixes (both must FAIL), the seed's sampler at its own shape (batch 512), the fix verified in
+# its upstream variant, with logprobs on, and at the serving level (--bench, the reference engine
+# standing in for the benchmark). Captures and reports land under OUTDIR/work; the archive
 # OUTDIR/device-checks.tar.gz is rewritten after every step, so a run cut short still returns what
 # it finished.
 #   bash benchmarks/device/checks.sh OUTDIR [SECONDS_PER_STEP]
-# SIZE_ARGS (e.g. "--vocab 4096 --batch 16 --rounds 2") shrinks the loop for a dry run on a CPU;
+# SIZE_ARGS (e.g. "--vocab 4096 --batch 16 --rounds 2") shrinks the loop for a dry run on a CPU,
+# BENCH_ARGS the reference engine's run in the --bench steps (default: its defaults, --max-tokens 64);
 # ONLY (e.g. "doctor verify-logprobs") runs a subset of the steps.
 set -u
 OUTDIR=${1:?usage: checks.sh OUTDIR [SECONDS_PER_STEP]}
@@ -47,6 +49,12 @@ step seed-b512 profile benchmarks/device/seed_sampler.py:step --steps 10 --warmu
 step seed-b512-fixed profile benchmarks/device/seed_sampler.py:step_fixed --steps 10 --warmup 2 --out "$W/seed-b512-fixed"
 step verify-upstream verify --fix bf16-greedy-sampler --variant upstream --out "$W/verify-upstream" "${SIZE[@]}"
 step verify-logprobs verify --fix bf16-greedy-sampler --logprobs --out "$W/verify-logprobs" "${SIZE[@]}"
+# The serving level with the reference engine standing in for the benchmark: one process per run.
+BENCH="$PY -m hlo_doctor.cli engine run --format json --engine {tree} --output {out} ${BENCH_ARGS:---max-tokens 64}"
+step bench-full verify --fix bf16-greedy-sampler --bench "$BENCH" --bench-rounds 5 --out "$W/bench-full" "${SIZE[@]}"
+wanted bench-runner-convert-removed && attempt_tree runner-convert-removed
+step bench-runner-convert-removed verify --treatment "$W/tree-runner-convert-removed" --bench "$BENCH" --rounds 2 \
+  --out "$W/bench-runner-convert-removed" "${SIZE[@]}"
 wanted verify-conditional-output-convert && attempt_tree conditional-output-convert
 step verify-conditional-output-convert verify --treatment "$W/tree-conditional-output-convert" --out "$W/verify-conditional-output-convert" "${SIZE[@]}"
 archive
