@@ -196,7 +196,7 @@ def serving_checks(settings: Any, rounds: dict[str, list[BenchRound]]) -> tuple[
     throughput = compare(settings, [float(r.metrics["throughput"]) for r in b],
                          [float(r.metrics["throughput"]) for r in t], lower_is_better=False)
     wall = compare(settings, [r.seconds for r in b], [r.seconds for r in t])
-    checks.append(check_throughput(throughput, wall, False))
+    checks.append(check_throughput(throughput, wall, False, second="run wall time"))
     return tuple(checks), throughput
 
 
