@@ -1,6 +1,8 @@
 # Two entry points for a fresh machine: `make doctor` (the main job on the bundled engine) and
 # `make test` (the test suite). Both create .venv and install what they need from pyproject.toml.
-PY ?= python3
+# Python 3.12 where it runs (pip then installs jax 0.11, whose XLA:CPU reads bf16 faster; see README),
+# else python3 (3.11+: jax 0.10). `make PY=/path/to/python` picks one.
+PY ?= $(shell python3.12 -c 'import venv' >/dev/null 2>&1 && echo python3.12 || echo python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp

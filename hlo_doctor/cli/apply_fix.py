@@ -16,7 +16,15 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from hlo_doctor.cli.common import FormatChoice, console, examples, handle_errors, output_option, write_output
+from hlo_doctor.cli.common import (
+    FormatChoice,
+    console,
+    examples,
+    handle_errors,
+    output_option,
+    print_wide,
+    write_output,
+)
 from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.fixes import (
     FixApplied,
@@ -58,7 +66,7 @@ def _print_summary(result: FixResult, show_diff: bool) -> None:
         for element in result.elements:
             style = _STATE_STYLE.get(element.state, "")
             table.add_row(str(element.part), escape(element.title), f"[{style}]{escape(element.state)}[/]", escape(element.where))
-        console.print(table)
+        print_wide(table)
     if isinstance(result, FixApplied):
         verb = "reverted" if result.reverted else ("would change" if result.dry_run else "changed")
         console.print(f"[green]{verb}[/] {len(result.files)} file(s):")

@@ -10,7 +10,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from hlo_doctor.cli.common import console, examples, handle_errors, output_option, write_output
+from hlo_doctor.cli.common import console, examples, handle_errors, output_option, print_wide, write_output
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode, HloDoctorError
 from hlo_doctor.engines import checked_config, engine_source_dir, load_engine
@@ -105,7 +105,7 @@ def _render(summary: dict[str, Any]) -> None:
     table.add_row("tokens sha256", summary["tokens_sha256"][:16])
     if summary["mean_logprob"] is not None:
         table.add_row("mean logprob", f"{summary['mean_logprob']:.4f}")
-    console.print(table)
+    print_wide(table)
     for reason in summary["compile_reasons"]:
         console.print(f"[red]compile:[/] {escape(str(reason))}", soft_wrap=True)
 

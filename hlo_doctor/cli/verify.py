@@ -9,7 +9,14 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from hlo_doctor.cli.common import console, examples, handle_errors, write_file_atomically, write_output
+from hlo_doctor.cli.common import (
+    console,
+    examples,
+    handle_errors,
+    print_wide,
+    write_file_atomically,
+    write_output,
+)
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.core.format import fmt_ms as fmt_us
@@ -39,7 +46,7 @@ def print_report(report: VerifyReport) -> None:
     for c in report.checks:
         checks.add_row(str(c.number), Text(c.name), Text("pass", style="green") if c.passed else Text("FAIL", style="bold red"),
                        Text(c.figure))
-    console.print(checks)
+    print_wide(checks)
     for c in report.checks:
         if not c.passed and c.detail:
             console.print(Text(f"  check {c.number}: {c.detail}", style="red"), soft_wrap=True)
@@ -50,7 +57,7 @@ def print_report(report: VerifyReport) -> None:
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in metric_rows(report):
         table.add_row(*(Text(cell) for cell in row))
-    console.print(table)
+    print_wide(table)
     for op in report.removed_ops:
         now = "" if op.status == "gone" else f" ({fmt_us(op.treatment_time_per_step_us)}/step)"
         console.print(Text(f"  {op.code} {op.module}/{op.op} {op.shape}: {fmt_us(op.time_per_step_us)}/step in "
@@ -209,7 +216,7 @@ def _verify_tree(*, target: Path | None, fix: str | None, variant: str, baseline
                           Text("not run", style="yellow") if c.figure.startswith("not run") else
                           Text("FAIL", style="bold red"))
                 table.add_row(str(c.number), c.name, result, c.figure)
-            console.print(table)
+            print_wide(table)
             for c in level.checks:
                 if not c.passed and c.detail:
                     console.print(Text(f"  check {c.number}: {c.detail}", style="red"), soft_wrap=True)

@@ -10,22 +10,11 @@ with ``SIGXFSZ`` ignored), at sizes that make different stages fail.
 
 from __future__ import annotations
 
-import resource
-import signal
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from threats import FIX_FILES, apply_args, cli, leftovers, picture
 from threats import engine_tree as engine_tree_at
-
-
-def _file_size_cap(limit: int) -> Callable[[], None]:
-    def cap() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-    return cap
 
 
 def _caps(tree: Path) -> list[int]:
@@ -39,7 +28,7 @@ def test_apply_on_a_full_disk_changes_nothing_and_leaves_nothing(tmp_path: Path,
     tree = engine_tree_at(tmp_path)
     limit = _caps(tree)[which]
     before = picture(tree)
-    result = cli(*apply_args(tree), preexec=_file_size_cap(limit))
+    result = cli(*apply_args(tree), file_size_cap=limit)
     assert result.returncode == 2, (limit, result.stderr)
     assert "nothing was changed" in result.stderr and "Traceback" not in result.stderr
     assert not leftovers(tree)
@@ -51,7 +40,7 @@ def test_revert_on_a_full_disk_keeps_the_fix_and_its_backups(tmp_path: Path) -> 
     original = picture(tree)
     assert cli(*apply_args(tree)).returncode == 0
     patched = picture(tree)
-    result = cli(*apply_args(tree, "--revert"), preexec=_file_size_cap(0))
+    result = cli(*apply_args(tree, "--revert"), file_size_cap=0)
     assert result.returncode == 2, result.stderr
     assert not leftovers(tree)
     assert picture(tree) == patched

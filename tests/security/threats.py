@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,12 +50,18 @@ def leftovers(root: Path) -> list[str]:
                   if p.name.endswith(".hlo-doctor-tmp") or p.name.endswith(".journal.json"))
 
 
-def cli(*args: str, env: Mapping[str, str] | None = None, preexec: Callable[[], None] | None = None,
+def cli(*args: str, env: Mapping[str, str] | None = None, file_size_cap: int | None = None,
         timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """``hlo-doctor ARGS`` as a separate process (this checkout on its path)."""
+    """``hlo-doctor ARGS`` as a separate process (this checkout on its path). ``file_size_cap``: the
+    child first caps the size of any file it writes (``RLIMIT_FSIZE``, ``SIGXFSZ`` ignored, so a write
+    past it fails with ``EFBIG``), set in the child itself rather than between fork and exec."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "COLUMNS": "200", **(env or {})}
-    return subprocess.run([sys.executable, "-c", _MAIN, *args], capture_output=True, text=True, env=full_env,
-                          preexec_fn=preexec, timeout=timeout, check=False)
+    program = _MAIN
+    if file_size_cap is not None:
+        program = ("import resource, signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+                   f"resource.setrlimit(resource.RLIMIT_FSIZE, ({file_size_cap}, {file_size_cap})); {_MAIN}")
+    return subprocess.run([sys.executable, "-c", program, *args], capture_output=True, text=True, env=full_env,
+                          timeout=timeout, check=False)
 
 
 def popen(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
