@@ -57,17 +57,20 @@ def _cold_overhead(r: ProgramRound) -> float:
 
 
 def _check_first_step(rounds: dict[str, list[ProgramRound]], bound: float) -> Check:
-    # Normalised by each side's own steady step, so that a program that is slower per step on this
-    # backend (bf16 reduces on XLA:CPU) is not taken for a cold-start cost; a compile (tens of ms
-    # against a sub-ms step) multiplies it.
+    # A cold-start cost (a compile: tens of ms against a sub-ms step) multiplies the first step both
+    # as measured and over the program's own steady step; each view alone misreads a program whose
+    # step time changed: one slower per step on this backend (bf16 reduces on jaxlib 0.10's XLA:CPU)
+    # has a larger first step with no cold cost, one faster per step a larger first-over-steady
+    # ratio. The check fails when both views exceed the bound.
     t = float(np.median([_cold_overhead(r) for r in rounds["treatment"]]))
     b = float(np.median([_cold_overhead(r) for r in rounds["baseline"]]))
-    x = ratio(t, b)
     tf = float(np.median([r.first_step_ms for r in rounds["treatment"]]))
     bf = float(np.median([r.first_step_ms for r in rounds["baseline"]]))
-    return Check(2, NAMES[2], x <= bound, f"x{x:.2f} median (bound {bound:.2f})",
-                 f"first step of a cold round over the steady step: {t:.2f} vs {b:.2f} "
-                 f"(first step {tf:.2f} vs {bf:.2f} ms)")
+    measured, relative = ratio(tf, bf), ratio(t, b)
+    return Check(2, NAMES[2], min(measured, relative) <= bound,
+                 f"x{measured:.2f} median, x{relative:.2f} over the steady step (bound {bound:.2f})",
+                 f"first step {tf:.2f} vs {bf:.2f} ms; first step of a cold round over the steady step: "
+                 f"{t:.2f} vs {b:.2f}; fails when both exceed the bound")
 
 
 def _check_tokens(base: Any, treat: Any, settings: Any) -> tuple[Check, dict[str, Any]]:
