@@ -29,15 +29,22 @@ def callers(module: HloModule) -> dict[str, HloInstruction]:
     return out
 
 
+# Callers whose computations run op by op (each op its own event in a trace), not as one op.
+_CONTROL_FLOW = frozenset({"while", "conditional", "call"})
+
+
 def entry_op(module: HloModule, inst: HloInstruction) -> HloInstruction:
-    """The entry-computation instruction that executes ``inst`` (itself, or its outer fusion)."""
+    """The op that executes ``inst`` as one event in a trace: itself, or the outermost fusion (or
+    reduce, sort, ...) it is inside. Ops of a ``while`` body or condition, a ``conditional`` branch or
+    a ``call`` run one by one, each traced under its own name, so the walk stops there: an op in a
+    decode loop's body is its own op (or its fusion in the body), never the loop."""
     by_comp = callers(module)
     cur = inst
     seen: set[str] = set()
     while cur.computation != module.entry_name and cur.computation not in seen:
         seen.add(cur.computation)
         caller = by_comp.get(cur.computation)
-        if caller is None:
+        if caller is None or caller.opcode in _CONTROL_FLOW:
             break
         cur = caller
     return cur
