@@ -25,8 +25,9 @@ def _levels(doc: dict) -> dict[str, dict[int, dict]]:
     return {lvl["level"]: {c["number"]: c for c in lvl["checks"]} for lvl in doc["levels"]}
 
 
-def test_bench_full_fix_passes_with_the_engine_standing_in(tmp_path: Path) -> None:
-    # 5 rounds per tree: fewer is always "inconclusive" for check 5. TTFT bound as in test_verify (small sizes).
+def test_bench_full_fix_passes_every_check_but_the_timing_one(tmp_path: Path) -> None:
+    # 5 rounds per tree: fewer is always "inconclusive" for check 5, whose outcome is this machine's (its
+    # PASS figures are in docs/verify.md). TTFT bound as in test_verify (small sizes).
     result = CliRunner().invoke(main, ["verify", "--fix", "bf16-greedy-sampler", "--bench", BENCH, "--rounds", "5",
                                        "--ttft-bound", "1.5", "--out", str(tmp_path / "out"), *SIZES])
     assert result.exit_code in (0, 1), result.output
