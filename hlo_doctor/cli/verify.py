@@ -63,7 +63,7 @@ def print_report(report: VerifyReport) -> None:
         console.print(Text(f"  {op.code} {op.module}/{op.op} {op.shape}: {fmt_us(op.time_per_step_us)}/step in "
                            f"baseline, {op.status} in treatment{now}", style="dim"), soft_wrap=True)
     for note in report.notes:
-        console.print(Text(f"note: {note}", style="dim"))
+        console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
 
 
 def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:

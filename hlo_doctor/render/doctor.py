@@ -77,6 +77,8 @@ def to_markdown(result: DoctorResult) -> str:
                 now = "" if o.status == "gone" else f" ({fmt_ms(o.treatment_time_per_step_us)} per step)"
                 lines.append(f"- {o.code} `{o.module}/{o.op}` `{o.shape}`: {fmt_ms(o.time_per_step_us)} per step, "
                              f"{o.status}{now}")
+        for note in v.notes:
+            lines += ["", f"Note: {note}"]
     lines += ["", "## 4. Verdict", ""]
     if v is None:
         lines.append(result.verdict)

@@ -24,7 +24,7 @@ from hlo_doctor.verify.checks import (
 )
 from hlo_doctor.verify.compiles import CompileCounter
 from hlo_doctor.verify.evidence import capture_variant, hlo_evidence
-from hlo_doctor.verify.results import HloEvidence, RoundResult, VariantSummary, VerifyReport
+from hlo_doctor.verify.results import HloEvidence, RemovedOp, RoundResult, VariantSummary, VerifyReport
 from hlo_doctor.verify.settings import ProgressFn, VerifySettings, validate_settings
 from hlo_doctor.verify.variants import Variant, load_variant, make_treatment, shipped_engine_dir
 
@@ -134,12 +134,32 @@ def _measure(settings: VerifySettings, base: Variant, treat: Variant, work: Path
         check_hlo(treat_hlo),
         check_throughput(throughput, step_time, settings.require_improvement),
     )
+    removed = removed_ops(base_hlo, treat_hlo)
+    backend = jax.default_backend()
+    notes.extend(_slower_narrow_reads(removed, backend))
     return VerifyReport(
         settings=settings, config=json_safe(dataclasses.asdict(base.config)), baseline=b, treatment=t,
         checks=checks, throughput=throughput, step_time=step_time, ttft=ttft, treatment_hlo=treat_hlo,
-        baseline_hlo=base_hlo, removed_ops=removed_ops(base_hlo, treat_hlo), fix_diff=fix_diff,
-        elapsed_s=time.perf_counter() - started, backend=jax.default_backend(), notes=tuple(notes),
+        baseline_hlo=base_hlo, removed_ops=removed, fix_diff=fix_diff,
+        elapsed_s=time.perf_counter() - started, backend=backend, notes=tuple(notes),
     )
+
+
+def _slower_narrow_reads(removed: tuple[RemovedOp, ...], backend: str) -> list[str]:
+    """A note for each narrowed read that got slower: on XLA:CPU that is the backend's reduce, not the fix."""
+    import jaxlib
+
+    notes = []
+    for op in removed:
+        before, after = op.time_per_step_us, op.treatment_time_per_step_us
+        if op.status != "narrowed" or not before or after is None or after <= before * 1.1:
+            continue
+        where = (f"XLA:CPU of jaxlib {jaxlib.__version__} widens the narrow values inside its reduce loop; "
+                 "a bf16 argmax is faster than an f32 one where reductions are bandwidth-bound (GPU, TPU) "
+                 "and on jaxlib 0.11.2's XLA:CPU (docs/verify.md)") if backend == "cpu" else "measured on this backend"
+        notes.append(f"{op.module}/{op.op} reads the narrow dtype now but got slower "
+                     f"({before / 1e3:.2f} -> {after / 1e3:.2f} ms/step, x{after / before:.2f}): {where}")
+    return notes
 
 
 def _only_precompile(report: ProgressFn, label: str) -> ProgressFn:
