@@ -149,19 +149,17 @@ class LoopCarriedCopy(Rule):
             evidence=(inst.raw, loop.raw),
             extra=(("loop", loop.name), ("tuple_index", index)),
         )
-        # Op stats time the copy itself, not the while that the entry runs: join on the copy.
+        # The copy runs (and is traced) once per iteration under its own name: the finding is timed
+        # on its row, whose occurrences count the iterations.
         timing = ctx.op_timing(m, inst.name)
         if timing is None:
-            return replace(found, op=inst.name, shape=inst.shape.text(), time_per_step_us=None,
-                           pct_of_step=None, recoverable_us=None, bytes_accessed=2 * inst.shape.nbytes)
+            return replace(found, bytes_accessed=2 * inst.shape.nbytes)
         iterations = timing.occurrences_per_device / ctx.num_steps if ctx.num_steps else 0.0
         if iterations:
             message += (f": {iterations:.0f} iterations per step, "
                         f"{timing.time_per_step_us / iterations:.1f} us per iteration")
         return replace(
-            found, message=message, op=inst.name, shape=inst.shape.text(),
-            time_per_step_us=timing.time_per_step_us, pct_of_step=timing.pct_of_step,
-            recoverable_us=timing.time_per_step_us, bytes_accessed=timing.bytes_accessed or 2 * inst.shape.nbytes,
+            found, message=message, bytes_accessed=timing.bytes_accessed or 2 * inst.shape.nbytes,
             extra=(*found.extra, ("iterations_per_step", iterations)),
         )
 
