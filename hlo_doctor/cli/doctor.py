@@ -10,6 +10,7 @@ from rich.text import Text
 from hlo_doctor.cli.common import console, examples, handle_errors
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.cli.verify import print_report
+from hlo_doctor.core.format import fmt_shape
 from hlo_doctor.doctor import DoctorSettings, run_doctor
 from hlo_doctor.verify import DEFAULT_MAX_TOKENS, DEFAULT_ROUNDS, DEFAULT_TTFT_BOUND
 
@@ -56,7 +57,7 @@ def doctor_cmd(engine: Path | None, out_dir: Path, variant: str, rounds: int, ma
     console.print(Text(f"found: {d.summary_line()}", style="bold"))
     for f in d.findings:
         tps = "-" if f.time_per_step_us is None else f"{f.time_per_step_us:,.0f} us/step"
-        console.print(f"  {f.code} {f.module}/{f.op} {f.shape}: {tps} {f.source}", soft_wrap=True, markup=False)
+        console.print(f"  {f.code} {f.module}/{f.op} {fmt_shape(f.shape)}: {tps} {f.source}", soft_wrap=True, markup=False)
     if result.fix_id is not None:
         console.print(Text(f"fixed: {result.fix_id} ({variant}) on a copy: {result.treatment_dir}", style="bold"),
                       soft_wrap=True)

@@ -29,7 +29,7 @@ from hlo_doctor.cli.common import (
 )
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import InputError, NotAvailableError
-from hlo_doctor.core.format import fmt_bytes, short_path
+from hlo_doctor.core.format import fmt_bytes, fmt_shape, short_path
 from hlo_doctor.core.model import ProgressFn
 from hlo_doctor.opstats import OpStats, group_by_shape, load_opstats, to_csv, to_json
 
@@ -63,7 +63,7 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
             t.add_column(name, justify=justify)  # type: ignore[arg-type]
         for r in grouped.itertuples(index=False):
             t.add_row(str(r.rank), f"{r.pct_of_step:.1f}", f"{r.time_per_step_us:,.1f}", str(r.ops),
-                      Text(str(r.opcode)), Text(str(r.category)), Text(str(r.shape)), fmt_bytes(r.bytes_accessed),
+                      Text(str(r.opcode)), Text(str(r.category)), Text(fmt_shape(str(r.shape))), fmt_bytes(r.bytes_accessed),
                       Text(str(r.modules)))
         return Group(*parts, t)
     columns = [("#", "right"), ("% step", "right"), ("µs/step", "right")]
@@ -79,7 +79,7 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
         pid = "" if pd.isna(r.program_id) else str(r.program_id)
         cells = {"#": str(r.rank), "% step": f"{r.pct_of_step:.1f}", "µs/step": f"{r.time_per_step_us:,.1f}",
                  "n": str(r.occurrences), "program": pid, "module": str(r.module), "op": str(r.op),
-                 "category": str(r.category), "shape": str(r.shape),
+                 "category": str(r.category), "shape": fmt_shape(str(r.shape)),
                  "bytes": fmt_bytes(r.bytes_accessed), "source": short_path(str(r.source), keep=1)}  # file:line; the csv/json keep the path
         # Text, not str: names and paths come from the trace and are never markup.
         t.add_row(*(Text(cells[name]) for name, _ in columns))

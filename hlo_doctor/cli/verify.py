@@ -20,6 +20,7 @@ from hlo_doctor.cli.common import (
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.core.format import fmt_ms as fmt_us
+from hlo_doctor.core.format import fmt_shape
 from hlo_doctor.render.verify import metric_rows, target_to_json, target_to_markdown
 from hlo_doctor.render.verify import to_json as render_json
 from hlo_doctor.render.verify import to_markdown as render_markdown
@@ -60,7 +61,7 @@ def print_report(report: VerifyReport) -> None:
     print_wide(table)
     for op in report.removed_ops:
         now = "" if op.status == "gone" else f" ({fmt_us(op.treatment_time_per_step_us)}/step)"
-        console.print(Text(f"  {op.code} {op.module}/{op.op} {op.shape}: {fmt_us(op.time_per_step_us)}/step in "
+        console.print(Text(f"  {op.code} {op.module}/{op.op} {fmt_shape(op.shape)}: {fmt_us(op.time_per_step_us)}/step in "
                            f"baseline, {op.status} in treatment{now}", style="dim"), soft_wrap=True)
     for note in report.notes:
         console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)

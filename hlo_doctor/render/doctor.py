@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hlo_doctor.core.format import fmt_ms
+from hlo_doctor.core.format import fmt_ms, fmt_shape
 from hlo_doctor.render.verify import metric_rows
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def to_markdown(result: DoctorResult) -> str:
         lines += ["| rule | op | shape | time/step | % of step | source | fix |", "|---|---|---|---:|---:|---|---|"]
         for f in d.findings:
             pct = "-" if f.pct_of_step is None else f"{f.pct_of_step:.1f}%"
-            lines.append(f"| {f.code} | {f.module}/{f.op} | `{f.shape}` | {fmt_ms(f.time_per_step_us)} | {pct} | "
+            lines.append(f"| {f.code} | {f.module}/{f.op} | `{fmt_shape(f.shape)}` | {fmt_ms(f.time_per_step_us)} | {pct} | "
                          f"{f.source or '-'} | {f.fix or '-'} |")
     lines += ["", "## 2. What the fix changed", ""]
     if result.fix_id is None:
@@ -75,7 +75,7 @@ def to_markdown(result: DoctorResult) -> str:
             lines += ["", "Wasteful ops of the baseline and what became of them in the treatment's own trace:", ""]
             for o in v.removed_ops:
                 now = "" if o.status == "gone" else f" ({fmt_ms(o.treatment_time_per_step_us)} per step)"
-                lines.append(f"- {o.code} `{o.module}/{o.op}` `{o.shape}`: {fmt_ms(o.time_per_step_us)} per step, "
+                lines.append(f"- {o.code} `{o.module}/{o.op}` `{fmt_shape(o.shape)}`: {fmt_ms(o.time_per_step_us)} per step, "
                              f"{o.status}{now}")
         for note in v.notes:
             lines += ["", f"Note: {note}"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from hlo_doctor.core.format import fmt_ms
+from hlo_doctor.core.format import fmt_ms, fmt_shape
 from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.checks import ratio as _ratio
 from hlo_doctor.verify.results import VerifyReport
@@ -90,7 +90,7 @@ def to_markdown(report: VerifyReport) -> str:
                   "| rule | op | shape | baseline time/step | treatment time/step | in treatment |",
                   "|---|---|---|---:|---:|---|"]
         for o in report.removed_ops:
-            lines.append(f"| {o.code} | {o.module}/{o.op} | `{o.shape}` | {fmt_ms(o.time_per_step_us)} | "
+            lines.append(f"| {o.code} | {o.module}/{o.op} | `{fmt_shape(o.shape)}` | {fmt_ms(o.time_per_step_us)} | "
                          f"{fmt_ms(o.treatment_time_per_step_us) if o.status != 'gone' else '0 (gone)'} | {o.status} |")
     for note in report.notes:
         lines += ["", f"Note: {note}"]

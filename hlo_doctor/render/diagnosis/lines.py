@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hlo_doctor.core.format import fmt_us, split_source
+from hlo_doctor.core.format import fmt_shape, fmt_us, split_source
 from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.render.github import annotation
 from hlo_doctor.render.locations import map_source
@@ -33,7 +33,7 @@ def _where(f: Finding, root: Path) -> tuple[str, int | None]:
 
 def _what(f: Finding) -> str:
     op = "/".join(x for x in (f.module, f.op) if x)
-    bits = [x for x in (op, f.shape) if x]
+    bits = [x for x in (op, fmt_shape(f.shape)) if x]
     if f.time_per_step_us is not None:
         bits.append(f"{fmt_us(f.time_per_step_us)}/step")
     return f" ({' '.join(bits)})" if bits else ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hlo_doctor.core.format import fmt_pct, fmt_us, short_path
+from hlo_doctor.core.format import fmt_pct, fmt_shape, fmt_us, short_path
 
 if TYPE_CHECKING:
     from hlo_doctor.lint import Diagnosis
@@ -32,7 +32,7 @@ def to_markdown(diagnosis: Diagnosis) -> str:
             "|---|---|---|---|---|---:|---:|---:|---|---|"]
     for f in diagnosis.findings:
         out.append("| " + " | ".join(_cell(x) for x in (
-            f.code, str(f.severity), f.module, f"`{f.op}`" if f.op else "", f"`{f.shape}`" if f.shape else "",
+            f.code, str(f.severity), f.module, f"`{f.op}`" if f.op else "", f"`{fmt_shape(f.shape)}`" if f.shape else "",
             fmt_us(f.time_per_step_us), fmt_pct(f.pct_of_step), fmt_us(f.recoverable_us),
             f"`{short_path(f.source)}`" if f.source else "", f"`{f.fix}`" if f.fix else "")) + " |")
     out.append("")

@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from hlo_doctor.core.format import fmt_pct, fmt_us, short_path
+from hlo_doctor.core.format import fmt_pct, fmt_shape, fmt_us, short_path
 from hlo_doctor.core.model import Severity
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType
             table.add_row(
                 # Text, not str: names and paths come from the user's program and are never markup.
                 Text(f.code), Text(str(f.severity), style=_STYLE.get(f.severity, "")), Text(f.module), Text(f.op),
-                Text(f.shape), fmt_us(f.time_per_step_us), fmt_pct(f.pct_of_step), fmt_us(f.recoverable_us),
+                Text(fmt_shape(f.shape)), fmt_us(f.time_per_step_us), fmt_pct(f.pct_of_step), fmt_us(f.recoverable_us),
                 Text(short_path(f.source, 1) if f.source else ""),
             )
         parts.append(table)
