@@ -10,8 +10,8 @@ from rich.text import Text
 from hlo_doctor.cli.common import console, examples, handle_errors
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.cli.verify import print_report
-from hlo_doctor.core.format import fmt_shape
 from hlo_doctor.doctor import DoctorSettings, run_doctor
+from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.verify import DEFAULT_MAX_TOKENS, DEFAULT_ROUNDS, DEFAULT_TTFT_BOUND
 
 

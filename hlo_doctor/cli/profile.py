@@ -29,8 +29,9 @@ from hlo_doctor.cli.common import (
 )
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import InputError, NotAvailableError
-from hlo_doctor.core.format import fmt_bytes, fmt_shape, short_path
+from hlo_doctor.core.format import fmt_bytes, short_path
 from hlo_doctor.core.model import ProgressFn
+from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.opstats import OpStats, group_by_shape, load_opstats, to_csv, to_json
 
 _PHASES = {"warmup": "warm-up (untraced)", "precompile": "precompile (programs)", "capture": "capture (traced)",

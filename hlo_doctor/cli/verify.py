@@ -20,7 +20,7 @@ from hlo_doctor.cli.common import (
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.core.format import fmt_ms as fmt_us
-from hlo_doctor.core.format import fmt_shape
+from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.render.verify import metric_rows, target_to_json, target_to_markdown
 from hlo_doctor.render.verify import to_json as render_json
 from hlo_doctor.render.verify import to_markdown as render_markdown

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["fmt_bytes", "fmt_duration", "fmt_ms", "fmt_num", "fmt_pct", "fmt_shape", "fmt_us", "json_float", "json_safe",
-           "short_path", "split_source"]
+__all__ = ["fmt_bytes", "fmt_duration", "fmt_ms", "fmt_num", "fmt_pct", "fmt_us", "json_float", "json_safe", "short_path",
+           "split_source"]
 
 _SOURCE = re.compile(r"^(.*):(\d+)$")
 
@@ -61,43 +61,6 @@ def fmt_bytes(n: Any) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} GiB"  # pragma: no cover - the loop returns at GiB
-
-
-SHAPE_LIMIT = 100
-"""Characters of a shape that people's tables and lines show (machine formats keep it whole)."""
-
-
-def _top_level_elements(inner: str) -> list[str]:
-    """The comma-separated elements of a tuple shape's inside, nested brackets kept together."""
-    out, depth, start = [], 0, 0
-    for i, ch in enumerate(inner):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            out.append(inner[start:i].strip())
-            start = i + 1
-    out.append(inner[start:].strip())
-    return [e for e in out if e]
-
-
-def fmt_shape(shape: str, limit: int = SHAPE_LIMIT) -> str:
-    """A shape for people: whole up to ``limit`` characters; a longer tuple keeps its first elements
-    and says how many it leaves out (a ``while`` carrying 70 buffers: ``(s32[8,16]{1,0}, ..., +68
-    more)``); anything else longer is cut with an ellipsis. JSON, CSV and SARIF keep the shape whole."""
-    if len(shape) <= limit:
-        return shape
-    if shape.startswith("(") and shape.endswith(")"):
-        elements = _top_level_elements(shape[1:-1])
-        kept: list[str] = []
-        for e in elements:
-            if len(", ".join([*kept, e])) + 16 > limit and kept:
-                break
-            kept.append(e)
-        rest = len(elements) - len(kept)
-        return f"({', '.join(kept)}, ... +{rest} more)" if rest else shape
-    return shape[: limit - 3] + "..."
 
 
 def split_source(source: str) -> tuple[str, int | None]:

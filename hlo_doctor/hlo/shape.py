@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hlo_doctor.hlo.text import _split_top_level
+
 # Bits per element, by XLA's element type names. Sub-byte types (s1..s4, u1..u4, f4e2m1fn) are counted at
 # their bit width: packed, as XLA stores them when the layout says so (``E(4)``) and as a byte estimate
 # should count them. ``pred`` occupies a byte.
@@ -199,3 +201,25 @@ def _parse_shape_prefix(text: str) -> tuple[HloShape, str]:
             pos += 1
             stack.pop()
             value = HloShape(kind, elements=tuple(elements))
+
+
+SHAPE_LIMIT = 100
+"""Characters of a shape that people's tables and lines show (machine formats keep it whole)."""
+
+
+def fmt_shape(shape: str, limit: int = SHAPE_LIMIT) -> str:
+    """A shape for people: whole up to ``limit`` characters; a longer tuple keeps its first elements
+    and says how many it leaves out (a ``while`` carrying 70 buffers: ``(s32[8,16]{1,0}, ..., +68
+    more)``); anything else longer is cut with an ellipsis. JSON, CSV and SARIF keep the shape whole."""
+    if len(shape) <= limit:
+        return shape
+    if shape.startswith("(") and shape.endswith(")"):
+        elements = _split_top_level(shape[1:-1])
+        kept: list[str] = []
+        for e in elements:
+            if len(", ".join([*kept, e])) + 16 > limit and kept:
+                break
+            kept.append(e)
+        rest = len(elements) - len(kept)
+        return f"({', '.join(kept)}, ... +{rest} more)" if rest else shape
+    return shape[: limit - 3] + "..."

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hlo_doctor.core.format import fmt_ms, fmt_shape
+from hlo_doctor.core.format import fmt_ms
+from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.render.verify import metric_rows
 
 if TYPE_CHECKING:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 
-from hlo_doctor.core.format import fmt_ms, fmt_shape
+from hlo_doctor.core.format import fmt_ms
+from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.checks import ratio as _ratio
 from hlo_doctor.verify.results import VerifyReport

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from hlo_doctor.core.format import SHAPE_LIMIT, fmt_shape
+from hlo_doctor.hlo.shape import SHAPE_LIMIT, fmt_shape
 from hlo_doctor.lint import Finding, Severity
 from hlo_doctor.lint.runner import Diagnosis
 from hlo_doctor.render.diagnosis import to_json, to_text

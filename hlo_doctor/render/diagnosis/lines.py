@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hlo_doctor.core.format import fmt_shape, fmt_us, split_source
+from hlo_doctor.core.format import fmt_us, split_source
 from hlo_doctor.core.model import Finding, Severity
+from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.render.github import annotation
 from hlo_doctor.render.locations import map_source
 

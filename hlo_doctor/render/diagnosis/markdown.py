@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hlo_doctor.core.format import fmt_pct, fmt_shape, fmt_us, short_path
+from hlo_doctor.core.format import fmt_pct, fmt_us, short_path
+from hlo_doctor.hlo.shape import fmt_shape
 
 if TYPE_CHECKING:
     from hlo_doctor.lint import Diagnosis

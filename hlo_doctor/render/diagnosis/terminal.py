@@ -9,8 +9,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from hlo_doctor.core.format import fmt_pct, fmt_shape, fmt_us, short_path
+from hlo_doctor.core.format import fmt_pct, fmt_us, short_path
 from hlo_doctor.core.model import Severity
+from hlo_doctor.hlo.shape import fmt_shape
 
 if TYPE_CHECKING:
     from hlo_doctor.lint import Diagnosis
