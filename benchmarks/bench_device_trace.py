@@ -38,25 +38,14 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
+# The protobuf wire writer of the tests' XSpace builder: a 200 MB trace is streamed field by field.
+sys.path.insert(0, str(HERE.parents[1] / "tests" / "trace"))
+from xspace_builder import field, varint  # noqa: E402
+
 DECODE_ID = (1 << 63) + 4_605_101_009_421_512_345
 SAMPLER_IDS = (12190760917235803885, 17293822569102704642)
 STEP_PS = 1_800_000_000  # 1800 us per device step
 SKEW_PS = 5_000_000
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _ld(field: int, payload: bytes) -> bytes:
-    """A length-delimited field."""
-    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
 
 
 def _modules() -> list[tuple[str, bytes, list[tuple[str, str, str]]]]:
@@ -87,7 +76,7 @@ def _modules() -> list[tuple[str, bytes, list[tuple[str, str, str]]]]:
             category = "loop fusion" if inst.opcode == "fusion" else inst.opcode
             ops.append((inst.name, f"%{inst.name} = {inst.shape.text()} {inst.opcode}({operands})", category))
         module_proto = hlo.as_serialized_hlo_module_proto()
-        out.append((parsed.name, _ld(1, module_proto), ops))
+        out.append((parsed.name, field(1, module_proto), ops))
     return out
 
 
@@ -110,9 +99,9 @@ def generate(path: Path, *, size_mb: float = 200.0, cores: int = 8) -> Path:
             em.id, em.name, em.display_name = mid, f"{name}({pid})", f"{name}({pid})"
             em.stats.add(metadata_id=1, bytes_value=decode_proto if name == decode_name else sample_proto)
             em.stats.add(metadata_id=2, uint64_value=pid)
-        f.write(_ld(1, meta.SerializeToString()))
+        f.write(field(1, meta.SerializeToString()))
         for core in range(cores):
-            f.write(_ld(1, _core_plane(xp, core, programs, steps)))
+            f.write(field(1, _core_plane(xp, core, programs, steps)))
     return path
 
 
@@ -157,18 +146,18 @@ def _core_plane(xp: Any, core: int, programs: list[tuple[str, int, list[tuple[st
         next_id += 1
 
     def device_event(mid: int, offset_ps: int, duration_ps: int, extra: bytes = b"") -> bytes:
-        stats = (_ld(4, b"\x08" + _varint(sid["device_offset_ps"]) + b"\x20" + _varint(offset_ps))
-                 + _ld(4, b"\x08" + _varint(sid["device_duration_ps"]) + b"\x20" + _varint(duration_ps)))
-        body = (b"\x08" + _varint(mid) + b"\x10" + _varint(offset_ps + SKEW_PS)
-                + b"\x18" + _varint(duration_ps * 5 // 4) + stats + extra)
-        return _ld(4, body)
+        stats = (field(4, b"\x08" + varint(sid["device_offset_ps"]) + b"\x20" + varint(offset_ps))
+                 + field(4, b"\x08" + varint(sid["device_duration_ps"]) + b"\x20" + varint(duration_ps)))
+        body = (b"\x08" + varint(mid) + b"\x10" + varint(offset_ps + SKEW_PS)
+                + b"\x18" + varint(duration_ps * 5 // 4) + stats + extra)
+        return field(4, body)
 
     step_events, module_events, op_events = [], [], []
     decode, sampler_ids = programs[0], [p[1] for p in programs[1:]]
     for s in range(steps):
         t = s * STEP_PS
         step_events.append(device_event(step_meta[s], t, STEP_PS,
-                                        _ld(4, b"\x08" + _varint(sid["group_id"]) + b"\x20" + _varint(s))))
+                                        field(4, b"\x08" + varint(sid["group_id"]) + b"\x20" + varint(s))))
         sampler_pid = sampler_ids[0] if s < steps // 2 else sampler_ids[1]
         for pid in (decode[1], sampler_pid):
             start = t
@@ -178,12 +167,12 @@ def _core_plane(xp: Any, core: int, programs: list[tuple[str, int, list[tuple[st
                 op_events.append(device_event(mid, t, duration))
                 t += duration + 100_000
             module_events.append(device_event(module_meta[pid], start, t - start,
-                                              _ld(4, b"\x08" + _varint(sid["run_id"]) + b"\x20" + _varint(s))))
+                                              field(4, b"\x08" + varint(sid["run_id"]) + b"\x20" + varint(s))))
     lines = b""
     for line_id, name, events in ((1, "Steps", step_events), (2, "XLA Modules", module_events),
                                   (3, "XLA Ops", op_events)):
         head = xp.XLine(id=line_id, display_id=line_id, name=name, timestamp_ns=1_000_000).SerializeToString()
-        lines += _ld(3, head + b"".join(events))
+        lines += field(3, head + b"".join(events))
     return bytes(plane.SerializeToString()) + lines
 
 

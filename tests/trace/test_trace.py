@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import struct
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import pytest
+from xspace_builder import field
 
 from hlo_doctor.hlo import module_text_from_proto
 from hlo_doctor.opstats import build_opstats, load_opstats
@@ -148,28 +148,6 @@ def test_self_time_subtracts_nested_ops(tmp_path: Path) -> None:
 # TPU/GPU-shaped traces, encoded here with the XSpace schema (tsl/profiler/protobuf/xplane.proto)
 # ---------------------------------------------------------------------------------------------
 
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _field(number: int, value: int | bytes | str | float) -> bytes:
-    if isinstance(value, float):
-        return _varint(number << 3 | 1) + struct.pack("<d", value)
-    if isinstance(value, int):
-        return _varint(number << 3) + _varint(value)
-    data = value.encode() if isinstance(value, str) else value
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
-
-
 class _Plane:
     """Builds one XPlane: metadata ids are handed out as names and stat names are first used."""
 
@@ -183,37 +161,37 @@ class _Plane:
     def _stat(self, name: str, value: int | str | bytes) -> bytes:
         sid = self.stats.setdefault(name, len(self.stats) + 1)
         kind = 4 if isinstance(value, int) else (5 if isinstance(value, str) else 6)
-        return _field(1, sid) + _field(kind, value)
+        return field(1, sid) + field(kind, value)
 
     def event_metadata(self, name: str, display: str = "", **stats: int | str | bytes) -> int:
         mid = self.events.setdefault(name, len(self.events) + 1)
-        self.event_stats[mid] = b"".join(_field(5, self._stat(k, v)) for k, v in stats.items())
+        self.event_stats[mid] = b"".join(field(5, self._stat(k, v)) for k, v in stats.items())
         if display:
-            self.event_stats[mid] += _field(4, display)
+            self.event_stats[mid] += field(4, display)
         return mid
 
     def line(self, line_id: int, name: str, events: list[tuple[str, float, float, dict[str, int | str]]]) -> None:
-        body = _field(1, line_id) + _field(2, name) + _field(3, 1_000_000)
+        body = field(1, line_id) + field(2, name) + field(3, 1_000_000)
         for ev_name, start_us, dur_us, stats in events:
             mid = self.events.get(ev_name) or self.event_metadata(ev_name)
-            ev = _field(1, mid) + _field(2, int(start_us * 1e6)) + _field(3, int(dur_us * 1e6))
-            ev += b"".join(_field(4, self._stat(k, v)) for k, v in stats.items())
-            body += _field(4, ev)
+            ev = field(1, mid) + field(2, int(start_us * 1e6)) + field(3, int(dur_us * 1e6))
+            ev += b"".join(field(4, self._stat(k, v)) for k, v in stats.items())
+            body += field(4, ev)
         self.lines.append(body)
 
     def encode(self) -> bytes:
-        out = _field(1, self.id) + _field(2, self.name)
-        out += b"".join(_field(3, ln) for ln in self.lines)
+        out = field(1, self.id) + field(2, self.name)
+        out += b"".join(field(3, ln) for ln in self.lines)
         for name, mid in self.events.items():
-            meta = _field(1, mid) + _field(2, name) + self.event_stats.get(mid, b"")
-            out += _field(4, _field(1, mid) + _field(2, meta))
+            meta = field(1, mid) + field(2, name) + self.event_stats.get(mid, b"")
+            out += field(4, field(1, mid) + field(2, meta))
         for name, sid in self.stats.items():
-            out += _field(5, _field(1, sid) + _field(2, _field(1, sid) + _field(2, name)))
+            out += field(5, field(1, sid) + field(2, field(1, sid) + field(2, name)))
         return out
 
 
 def _xspace(*planes: _Plane) -> bytes:
-    return b"".join(_field(1, p.encode()) for p in planes) + _field(4, "tpu-host")
+    return b"".join(field(1, p.encode()) for p in planes) + field(4, "tpu-host")
 
 
 @pytest.fixture(scope="module")

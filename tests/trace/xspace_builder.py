@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,7 +211,9 @@ class RealModule:
         return next(o for o in self.ops if o.name == name)
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """Protobuf's base-128 varint of ``n`` (negative ints as their 64-bit two's complement)."""
+    n &= (1 << 64) - 1
     out = bytearray()
     while True:
         b = n & 0x7F
@@ -218,6 +221,16 @@ def _varint(n: int) -> bytes:
         out.append(b | (0x80 if n else 0))
         if not n:
             return bytes(out)
+
+
+def field(number: int, value: int | bytes | str | float) -> bytes:
+    """One protobuf field on the wire: a varint, a double, or length-delimited bytes/text."""
+    if isinstance(value, float):
+        return varint(number << 3 | 1) + struct.pack("<d", value)
+    if isinstance(value, int):
+        return varint(number << 3) + varint(value)
+    data = value.encode() if isinstance(value, str) else value
+    return varint(number << 3 | 2) + varint(len(data)) + data
 
 
 _NOT_OPS = frozenset({"parameter", "tuple", "get-tuple-element", "constant", "bitcast"})
@@ -242,7 +255,7 @@ def compile_module(fn: Callable[..., Any], *args: Any) -> RealModule:
         if inst.fusion_kind:
             text += f", kind={inst.fusion_kind}"
         ops.append(HloOp(inst.name, text, _xprof_category(inst.opcode, inst.fusion_kind)))
-    return RealModule(parsed.name, b"\x0a" + _varint(len(module_proto)) + module_proto, tuple(ops))
+    return RealModule(parsed.name, field(1, module_proto), tuple(ops))
 
 
 def _xprof_category(opcode: str, fusion_kind: str) -> str:
