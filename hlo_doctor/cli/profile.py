@@ -40,11 +40,22 @@ _PHASES = {"warmup": "warm-up (untraced)", "precompile": "precompile (programs)"
 
 def header_line(stats: OpStats) -> str:
     """One line saying what the table was built from (steps, their source, the step time)."""
-    how = "step annotations" if stats.step_source == "annotation" else "executions of the main module"
+    how = {"annotation": "step annotations", "device-steps": "the devices' Steps lines"}.get(
+        stats.step_source, "executions of the main module")
     kind = f" ({stats.device_kind})" if stats.device_kind and stats.device_kind != stats.backend else ""
-    return (f"{stats.backend}{kind} · {stats.num_steps} steps from {how} · mean step wall time "
+    per_device = f" per device ({stats.num_devices} devices)" if stats.num_devices > 1 else ""
+    return (f"{stats.backend}{kind} · {stats.num_steps} steps{per_device} from {how} · mean step wall time "
             f"{stats.step_time_us:,.1f} µs · {len(stats.table)} ops in {stats.table['module'].nunique()} "
             f"modules · {len(stats.compile_events)} compile events in the traced window")
+
+
+def pct_note(backend: str) -> str:
+    """What the % column means, true to the backend: XLA:CPU runs independent ops on several threads
+    at once; a TPU core or a GPU stream runs its ops one after another."""
+    base = "% of step = time per step on one device / mean step wall time"
+    if backend == "cpu":
+        return base + "; XLA:CPU overlaps ops, so the column can sum past 100"
+    return base
 
 
 def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
@@ -52,8 +63,7 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
     parts: list[RenderableType] = [
         Text.from_markup(f"[bold]op stats[/] {escape(stats.source_path)}"),
         Text(header_line(stats)),
-        Text("% of step = time per step / mean step wall time; XLA:CPU overlaps ops, so the column can sum "
-             "past 100", style="dim"),
+        Text(pct_note(stats.backend), style="dim"),
     ]
     if group_by == "shape":
         grouped = group_by_shape(stats.table).head(top)

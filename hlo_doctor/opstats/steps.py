@@ -54,19 +54,30 @@ def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: 
 
 
 def steps_from_executions(ev: pd.DataFrame) -> tuple[np.ndarray, list[float], int, str]:
-    """Steps from the executions of the main module (the one with the most op time)."""
+    """Steps from the executions of the main module (the one with the most op time), per device.
+
+    A step is one execution of the main program on one device, timed start to start: N devices
+    (chips of one host, or hosts) run their steps side by side, so a 4-chip host that runs the
+    program 100 times has 100 steps, not 400, and each step's wall time is that device's.
+    ``step_of`` labels each event with its step on its own device; the count is the largest per
+    device; the times are every device's steps (start to next start; the last one ends with the
+    device's last event).
+    """
     totals = ev.groupby(["module", "program_id"], observed=True)["duration_ns"].sum()
     main_module, main_pid = totals.idxmax()
     step_of = np.full(len(ev), -1, dtype=np.int64)
     times: list[float] = []
     counts: list[int] = []
     hosts = ev["host"].astype(str).to_numpy()
+    devices = ev["device"].astype(str).to_numpy()
     starts = ev["start_ns"].to_numpy()
     ends = starts + ev["duration_ns"].to_numpy()
-    for host in sorted(set(hosts)):
-        on_host = hosts == host
-        main = ev[on_host & (ev["module"].astype(str).to_numpy() == str(main_module))
-                  & (ev["program_id"].to_numpy() == main_pid)]
+    is_main = (ev["module"].astype(str).to_numpy() == str(main_module)) & (ev["program_id"].to_numpy() == main_pid)
+    for host, device in sorted(set(zip(hosts, devices, strict=True))):
+        on_device = (hosts == host) & (devices == device)
+        main = ev[on_device & is_main]
+        if not len(main):
+            continue
         if main["run_id"].ge(0).all():
             exec_starts = np.sort(main.groupby("run_id")["start_ns"].min().to_numpy())
         else:
@@ -75,12 +86,10 @@ def steps_from_executions(ev: pd.DataFrame) -> tuple[np.ndarray, list[float], in
             per_op = main.groupby(main["op"].astype(str))["start_ns"].agg(["size", "min"])
             first_op = per_op.sort_values(["size", "min"], ascending=[False, True]).index[0]
             exec_starts = np.sort(main[main["op"].astype(str) == first_op]["start_ns"].to_numpy())
-        if len(exec_starts) == 0:
-            continue
-        last_end = float(ends[on_host].max())
+        last_end = float(ends[on_device].max())
         bounds = np.append(exec_starts, max(last_end, float(exec_starts[-1])))
         counts.append(len(exec_starts))
         times.extend(float(d) / 1e3 for d in np.diff(bounds))
         idx = np.searchsorted(exec_starts, starts, side="right") - 1
-        step_of[on_host & (idx >= 0)] = idx[on_host & (idx >= 0)]
+        step_of[on_device & (idx >= 0)] = idx[on_device & (idx >= 0)]
     return step_of, times, max(counts) if counts else 0, f"{main_module}({main_pid})"
