@@ -1,0 +1,122 @@
+"""What-if runner: how much of a decode step each removed waste was worth, measured in one process.
+
+    python benchmarks/field/whatif.py benchmarks/field/kerashub_gemma.py [--rounds 12]
+        [--variants no-softmax,cache-in-place] [--json OUT.json]
+
+The loop file exposes ``VARIANTS`` (name -> no-argument callable, ``"baseline"`` first: the library
+as shipped; every other entry the same loop with one waste removed) and optionally ``tokens(out)``
+(the greedy tokens of one call, for the equality check; default ``np.asarray``).
+
+Every variant is called twice before timing (compiles, caches), and its tokens are compared with
+the baseline's. Then, for each variant, baseline and variant calls alternate (AB BA AB ...,
+``--rounds`` pairs) in the same process, so that load from other processes on the shared cores
+hits both sides alike. Reported per variant: the median step of each side, the saving (median
+baseline - median variant) in ms and in % of the baseline step, and a paired bootstrap 95% CI of
+the saving.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from scipy import stats
+
+
+def load(path: str) -> Any:
+    """Import a loop file by path (its module-level code builds the model once)."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"whatif: cannot import {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """Seconds one call takes, blocked until its outputs are ready, and the outputs."""
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(fn())
+    return time.perf_counter() - t0, out
+
+
+def saving_ci(base: np.ndarray, var: np.ndarray) -> tuple[float, float]:
+    """Paired bootstrap 95% CI of median(base) - median(var), in the arrays' unit."""
+    res = stats.bootstrap((base, var), lambda b, v, axis=-1: np.median(b, axis=axis)
+                          - np.median(v, axis=axis), paired=True, vectorized=True,
+                          n_resamples=4000, method="percentile", random_state=0)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def measure(mod: Any, names: list[str], rounds: int) -> dict[str, Any]:
+    """Warm, check tokens, interleave, and summarise every named variant against the baseline."""
+    variants = mod.VARIANTS
+    to_tokens = getattr(mod, "tokens", np.asarray)
+    base_fn = variants["baseline"]
+    warm: dict[str, float] = {}
+    toks: dict[str, np.ndarray] = {}
+    for name in ["baseline", *names]:
+        t_first, _ = timed(variants[name])
+        _, out = timed(variants[name])
+        warm[name] = t_first
+        toks[name] = to_tokens(out)
+    report: dict[str, Any] = {"config": getattr(mod, "CONFIG", {}), "rounds": rounds,
+                              "first_call_s": warm, "variants": {}}
+    for name in names:
+        fn = variants[name]
+        base: list[float] = []
+        var: list[float] = []
+        for r in range(rounds):
+            order = [(base_fn, base), (fn, var)]
+            for f, sink in order if r % 2 == 0 else order[::-1]:
+                sink.append(timed(f)[0])
+        b, v = np.array(base) * 1e3, np.array(var) * 1e3
+        mb, mv = float(np.median(b)), float(np.median(v))
+        lo, hi = saving_ci(b, v)
+        report["variants"][name] = {
+            "baseline_ms": mb, "variant_ms": mv, "saving_ms": mb - mv,
+            "saving_pct": 100 * (mb - mv) / mb, "ci95_ms": [lo, hi],
+            "ci95_pct": [100 * lo / mb, 100 * hi / mb],
+            "tokens_equal": bool(toks[name].shape == toks["baseline"].shape
+                                 and (toks[name] == toks["baseline"]).all()),
+            "baseline_samples_ms": b.tolist(), "variant_samples_ms": v.tolist()}
+    return report
+
+
+def main() -> None:
+    """Command line: see the module docstring."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("loop")
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--variants", default="", help="comma-separated (default: all)")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    mod = load(args.loop)
+    names = [n for n in (args.variants.split(",") if args.variants else mod.VARIANTS)
+             if n and n != "baseline"]
+    report = measure(mod, names, args.rounds)
+    report["loop"] = args.loop
+    print(f"{args.loop}  {json.dumps(report['config'])}  rounds={args.rounds}")
+    print(f"{'variant':<22}{'base ms':>9}{'var ms':>9}{'saved ms':>10}{'saved %':>9}"
+          f"{'95% CI (ms)':>20}{'95% CI (%)':>18}  tokens")
+    for name, r in report["variants"].items():
+        ci, cp = r["ci95_ms"], r["ci95_pct"]
+        print(f"{name:<22}{r['baseline_ms']:9.2f}{r['variant_ms']:9.2f}{r['saving_ms']:10.2f}"
+              f"{r['saving_pct']:9.1f}{f'[{ci[0]:.2f}, {ci[1]:.2f}]':>20}"
+              f"{f'[{cp[0]:.1f}, {cp[1]:.1f}]':>18}  "
+              f"{'equal' if r['tokens_equal'] else 'DIFFER'}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
