@@ -3,7 +3,9 @@
 Read from the nearest ``pyproject.toml`` from the working folder up to the repository root:
 
 - ``[tool.hlo-doctor]``: ``select``, ``ignore``, ``fail-on``, ``rules``, ``source``, ``source-root``
-  (for ``diagnose``), and the tables below;
+  (for ``diagnose``), ``frameworks`` (for every command: dotted module prefixes whose frames are
+  framework internals, added to :data:`hlo_doctor.hlo.frames.DEFAULT_FRAMEWORKS`: a finding's or an
+  op's line is the first frame outside them), and the tables below;
 - ``[tool.hlo-doctor.diagnose]``: the same keys, for ``diagnose`` alone (they win);
 - ``[tool.hlo-doctor.gate]``: the gate's policy (:mod:`hlo_doctor.gate.policy` reads and checks it).
 
@@ -19,6 +21,7 @@ from typing import Any
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.pyproject import find_pyproject, repository_root, tool_table, unknown_key_hint
+from hlo_doctor.hlo.frames import set_extra_frameworks
 
 __all__ = ["TABLE", "default_map", "find_pyproject", "repository_root"]
 
@@ -34,6 +37,7 @@ _DIAGNOSE_KEYS: dict[str, tuple[str, str]] = {
     "source_root": ("source_root", "path"),
 }
 _SUBTABLES = ("diagnose", "gate")
+_GLOBAL_KEYS = ("frameworks",)
 
 
 def _unknown(key: str, where: str, known: list[str]) -> InputError:
@@ -69,18 +73,34 @@ def _diagnose_defaults(table: Mapping[str, Any], where: str, base: Path, *, allo
     return out
 
 
+def _frameworks(table: Mapping[str, Any], where: str) -> list[str]:
+    """``frameworks = ["mylib.internal", ...]``: dotted module prefixes (``/`` read as ``.``)."""
+    value = table.get("frameworks", [])
+    names = _value("frameworks", value, "codes", where, Path("."))
+    bad = [n for n in names if not n.strip(" /.") or any(c.isspace() for c in n.strip())]
+    if bad:
+        raise InputError(f"{where}: 'frameworks' entry {bad[0]!r} is not a module path",
+                         'write dotted module prefixes: frameworks = ["mylib.internal"]')
+    return names
+
+
 def default_map(start: Path) -> dict[str, Any]:
     """Click's ``default_map`` from the nearest pyproject.toml (empty without one).
+
+    Also sets the framework list (``frameworks``) for this process, or resets it to the defaults
+    when the file has none: every command reads its lines through it.
 
     Raises:
         InputError: invalid TOML, an unknown key (with a suggestion), a value of the wrong type.
     """
+    set_extra_frameworks(())
     path = find_pyproject(start)
     if path is None:
         return {}
     table = tool_table(path) or {}
     base = path.parent
-    diagnose = _diagnose_defaults(table, f"{path} [{TABLE}]", base, allow=_SUBTABLES)
+    set_extra_frameworks(_frameworks(table, f"{path} [{TABLE}]"))
+    diagnose = _diagnose_defaults(table, f"{path} [{TABLE}]", base, allow=(*_SUBTABLES, *_GLOBAL_KEYS))
     section = table.get("diagnose")
     if isinstance(section, Mapping):
         diagnose.update(_diagnose_defaults(section, f"{path} [{TABLE}.diagnose]", base, allow=()))

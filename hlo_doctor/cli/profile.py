@@ -29,7 +29,7 @@ from hlo_doctor.cli.common import (
 )
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import InputError, NotAvailableError
-from hlo_doctor.core.format import fmt_bytes, short_path
+from hlo_doctor.core.format import fmt_bytes, fmt_source
 from hlo_doctor.core.model import ProgressFn
 from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.opstats import OpStats, group_by_shape, load_opstats, to_csv, to_json
@@ -46,7 +46,19 @@ def header_line(stats: OpStats) -> str:
     per_device = f" per device ({stats.num_devices} devices)" if stats.num_devices > 1 else ""
     return (f"{stats.backend}{kind} · {stats.num_steps} steps{per_device} from {how} · mean step wall time "
             f"{stats.step_time_us:,.1f} µs · {len(stats.table)} ops in {stats.table['module'].nunique()} "
-            f"modules · {len(stats.compile_events)} compile events in the traced window")
+            f"modules · {_compiles(stats)}")
+
+
+def _compiles(stats: OpStats) -> str:
+    """``3 compiles in the traced window (+ 27 eager ops)``: programs actually compiled, nested
+    compile events counted once (:mod:`hlo_doctor.lint.compiles`)."""
+    from hlo_doctor.lint.compiles import account_compiles
+
+    account = account_compiles(stats.compile_events, stats.modules, num_steps=stats.num_steps)
+    n = account.program_count
+    text = f"{n} compile{'s' if n != 1 else ''} in the traced window"
+    eager = len(account.eager)
+    return text + (f" (+ {eager} eager op{'s' if eager != 1 else ''})" if eager else "")
 
 
 def pct_note(backend: str) -> str:
@@ -91,7 +103,7 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
         cells = {"#": str(r.rank), "% step": f"{r.pct_of_step:.1f}", "µs/step": f"{r.time_per_step_us:,.1f}",
                  "n": str(r.occurrences), "program": pid, "module": str(r.module), "op": str(r.op),
                  "category": str(r.category), "shape": fmt_shape(str(r.shape)),
-                 "bytes": fmt_bytes(r.bytes_accessed), "source": short_path(str(r.source), keep=1)}  # file:line; the csv/json keep the path
+                 "bytes": fmt_bytes(r.bytes_accessed), "source": fmt_source("" if pd.isna(r.source) else str(r.source))}  # relative to its package root; csv/json keep the path
         # Text, not str: names and paths come from the trace and are never markup.
         t.add_row(*(Text(cells[name]) for name, _ in columns))
     parts.append(t)

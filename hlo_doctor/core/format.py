@@ -6,14 +6,16 @@ One function per way of writing a value; a renderer picks the one its table or s
 from __future__ import annotations
 
 import math
+import os
 import re
 import sys
-from typing import Any
+from functools import lru_cache
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["fmt_bytes", "fmt_duration", "fmt_ms", "fmt_num", "fmt_pct", "fmt_us", "json_float", "json_safe", "short_path",
-           "split_source"]
+__all__ = ["PathRoots", "fmt_bytes", "fmt_duration", "fmt_ms", "fmt_num", "fmt_path", "fmt_pct", "fmt_source", "fmt_us",
+           "json_float", "json_safe", "path_roots", "short_path", "split_source"]
 
 _SOURCE = re.compile(r"^(.*):(\d+)$")
 
@@ -69,6 +71,68 @@ def split_source(source: str) -> tuple[str, int | None]:
     if m:
         return m.group(1), int(m.group(2))
     return source or "", None
+
+
+_SITE = re.compile(r"/(?:site|dist)-packages/")
+_STDLIB = re.compile(r"/lib/python\d+(?:\.\d+)?t?/")
+
+
+class PathRoots(NamedTuple):
+    """A source path relative to each root it may have ("" where it has none)."""
+
+    installed: str
+    """After the last ``site-packages/`` or ``dist-packages/``: ``keras/src/backend/jax/nn.py``."""
+    stdlib: str
+    """After the standard library's ``lib/pythonX.Y/`` (outside site-packages): ``functools.py``."""
+    package: str
+    """From the topmost package folder (``__init__.py`` up the tree) of a file on this machine."""
+    cwd: str
+    """Relative to the working folder."""
+
+
+def path_roots(path: str) -> PathRoots:
+    """``path`` relative to its install folder, the standard library, its package and the working folder."""
+    return _path_roots(path, os.getcwd())
+
+
+@lru_cache(maxsize=4096)
+def _path_roots(path: str, cwd: str) -> PathRoots:
+    p = path.replace("\\", "/")
+    if not p or p.startswith("<"):  # <frozen runpy>, <string>: no file
+        return PathRoots("", "", "", "")
+    sites = list(_SITE.finditer(p))
+    if sites:  # the last one: a venv inside a package's folder still ends at the package
+        return PathRoots(p[sites[-1].end():], "", "", "")
+    std = _STDLIB.search(p)
+    if std is not None:
+        return PathRoots("", p[std.end():], "", "")
+    base = cwd.replace("\\", "/").rstrip("/") + "/"
+    under_cwd = p[len(base):] if cwd and p.startswith(base) else ""
+    top = None
+    if os.path.isabs(path):
+        parent = os.path.dirname(path)
+        while parent and os.path.isfile(os.path.join(parent, "__init__.py")):
+            top = parent
+            up = os.path.dirname(parent)
+            if up == parent:
+                break
+            parent = up
+    package = os.path.relpath(path, os.path.dirname(top)).replace("\\", "/") if top else ""
+    return PathRoots("", "", package, under_cwd)
+
+
+def fmt_path(path: str) -> str:
+    """A source path as people read it: relative to its package root where it is installed
+    (``transformers/models/gpt2/modeling_flax_gpt2.py``), to the standard library, to the working
+    folder (a file of one's own), to its topmost package folder, else as given."""
+    roots = path_roots(path)
+    return roots.installed or roots.stdlib or roots.cwd or roots.package or path
+
+
+def fmt_source(source: str) -> str:
+    """``file:line`` with the file as :func:`fmt_path` writes it; empty stays empty."""
+    path, line = split_source(source)
+    return f"{fmt_path(path)}:{line}" if line is not None else fmt_path(path)
 
 
 def short_path(path: str, keep: int = 3) -> str:

@@ -58,19 +58,24 @@ class Finding:
     recoverable_us: float | None = None
     """Estimate of the time per step a fix gets back."""
     source: str = ""
-    """``file:line`` from the HLO metadata (or the source file a source rule read)."""
+    """``file:line`` from the HLO metadata (or the source file a source rule read): the first frame of
+    :attr:`stack` outside the frameworks, else its innermost frame; the path as captured."""
     evidence: tuple[str, ...] = ()
     """The instructions (or source lines) involved, as printed."""
     fix: str = ""
     """Id of a bundled fix that removes it (``bf16-greedy-sampler``), or empty."""
     extra: tuple[tuple[str, Any], ...] = field(default=())
     """Rule-specific details (key, value) that renderers may show."""
+    stack: tuple[tuple[str, int, str], ...] = ()
+    """Every frame of the op's Python stack, ``(file, line, function)``, innermost first (empty when
+    the metadata has none); machine formats write it whole."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["severity"] = str(self.severity)
         d["evidence"] = list(self.evidence)
         d["extra"] = {k: v for k, v in self.extra}
+        d["stack"] = [{"file": file, "line": line, "function": function} for file, line, function in self.stack]
         return d
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from hlo_doctor.hlo.frames import Frame, editable_frame, source_frame
 from hlo_doctor.hlo.shape import HloShape
 
 # Opcodes that do no arithmetic work of their own: plumbing around the real work.
@@ -34,20 +35,40 @@ class HloInstruction:
     op_name: str = ""
     """The metadata's ``op_name`` (``jit(sample)/reduce``)."""
     source_file: str = ""
+    """The innermost frame's file, as the metadata names it (see :attr:`source` for the line shown)."""
     source_line: int = 0
     raw: str = ""
     """The instruction's line, as printed."""
+    stack: tuple[Frame, ...] = ()
+    """The op's Python stack from the metadata, innermost frame first (one frame when the metadata
+    has only ``source_file``/``source_line``; empty without metadata)."""
 
     @property
     def dtype(self) -> str:
         return self.shape.dtype
 
     @property
+    def frame(self) -> Frame | None:
+        """The frame shown for this op: the first outside the frameworks, else the innermost
+        (:func:`hlo_doctor.hlo.frames.source_frame`); None without a line."""
+        if self.stack:
+            return source_frame(self.stack)
+        return Frame(self.source_file, self.source_line) if self.source_file else None
+
+    @property
     def source(self) -> str:
-        """``file:line`` from the metadata, or empty."""
-        if not self.source_file:
+        """``file:line`` of :attr:`frame` (the path as captured), or empty."""
+        f = self.frame
+        if f is None or not f.file:
             return ""
-        return f"{self.source_file}:{self.source_line}" if self.source_line else self.source_file
+        return f"{f.file}:{f.line}" if f.line else f.file
+
+    @property
+    def in_framework(self) -> bool:
+        """True when the op has a stack and every frame of it is a framework's: its line is no line of
+        the user's or a model library's (an eager op jax staged, a framework's own helper)."""
+        stack = self.stack or ((Frame(self.source_file, self.source_line),) if self.source_file else ())
+        return bool(stack) and editable_frame(stack) is None
 
     def attribute(self, key: str, default: str = "") -> str:
         for k, v in self.attributes:

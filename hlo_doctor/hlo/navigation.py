@@ -113,12 +113,19 @@ _HEAVY_OPCODES = (
 )
 
 
+# Inside a fusion these only index (no arithmetic of their own): never the op that costs while
+# other work is there.
+_INDEXING_OPCODES = frozenset({"broadcast", "iota", "reshape", "transpose", "slice", "dynamic-slice", "pad",
+                               "concatenate", "reverse"})
+
+
 def key_instruction(module: HloModule, op: HloInstruction) -> HloInstruction:
     """The instruction that matters inside a fusion ``op`` (``op`` itself for anything else).
 
     The fusion's own metadata is its root's (often a framework helper's line); the op that
     costs is the heaviest inside: a dot or custom call, else a reduction, scatter or gather, else
-    the real work with the largest result. Ties go to an instruction with a source line.
+    the real work with the largest result (broadcasts, iotas and other indexing only when nothing
+    else is there). Ties go to an instruction with a source line, then to the fusion's root.
     """
     body = module.fusion_body(op)
     if body is None:
@@ -144,4 +151,6 @@ def key_instruction(module: HloModule, op: HloInstruction) -> HloInstruction:
         if heavy:
             inner = heavy
             break
-    return max(inner, key=lambda i: (i.shape.nbytes, bool(i.source)))
+    else:
+        inner = [i for i in inner if i.opcode not in _INDEXING_OPCODES] or inner
+    return max(inner, key=lambda i: (i.shape.nbytes, bool(i.source), i.is_root))

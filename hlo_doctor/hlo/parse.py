@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.hlo.frames import Frame
 from hlo_doctor.hlo.module import HloComputation, HloInstruction, HloModule
 from hlo_doctor.hlo.shape import _parse_shape_prefix
 from hlo_doctor.hlo.text import (
@@ -38,31 +39,67 @@ _CALL_KEYS = ("calls", "to_apply", "body", "condition", "true_computation", "fal
 
 @dataclass
 class _SourceTables:
-    files: dict[int, str] = field(default_factory=dict)
-    locations: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (file id, line)
-    frames: dict[int, int] = field(default_factory=dict)  # frame id -> location id
+    """The module's source tables, as printed after its header, and the stacks they make.
 
-    def resolve(self, frame_id: int) -> tuple[str, int]:
-        loc = self.locations.get(self.frames.get(frame_id, -1))
-        if loc is None:
-            return "", 0
-        return self.files.get(loc[0], ""), loc[1]
+    Ids are 1-based and 0 is "no parent" in the serialized ``StackFrameIndexProto``. XLA prints a
+    frame's parent as ``parent_frame_id + 1`` (``HloModule::PrintStackFrameIndex``): a printed 1 is
+    "no parent", a printed N > 1 frame N - 1. Frames are interned outermost first, so frame 1 has
+    no parent: printed as 1 it confirms that convention; printed as 0, the parents are raw ids.
+    """
+
+    files: dict[int, str] = field(default_factory=dict)
+    functions: dict[int, str] = field(default_factory=dict)
+    locations: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # id -> (file, function, line)
+    frames: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (location id, printed parent)
+    _stacks: dict[int, tuple[Frame, ...]] = field(default_factory=dict)
+
+    def stack(self, frame_id: int) -> tuple[Frame, ...]:
+        """The stack of frame ``frame_id``, innermost first; () when the id names no frame."""
+        hit = self._stacks.get(frame_id)
+        if hit is not None:
+            return hit
+        offset = 0 if self.frames.get(1, (0, 1))[1] == 0 else 1
+        out: list[Frame] = []
+        seen: set[int] = set()
+        cur = frame_id
+        while cur in self.frames and cur not in seen:  # a malformed table may loop: stop there
+            seen.add(cur)
+            location, parent = self.frames[cur]
+            loc = self.locations.get(location)
+            if loc is not None:
+                out.append(Frame(self.files.get(loc[0], ""), loc[2], self.functions.get(loc[1], "")))
+            cur = parent - offset
+        stack = tuple(out)
+        self._stacks[frame_id] = stack
+        return stack
 
     def add(self, section: str, entry: str) -> None:
-        if section == "FileNames":
+        if section in ("FileNames", "FunctionNames"):
             m = _FILE_NAME.match(entry)
             if m:
-                self.files[int(m.group(1))] = m.group(2)
+                names = self.files if section == "FileNames" else self.functions
+                names[int(m.group(1))] = _unescape(m.group(2))
             return
         m = _FILE_LOCATION.match(entry)
-        if section == "FunctionNames" or m is None:
+        if m is None:
             return
         fields = dict(kv.split("=", 1) for kv in m.group(2).split() if "=" in kv)
         if section == "FileLocations":
-            self.locations[int(m.group(1))] = (
-                int(fields.get("file_name_id", 0)), int(fields.get("line", 0)))
+            self.locations[int(m.group(1))] = (int(fields.get("file_name_id", 0)),
+                                               int(fields.get("function_name_id", 0)), int(fields.get("line", 0)))
         else:
-            self.frames[int(m.group(1))] = int(fields.get("file_location_id", 0))
+            self.frames[int(m.group(1))] = (int(fields.get("file_location_id", 0)),
+                                            int(fields.get("parent_frame_id", 0)))
+
+
+def _unescape(text: str) -> str:
+    """A name as XLA printed it with ``absl::CEscape`` (``\\"`` and ``\\\\``), unescaped."""
+    if "\\" not in text:
+        return text
+    try:
+        return text.encode("latin-1", "backslashreplace").decode("unicode_escape").encode("latin-1").decode("utf-8")
+    except (UnicodeDecodeError, UnicodeEncodeError):
+        return text
 
 
 @dataclass
@@ -110,8 +147,7 @@ def _parse_instruction(stmt: _Instruction, tables: _SourceTables) -> HloInstruct
     fusion_kind = ""
     attributes: list[tuple[str, str]] = []
     op_name = ""
-    source_file = ""
-    source_line = 0
+    stack: tuple[Frame, ...] = ()
     for part in _split_top_level(attr_text.lstrip(",")):
         key, eq, value = part.partition("=")
         if not eq:
@@ -121,11 +157,10 @@ def _parse_instruction(stmt: _Instruction, tables: _SourceTables) -> HloInstruct
         if key == "metadata":
             fields = {k: v.strip('"') for k, v in _META_FIELD.findall(value)}
             op_name = fields.get("op_name", "")
-            if "source_file" in fields:
-                source_file = fields["source_file"]
-                source_line = int(fields.get("source_line", "0") or 0)
-            elif "stack_frame_id" in fields:
-                source_file, source_line = tables.resolve(int(fields["stack_frame_id"]))
+            if "stack_frame_id" in fields:
+                stack = tables.stack(int(fields["stack_frame_id"]))
+            if not stack and fields.get("source_file"):
+                stack = (Frame(fields["source_file"], int(fields.get("source_line", "0") or 0)),)
             continue
         if key in _CALL_KEYS:
             called.extend(v.strip().lstrip("%") for v in value.strip("{}").split(","))
@@ -136,7 +171,8 @@ def _parse_instruction(stmt: _Instruction, tables: _SourceTables) -> HloInstruct
         name=name, opcode=opcode, shape=shape, operands=tuple(operands), computation=stmt.computation,
         is_root=is_root, parameter_number=parameter_number, called_computations=tuple(called),
         fusion_kind=fusion_kind, attributes=tuple(attributes), op_name=op_name,
-        source_file=source_file, source_line=source_line, raw=stmt.text.strip(),
+        source_file=stack[0].file if stack else "", source_line=stack[0].line if stack else 0, stack=stack,
+        raw=stmt.text.strip(),
     )
 
 

@@ -164,7 +164,9 @@ class Context:
         ``recoverable_fraction`` of that time is what a fix is expected to get back (None: unknown);
         ``recoverable_us`` replaces that estimate when the rule knows more (a program's dispatch).
         The source line is that of ``source_inst`` (or ``inst``); for a fusion, that of the op that
-        matters inside it (:func:`hlo_doctor.hlo.analysis.key_instruction`), not its root's.
+        matters inside it (:func:`hlo_doctor.hlo.analysis.key_instruction`), not its root's: the first
+        frame of its stack outside the frameworks (:mod:`hlo_doctor.hlo.frames`), with the whole stack
+        in ``Finding.stack``.
         """
         op = self.entry_op(module, inst) if module is not None and inst is not None else None
         timing = self.op_timing(module, op.name) if module is not None and op is not None else None
@@ -172,6 +174,7 @@ class Context:
         if src_inst is not None and module is not None and src_inst.opcode == "fusion":
             src_inst = analysis.key_instruction(module, src_inst)
         source = src_inst.source if src_inst is not None else ""
+        stack = src_inst.stack if src_inst is not None and source else ()
         if not source and timing is not None and src_inst is op and op is not None and op.opcode != "fusion":
             source = timing.source  # the table's line for this same op (HLO text without metadata)
         recoverable = None
@@ -190,6 +193,7 @@ class Context:
             pct_of_step=timing.pct_of_step if timing else None,
             bytes_accessed=bytes_accessed, recoverable_us=recoverable, source=source,
             evidence=tuple(evidence), fix=rule.fix if fix is None else fix, extra=tuple(extra),
+            stack=tuple((f.file, f.line, f.function) for f in stack),
         )
 
 

@@ -7,7 +7,9 @@
 - ``time_per_step_us`` = total op time / number of steps / number of devices the op ran on.
 - ``pct_of_step`` = ``time_per_step_us`` / mean step wall time x 100 (op times may overlap).
 - Shapes, operands, bytes and the source line come from the HLO modules stored in the trace, or from
-  an op's HLO text when its module is not there.
+  an op's HLO text when its module is not there. The source of a fusion is the line of the op that
+  costs inside it (:func:`~hlo_doctor.hlo.navigation.key_instruction`), the first frame of its
+  stack outside the frameworks (:mod:`hlo_doctor.hlo.frames`), the path as captured.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import pandas as pd
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.model import RunInfo
-from hlo_doctor.hlo import HloModule, HloShape, module_text_from_proto, parse_module
+from hlo_doctor.hlo import HloInstruction, HloModule, HloShape, module_text_from_proto, parse_module
 from hlo_doctor.hlo.categories import categorize, categorize_opcodes
+from hlo_doctor.hlo.navigation import key_instruction
 from hlo_doctor.opstats.keys import assign_canonical_keys, body_digest, natural
 from hlo_doctor.opstats.optext import parse_op_text
 from hlo_doctor.opstats.schema import PER_STEP_COLUMNS, OpStats, table_from_rows
@@ -214,13 +217,22 @@ def _row(rec: Any, hlo: _Hlo, num_steps: int, step_time_us: float) -> tuple[dict
         "bytes_written": int(bytes_written),
         "bytes_accessed": int(bytes_read + bytes_written),
         "op_name": inst.op_name if inst is not None else "",
-        "source": inst.source if inst is not None else "",
+        "source": _source(module, inst),
         "self_time_us": float(rec.self_ns) / 1e3,
         "devices": devices,
         "runs_per_step": int(rec.occurrences) / num_steps / devices,
         "group": int(rec.group),
     }
     return row, body_digest(module, inst, operand_text)
+
+
+def _source(module: HloModule | None, inst: HloInstruction | None) -> str:
+    """The op's line: for a fusion, that of the op that costs inside it (its dot or reduction), not
+    the fusion's own metadata (its root's, often a framework helper's); the first frame outside the
+    frameworks. Empty when that op has no line: never another op's."""
+    if inst is None:
+        return ""
+    return (key_instruction(module, inst) if module is not None else inst).source
 
 
 def _missing_modules(rows: list[dict[str, Any]], hlo: _Hlo) -> list[tuple[str, int | None]]:

@@ -1,7 +1,8 @@
 """One line per finding, for logs and CI: ``concise`` (like ruff's) and ``github`` (workflow commands).
 
 ``concise``: ``path:line: HD002 [high] message (module/op shape, 1,562 us/step)``, a path relative to
-the source root where the source is in the checkout. ``github``: ``::error file=...,line=...,title=...::``
+the source root where the source is in the checkout, else relative to its package root
+(``keras_hub/src/samplers/sampler.py``). ``github``: ``::error file=...,line=...,title=...::``
 annotations, which GitHub Actions shows on the pull request's lines.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hlo_doctor.core.format import fmt_us, split_source
+from hlo_doctor.core.format import fmt_path, fmt_us, split_source
 from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.render.github import annotation
@@ -24,12 +25,14 @@ __all__ = ["to_concise", "to_github"]
 
 
 
-def _where(f: Finding, root: Path) -> tuple[str, int | None]:
-    """(path for the line, line): relative to ``root`` when the source is in the checkout."""
+def _where(f: Finding, root: Path) -> tuple[str | None, str, int | None]:
+    """(path relative to ``root`` when the source is in the checkout, else None; the path people
+    read: that, or relative to its package root; line)."""
     path, line = split_source(f.source)
     if not path:
-        return "", None
-    return (map_source(path, root) or path), line
+        return None, "", None
+    mapped = map_source(path, root)
+    return mapped, (mapped or fmt_path(path)), line
 
 
 def _what(f: Finding) -> str:
@@ -45,7 +48,7 @@ def to_concise(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
     root = (source_root or Path.cwd()).resolve()
     lines = []
     for f in diagnosis.findings:
-        path, line = _where(f, root)
+        _, path, line = _where(f, root)
         where = f"{path}:{line}: " if path and line else (f"{path}: " if path else "")
         lines.append(f"{where}{f.code} [{f.severity}] {f.message}{_what(f)}")
     lines.append(diagnosis.summary_line())
@@ -53,6 +56,8 @@ def to_concise(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
         lines.append(diagnosis.compiler_inserted_line())
     if diagnosis.stage_line:
         lines.append(diagnosis.stage_line)
+    if diagnosis.compile_line():
+        lines.append(diagnosis.compile_line())
     return "\n".join(lines) + "\n"
 
 
@@ -68,8 +73,8 @@ def to_github(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
     root = (source_root or Path.cwd()).resolve()
     lines = []
     for f in diagnosis.findings:
-        path, line = _where(f, root)
-        in_checkout = path if path and not Path(path).is_absolute() else ""
+        mapped, _, line = _where(f, root)
+        in_checkout = mapped if mapped and not Path(mapped).is_absolute() else ""
         lines.append(annotation(_level(f.severity), f.message + _what(f), title=f"{f.code} {f.name}",
                                 file=in_checkout, line=line))
     lines.append(annotation("notice", diagnosis.summary_line(), title="hlo-doctor diagnose"))

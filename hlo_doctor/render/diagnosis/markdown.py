@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
-from hlo_doctor.core.format import fmt_pct, fmt_us, short_path
+from hlo_doctor.core.format import fmt_pct, fmt_source, fmt_us
 from hlo_doctor.hlo.shape import fmt_shape
 
 if TYPE_CHECKING:
@@ -25,6 +26,9 @@ def to_markdown(diagnosis: Diagnosis) -> str:
         meta.append(f"{diagnosis.num_steps} steps")
     meta.append(f"rules run: {', '.join(diagnosis.rules_run) or 'none'}")
     out += [" · ".join(meta), ""]
+    if diagnosis.compile_line():
+        # Module names hold underscores: escaped, not read as emphasis.
+        out += [re.sub(r"([\\`*_|])", r"\\\1", diagnosis.compile_line()), ""]
     if diagnosis.rules_skipped:
         out += ["Skipped: " + "; ".join(f"{c} ({r})" for c, r in diagnosis.rules_skipped), ""]
     if not diagnosis.findings:
@@ -35,7 +39,7 @@ def to_markdown(diagnosis: Diagnosis) -> str:
         out.append("| " + " | ".join(_cell(x) for x in (
             f.code, str(f.severity), f.module, f"`{f.op}`" if f.op else "", f"`{fmt_shape(f.shape)}`" if f.shape else "",
             fmt_us(f.time_per_step_us), fmt_pct(f.pct_of_step), fmt_us(f.recoverable_us),
-            f"`{short_path(f.source)}`" if f.source else "", f"`{f.fix}`" if f.fix else "")) + " |")
+            f"`{fmt_source(f.source)}`" if f.source else "", f"`{f.fix}`" if f.fix else "")) + " |")
     out.append("")
     for f in diagnosis.findings:
         out += [f"### {f.code} {f.name}: `{f.op or f.module or f.source}`", "", f.message, ""]

@@ -6,7 +6,11 @@ written relative to a source root (``--source-root``; the repository root by def
 machine (``/usr/local/lib/python3.12/site-packages/pkg/mod.py``) is mapped by its longest trailing part
 that exists under the root (``pkg/mod.py``); a source found nowhere under the root gets a logical
 location (its path as a name) rather than a file URI that points nowhere. Every finding also has the
-logical location ``module/op``.
+logical location ``module/op``. The op's whole Python stack (``Finding.stack``) is the result's one
+``stacks`` entry, innermost frame first as SARIF orders frames: each frame a location (a file URI
+under the root where the checkout has the file, else its path relative to its package root as the
+location's message), the function as its logical location, the dotted module, and ``framework``
+in its properties where the frame is a framework's internals (:mod:`hlo_doctor.hlo.frames`).
 
 Fingerprints hash rule + module + op + shape: the same waste keeps its alert across machines, paths
 and program ids. ``tool.driver.rules`` lists every rule of the rule book, with ``helpUri`` into
@@ -23,8 +27,9 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from hlo_doctor import __version__
-from hlo_doctor.core.format import split_source
+from hlo_doctor.core.format import fmt_path, split_source
 from hlo_doctor.core.model import Finding, Severity
+from hlo_doctor.hlo.frames import framework_of, module_of
 from hlo_doctor.render.locations import map_source
 
 if TYPE_CHECKING:
@@ -111,6 +116,8 @@ def _result(f: Finding, rule_index: int, root: Path) -> dict[str, Any]:
         location["logicalLocations"] = logical
     if location:
         res["locations"] = [location]
+    if f.stack:
+        res["stacks"] = [_stack(f, root)]
     res["partialFingerprints"] = {FINGERPRINT: fingerprint(f)}
     props = {k: v for k, v in (
         ("shape", f.shape), ("program_id", f.program_id), ("time_per_step_us", f.time_per_step_us),
@@ -120,6 +127,35 @@ def _result(f: Finding, rule_index: int, root: Path) -> dict[str, Any]:
     if props:
         res["properties"] = props
     return res
+
+
+def _stack(f: Finding, root: Path) -> dict[str, Any]:
+    """The op's Python stack as one SARIF ``stack`` (frames innermost first)."""
+    frames = []
+    for file, line, function in f.stack:
+        location: dict[str, Any] = {}
+        relative = map_source(file, root) if file else None
+        if relative is not None:
+            phys: dict[str, Any] = {"artifactLocation": {"uri": relative, "uriBaseId": SOURCE_ROOT_ID}}
+            if line >= 1:
+                phys["region"] = {"startLine": line}
+            location["physicalLocation"] = phys
+        elif file:
+            location["message"] = {"text": f"{fmt_path(file)}:{line}" if line else fmt_path(file)}
+        if function:
+            location["logicalLocations"] = [{"name": function, "kind": "function"}]
+        frame: dict[str, Any] = {"location": location}
+        module = module_of(file) if file else ""
+        if module:
+            frame["module"] = module
+        props: dict[str, Any] = {"file": file, "line": line}
+        framework = framework_of(file)
+        if framework:
+            props["framework"] = framework
+        frame["properties"] = props
+        frames.append(frame)
+    return {"message": {"text": "Python stack of the op when it was traced, innermost frame first"},
+            "frames": frames}
 
 
 def to_sarif(diagnosis: Diagnosis, rulebook: RuleBook | None = None, *, source_root: Path | None = None,

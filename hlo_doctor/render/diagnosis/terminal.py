@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from hlo_doctor.core.format import fmt_pct, fmt_us, short_path
+from hlo_doctor.core.format import fmt_pct, fmt_source, fmt_us
 from hlo_doctor.core.model import Severity
 from hlo_doctor.hlo.shape import fmt_shape
 
@@ -45,7 +45,7 @@ def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType
                 # Text, not str: names and paths come from the user's program and are never markup.
                 Text(f.code), Text(str(f.severity), style=_STYLE.get(f.severity, "")), Text(f.module), Text(f.op),
                 Text(fmt_shape(f.shape)), fmt_us(f.time_per_step_us), fmt_pct(f.pct_of_step), fmt_us(f.recoverable_us),
-                Text(short_path(f.source, 1) if f.source else ""),
+                Text(fmt_source(f.source)),
             )
         parts.append(table)
         if details:
@@ -60,7 +60,7 @@ def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType
                 for ev in f.evidence[:4]:
                     parts.append(Text("    " + ev, style="dim", no_wrap=True, overflow="ellipsis"))
                 if f.source:
-                    parts.append(Text(f"  at {f.source}", style="dim"))
+                    parts.append(Text(f"  at {fmt_source(f.source)}", style="dim"))
                 if f.fix:
                     parts.append(Text(f"  fix: hlo-doctor apply-fix {f.fix} --target PATH", style="green"))
     if diagnosis.rules_skipped:
@@ -72,4 +72,6 @@ def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType
         parts.append(Text(diagnosis.compiler_inserted_line(), style="dim"))
     if diagnosis.stage_line:
         parts.append(Text(diagnosis.stage_line, style="dim"))
+    if diagnosis.compile_line():
+        parts.append(Text(diagnosis.compile_line(), style="dim"))
     return Group(*parts)
