@@ -12,6 +12,7 @@ venv=${VENV:-/work/fieldvenv}
 read -r -a hd <<< "${HLO_DOCTOR:-$venv/bin/hlo-doctor}"
 mkdir -p "$root"/runs "$root"/hlo "$root"/stats "$root"/diagnose-before
 rm -rf "$root/hlo/$name"
+echo "$target $*" > "$root/stats/$name.env"
 env "$@" XLA_FLAGS="--xla_dump_to=$root/hlo/$name --xla_dump_hlo_as_text ${XLA_FLAGS:-}" \
   "${hd[@]}" profile "$target" --steps "${STEPS:-3}" --warmup "${WARMUP:-1}" \
   --out "$root/runs/$name" --top 5 > "$root/stats/$name.profile.log" 2>&1
