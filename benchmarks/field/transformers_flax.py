@@ -138,17 +138,18 @@ _LOOP_ONCE = _LoopOnce()
 def _make(m: Any, loop_once: bool = False) -> Callable[[], Any]:
     params = model.params
 
-    def generate(ids: Any) -> Any:
+    def generate(ids: Any, params: Any) -> Any:
         return m.generate(ids, params=params, **_KW).sequences
 
+    # Parameters are arguments of the jitted program (not constants folded into it).
     fn = jax.jit(generate) if JIT else generate
 
     def run() -> Any:
         if not loop_once:
-            return fn(INPUT_IDS)
+            return fn(INPUT_IDS, params)
         flax_utils.lax = _LOOP_ONCE
         try:
-            return fn(INPUT_IDS)
+            return fn(INPUT_IDS, params)
         finally:
             flax_utils.lax = jax.lax
 
