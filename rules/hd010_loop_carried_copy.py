@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from hlo_doctor.hlo import HloComputation, HloInstruction, HloModule
 from hlo_doctor.hlo.analysis import dtype_shape
+from hlo_doctor.hlo.loops import loop_rebuilds
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, stage_of
 
 # Below this a copy is a counter or a scalar, not a buffer worth a finding.
@@ -78,7 +79,9 @@ class LoopCarriedCopy(Rule):
         (``copy(get-tuple-element(parameter))``, through bitcasts and earlier copies), with the
         same layout and memory space on both sides, 4 KiB or more. XLA inserts such copies when
         the old value of a carried buffer must outlive its in-place update: the body returns
-        the buffer next to its update, or reads it after writing it. With op stats, the finding
+        the buffer next to its update, or reads it after writing it. A copy that is one step of a
+        rebuild of the element (cut into pieces and put back together) is left to HD013, which
+        sizes the whole rebuild: one cause, one finding. With op stats, the finding
         gives the copy's time per step, how many iterations ran per step, and the time per
         iteration. Only optimized modules are read: before XLA's passes a copy that changes nothing
         (a lowered sharding constraint after SPMD partitioning) is removed by XLA's simplifier.
@@ -124,6 +127,9 @@ class LoopCarriedCopy(Rule):
         for m in ctx.modules:
             if not stage_of(m, ctx.origin).optimized:
                 continue  # copy insertion has not run; XLA's simplifier drops a copy that changes nothing
+            # A copy that is one step of a whole-buffer rebuild is reported, with the rest of it, by HD013.
+            rebuilt = {(op.computation, op.name)
+                       for flow in loop_rebuilds(m) for op in (*flow.chain, *flow.movement)}
             for loop in m.instructions():
                 if loop.opcode != "while":
                     continue
@@ -133,6 +139,8 @@ class LoopCarriedCopy(Rule):
                 state = body.parameters[0]
                 for inst in body.instructions:
                     if inst.opcode != "copy" or inst.shape.nbytes < MIN_BYTES:
+                        continue
+                    if (inst.computation, inst.name) in rebuilt:
                         continue
                     index = _carried_index(m, inst, state)
                     if index is not None:
