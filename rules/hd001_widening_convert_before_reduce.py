@@ -12,6 +12,7 @@ from hlo_doctor.hlo.analysis import (
     selection_reduce_kind,
     value_uses,
 )
+from hlo_doctor.hlo.origin import OpOrigin, origin_of
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, stage_of
 from hlo_doctor.lint.testing import (
     ARGMAX_F32_TOKENS,
@@ -131,7 +132,10 @@ class WideningConvertBeforeReduce(Rule):
         ``logits = logits.astype(jnp.float32); tokens = jnp.argmax(logits, -1)``.
     Fix:
         Run the reduce on the narrow tensor; widen only what really needs f32 (logprobs), inside
-        the jitted program. For a greedy sampler: ``hlo-doctor apply-fix bf16-greedy-sampler``.
+        the jitted program; for an eager ``astype`` before a jitted sampler, drop it (the message
+        names its line). For a greedy sampler: ``hlo-doctor apply-fix bf16-greedy-sampler``. When
+        the convert is written inside a framework (no frame of code you edit in its stack), the
+        message says so: reduce the narrow tensor yourself rather than through it, or report it.
     """
 
     code = "HD001"
@@ -193,15 +197,17 @@ class WideningConvertBeforeReduce(Rule):
                 stage = stage_of(m, ctx.origin)
                 # As lowered nothing is fused yet: XLA usually fuses such a convert into its reduce.
                 said = "" if stage.optimized else "; unoptimized HLO: XLA may fuse it into the reduce"
+                origin = origin_of(m, inst)
                 yield ctx.finding(
                     self, m, inst,
                     f"{src[0].dtype} -> {inst.dtype} convert {inst.name} only feeds "
-                    f"{'/'.join(kinds)} (materialised only for the reduce); run the reduce on {src[0].dtype}"
+                    f"{'/'.join(kinds)} (materialised only for the reduce); {_reduce_narrow(origin, src[0].dtype)}"
                     f"{said}",
                     recoverable_fraction=1.0, source_inst=inst,
                     severity=None if stage.optimized else Severity.LOW,
                     evidence=(inst.raw, *(r.raw for r in reduces), *(() if stage.optimized else (stage.evidence(),))),
                     extra=(("narrow_dtype", src[0].dtype), ("wide_dtype", inst.dtype)),
+                    fix="" if origin.framework else None,
                 )
 
     def _across_modules(self, ctx: Context) -> Iterator[Finding]:
@@ -219,15 +225,38 @@ class WideningConvertBeforeReduce(Rule):
                         continue  # also returned: HD003/HD004 hold what there is to save
                     reduces = [u.inst for u in uses if u.kind == "reduce"]
                     kinds = sorted({selection_reduce_kind(m, r) or "reduce" for r in reduces})
+                    origin = origin_of(prog.module, prog.convert)
                     yield ctx.finding(
                         self, prog.module, prog.op,
-                        f"program {prog.module.name} widens {prog.narrow} -> {dtype_shape(prog.shape)}; "
-                        f"its result matches parameter {p.parameter_number} of {m.name}, which only feeds "
-                        f"{'/'.join(kinds)}: "
-                        f"pass {prog.narrow} and reduce it directly",
+                        f"program {prog.module.name}{_eager_call(origin)} widens {prog.narrow} -> "
+                        f"{dtype_shape(prog.shape)}; its result matches parameter {p.parameter_number} of {m.name}, "
+                        f"which only feeds {'/'.join(kinds)}: {_pass_narrow(origin, prog.narrow, m.name)}",
+                        fix="" if origin.framework else None,
                         recoverable_fraction=1.0, source_inst=prog.convert,
                         evidence=(prog.convert.raw, p.raw, *(r.raw for r in reduces)),
                         extra=(("narrow_dtype", prog.narrow), ("wide_dtype", prog.shape.dtype),
                                ("consumer_module", m.name), ("consumer_parameter", p.parameter_number)),
                     )
 
+
+def _reduce_narrow(origin: OpOrigin, narrow: str) -> str:
+    """What to do about a convert materialised for a reduce, where it can be done."""
+    if origin.framework:
+        return (f"it is written {origin.where()}: reduce the {narrow} tensor yourself rather than through it, "
+                f"or report it upstream")
+    return f"run the reduce on {narrow}" + (f" (the convert {origin.where()})" if origin.line else "")
+
+
+def _eager_call(origin: OpOrigin) -> str:
+    """`` (an eager astype at model.py:12)``: what the convert program is, with its line."""
+    what = "an eager astype" if origin.eager else "a program that only converts"
+    if origin.framework:
+        return f" ({what} issued {origin.where()})"
+    return f" ({what} {origin.where()})" if origin.line else f" ({what}; the HLO names no line for it)"
+
+
+def _pass_narrow(origin: OpOrigin, narrow: str, consumer: str) -> str:
+    if origin.framework:
+        return f"reduce the {narrow} tensor yourself rather than letting {origin.framework} widen it, or report it upstream"
+    drop = "drop the astype" if origin.eager else "drop the convert"
+    return f"{drop} and pass {narrow} to {consumer}, which reduces it directly"

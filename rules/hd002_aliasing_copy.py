@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from hlo_doctor.hlo import HloInstruction, HloModule
 from hlo_doctor.hlo.analysis import dtype_shape, entry_parameter_of, is_argmax_program
+from hlo_doctor.hlo.origin import origin_of, staging_cause
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, stage_of
 from hlo_doctor.lint.testing import ARGMAX_REDUCER
 
@@ -127,6 +129,17 @@ ENTRY %main.1 (x.1: f32[64,64]) -> (f32[64,64], f32[64,64]) {
 _FUSION_COMPUTES = _FUSION_PASS_THROUGH.replace("%copy.3 = f32[64,64]{1,0} copy(%g1)",
                                                 "%copy.3 = f32[64,64]{1,0} copy(%g0)")
 
+# XLA:CPU, jax 0.10.2: ``jnp.asarray(np.ones((64, 64), np.float32))`` outside jit. jax stages the
+# NumPy array with a program of its own (the ``stage`` primitive) that only copies it.
+_STAGED_NUMPY = """\
+HloModule jit_stage, is_scheduled=true, entry_computation_layout={(f32[64,64]{1,0})->f32[64,64]{1,0}}, allow_spmd_sharding_propagation_to_parameters={true}, allow_spmd_sharding_propagation_to_output={true}
+
+ENTRY %main.1 (args_0_.1: f32[64,64]) -> f32[64,64] {
+  %args_0_.1 = f32[64,64]{1,0} parameter(0), metadata={op_name="args[0]"}
+  ROOT %copy = f32[64,64]{1,0} copy(%args_0_.1)
+}
+"""
+
 # SPMD: the copy changes the sharding (a reshard), not a copy-insertion copy.
 _RESHARD = _IDENTITY.replace("parameter(0)", "parameter(0), sharding={devices=[2,1]0,1}").replace(
     "copy(%x.1)", "copy(%x.1), sharding={replicated}")
@@ -165,9 +178,15 @@ class AliasingCopy(Rule):
     Example:
         A greedy ``sample()`` whose branch does ``ret_logits = logits`` and returns it.
     Fix:
-        Do not return the input: return a value the program computes (for a sampler, the single
-        f32 widening done inside it, ``bf16-greedy-sampler``), return nothing when the caller does
-        not need it, or donate the argument (``donate_argnums``) when the caller is done with it.
+        Depends on the program, and the message says which. A jitted program of yours: do not
+        return the input: return a value the program computes (for a sampler, the single f32
+        widening done inside it, ``bf16-greedy-sampler``), return nothing when the caller does not
+        need it, or donate the argument (``donate_argnums``) when the caller is done with it. A
+        program that only copies (jax staging a NumPy array, ``jit_stage``; an eager
+        ``jnp.array(x)``/``x.copy()``, ``jit_copy``): there is nothing to return or donate: make the
+        device array once, outside the step, and pass the ``jax.Array``. A program traced inside a
+        framework (no frame of code you edit in its stack): the return is the framework's; look for
+        a donation option of its API.
     """
 
     code = "HD002"
@@ -191,6 +210,8 @@ class AliasingCopy(Rule):
         Example(hlo=(_GPU_TUPLE_COPY,), expect=("HD002 copy.1",), note="XLA:GPU copy(get-tuple-element(tuple))"),
         Example(hlo=(_FUSION_PASS_THROUGH,), expect=("HD002 copy.3",),
                 note="a multi-output fusion passing the parameter through"),
+        Example(hlo=(_STAGED_NUMPY,), expect=("HD002 copy",),
+                note="jax staging a NumPy array (jit_stage, XLA:CPU): says so, no donation advice"),
         Example(
             hlo=(_RETURNS_INPUT,),
             opstats=({"module": "jit_sample", "op": "copy", "occurrences": 10, "time_per_step_us": 30.0},),
@@ -218,13 +239,12 @@ class AliasingCopy(Rule):
                     continue  # a reshard: the copy changes how the value is laid out across devices
                 stage = stage_of(m, ctx.origin)
                 outputs = m.output_indices_of(inst)
-                sampler = is_argmax_program(m)
                 where = ", ".join(str(i) for i in outputs) or "0"
+                what, fix = _what_to_do(m, inst, outputs)
                 yield ctx.finding(
                     self, m, inst,
                     f"{inst.name} copies parameter {param.parameter_number} ({param.name}, "
-                    f"{dtype_shape(part)}, {fmt_bytes(inst.shape.nbytes)}) into output {where}: "
-                    f"the program returns its input without donation"
+                    f"{dtype_shape(part)}, {fmt_bytes(inst.shape.nbytes)}) into output {where}: {what}"
                     + ("" if stage.optimized else "; unoptimized HLO: copy insertion decides after XLA's passes"),
                     severity=None if stage.optimized else Severity.LOW,
                     recoverable_fraction=1.0,
@@ -233,8 +253,34 @@ class AliasingCopy(Rule):
                     source_inst=param if param.source else None,
                     evidence=tuple(dict.fromkeys((param.raw, inst.raw, m.entry.root.raw,
                                                   *(() if stage.optimized else (stage.evidence(),))))),
-                    fix="bf16-greedy-sampler" if sampler else "",
+                    fix=fix,
                     extra=(("parameter", param.parameter_number), ("parameter_name", param.name),
                            ("output_indices", tuple(outputs))),
                 )
 
+
+def _what_to_do(m: HloModule, copy: HloInstruction, outputs: list[int]) -> tuple[str, str]:
+    """(why the copy is there and what removes it, where it can be removed; the bundled fix id or "").
+
+    A program that only copies is jax moving an input (nothing to return or donate); a program
+    traced inside a framework returns what the framework returns; only a jitted program of one's
+    own takes "return something else, or donate".
+    """
+    origin = origin_of(m, copy)
+    if origin.staging and origin.eager:
+        action = {"stage": "convert it once, outside the step (jax.device_put), and pass the jax.Array",
+                  "convert_element_type": "convert it once, outside the step, and pass the jax.Array",
+                  "copy": "drop the copy, or make it once outside the step"}.get(
+            origin.eager.lstrip("_"), "do it once, outside the step, and pass the jax.Array")
+        return (f"program {m.name} only copies: {staging_cause(m)}; it has no return to change and nothing "
+                f"to donate: {action}"), ""
+    if origin.staging:
+        return (f"program {m.name} only returns its input: drop the call, or donate the argument "
+                f"(donate_argnums) when the caller is done with it"), ""
+    if origin.program_framework:
+        return (f"program {m.name} is traced inside {origin.program_framework} (no frame of code you edit "
+                f"in its stack) and returns its input without donation: the return is "
+                f"{origin.program_framework}'s; look for a donation option of its API"), ""
+    return ("the program returns its input without donation: return a value it computes, nothing, or donate "
+            "the argument (donate_argnums) when the caller is done with it",
+            "bf16-greedy-sampler" if is_argmax_program(m) else "")

@@ -11,6 +11,7 @@ from hlo_doctor.hlo.analysis import (
     only_reaches_selection,
     value_uses,
 )
+from hlo_doctor.hlo.origin import OpOrigin, origin_of
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes
 from hlo_doctor.lint.testing import eager_convert
 
@@ -59,8 +60,10 @@ class StandaloneConvertProgram(Rule):
         ``sample(logits)``: 1.2 ms per step for bf16 -> f32[512,256000] on TPU v5e.
     Fix:
         Move the convert inside the jitted consumer (or drop it), and rebuild any precompiled
-        menu keyed on the old dtype in the same change. For a greedy sampler:
-        ``hlo-doctor apply-fix bf16-greedy-sampler``.
+        menu keyed on the old dtype in the same change; the message names the eager call's line.
+        For a greedy sampler: ``hlo-doctor apply-fix bf16-greedy-sampler``. When the convert is
+        issued inside a framework (no frame of code you edit in its stack), the message says so:
+        hand it arrays already in the dtype it converts to, once, outside the step, or report it.
     """
 
     code = "HD003"
@@ -99,16 +102,18 @@ class StandaloneConvertProgram(Rule):
             feeds_argmax = any(only for _, _, only in consumers)
             into = "; result matches " + ", ".join(
                 f"parameter {p} of {m}" for m, p, _ in consumers) if consumers else ""
+            origin = origin_of(prog.module, prog.convert)
             yield ctx.finding(
                 self, prog.module, prog.op,
                 f"program {prog.module.name} only converts {prog.narrow} -> {dtype_shape(prog.shape)} "
-                f"({fmt_bytes(prog.shape.nbytes)} written) and runs {per_step:.1f}x per step{into}",
+                f"({fmt_bytes(prog.shape.nbytes)} written) and runs {per_step:.1f}x per step{into}: "
+                f"{_move_it(origin, prog.shape.dtype)}",
                 recoverable_fraction=1.0, recoverable_us=recoverable, source_inst=prog.convert,
                 # An eager convert program is compiled once and cached: its metadata names the call
                 # that compiled it first (often a warm-up), which may not be the per-step caller.
                 evidence=(prog.convert.raw,
                           "(the source line is where this cached eager program was first traced)"),
-                fix="bf16-greedy-sampler" if feeds_argmax else "",
+                fix="bf16-greedy-sampler" if feeds_argmax and not origin.framework else "",
                 extra=(("launches_per_step", round(per_step, 2)), ("narrow_dtype", prog.narrow),
                        *((("host_dispatch_us_per_step", round(host_per_step, 1)),) if dispatch else ())),
             )
@@ -124,3 +129,13 @@ def _consumers(ctx: Context, prog: ConvertProgram) -> list[tuple[str, int | None
             if p.shape.dtype == prog.shape.dtype and p.shape.dims == prog.shape.dims:
                 out.append((m.name, p.parameter_number, only_reaches_selection(value_uses(m, p))))
     return out
+
+
+def _move_it(origin: OpOrigin, wide: str) -> str:
+    """What removes a per-step convert program, where it can be done."""
+    what = "an eager astype" if origin.eager else "a jitted call that only converts"
+    if origin.framework:
+        return (f"{what} issued {origin.where()}: hand it {wide} arrays made once, outside the step, "
+                f"or report it upstream")
+    where = f" {origin.where()}" if origin.line else " (the HLO names no line for it)"
+    return f"{what}{where}: move it inside the jitted consumer, or drop it"

@@ -13,6 +13,7 @@ from hlo_doctor.hlo.analysis import (
     value_uses,
     widening_convert_of,
 )
+from hlo_doctor.hlo.origin import OpOrigin, eager_op, origin_of
 from hlo_doctor.lint import (
     Context,
     Example,
@@ -181,6 +182,7 @@ class OverWideRead(Rule):
                 if widen is not None:
                     narrow = widen[0]
                     origin = f"widened from {narrow} by {read.name} in this program"
+                    widener = origin_of(m, read)
                     evidence.insert(0, read.raw)
                 else:
                     prog = producing_convert_program(ctx, m, read)
@@ -189,6 +191,7 @@ class OverWideRead(Rule):
                     narrow = prog.narrow
                     origin = (f"parameter {read.parameter_number}, produced by program "
                               f"{prog.module.name} from {narrow}")
+                    widener = origin_of(prog.module, prog.convert)
                     evidence[:0] = [prog.convert.raw, read.raw]
                 read_bytes = read.shape.nbytes
                 needed = int(read.shape.num_elements * DTYPE_BYTES.get(narrow, 4))
@@ -206,10 +209,13 @@ class OverWideRead(Rule):
                     # As lowered, XLA usually fuses the convert into the reduce later: not yet evidence.
                     note += "; unoptimized HLO: XLA may fuse the convert into the reduce, check the optimized module"
                     evidence.append(stage.evidence())
+                eager = f" (run eagerly: program {m.name})" if eager_op(m) else ""
                 yield ctx.finding(
                     self, m, reduce,
-                    f"{kind} in {op.name} reads {dtype_shape(read.shape)} ({fmt_bytes(read_bytes)}), "
-                    f"{origin}: it needs {fmt_bytes(needed)} ({read_bytes / needed:.1f}x fewer bytes){note}",
+                    f"{kind} in {op.name}{eager} reads {dtype_shape(read.shape)} ({fmt_bytes(read_bytes)}), "
+                    f"{origin}: it needs {fmt_bytes(needed)} ({read_bytes / needed:.1f}x fewer bytes); "
+                    f"{_drop_widening(widener, narrow)}{note}",
+                    fix="" if widener.framework else None,
                     recoverable_fraction=fraction,
                     evidence=tuple(evidence),
                     extra=(("bytes_read", read_bytes), ("bytes_needed", needed), ("reduce_kind", kind),
@@ -217,3 +223,13 @@ class OverWideRead(Rule):
                     bytes_accessed=read_bytes,
                     severity=None if stage.optimized else Severity.LOW,
                 )
+
+
+def _drop_widening(widener: OpOrigin, narrow: str) -> str:
+    """What removes the widening the reduce reads, where it can be done."""
+    what = "the eager astype" if widener.eager else "the widening convert"
+    if widener.framework:
+        return (f"{what} is {widener.where()}: reduce the {narrow} tensor yourself rather than through it, "
+                f"or report it upstream")
+    where = f" ({widener.where()})" if widener.line else ""
+    return f"drop {what}{where} and reduce the {narrow} tensor"

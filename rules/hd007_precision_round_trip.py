@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from hlo_doctor.hlo import is_convert_only
 from hlo_doctor.hlo.analysis import dtype_shape, is_exact_widening
+from hlo_doctor.hlo.origin import origin_of
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity
 
 _ROUND_TRIP = """\
@@ -83,7 +84,10 @@ class PrecisionRoundTrip(Rule):
     Example:
         ``x.astype(jnp.bfloat16).astype(jnp.float32)``.
     Fix:
-        Drop both converts, or keep the value in the narrow type if that is what is stored.
+        Drop both converts, or keep the value in the narrow type if that is what is stored; the
+        message names the line. When the converts are written inside a framework (no frame of code
+        you edit in their stack), the message says so: hand it the value in the narrow type, or
+        report it.
     """
 
     code = "HD007"
@@ -123,10 +127,16 @@ class PrecisionRoundTrip(Rule):
                 if not (op is outer or is_convert_only(m, op)) or (m.name, op.name) in seen:
                     continue
                 seen.add((m.name, op.name))
+                origin = origin_of(m, narrow)
+                if origin.framework:
+                    todo = (f"they are written {origin.where()}: hand it the value in {narrow.dtype}, or report "
+                            f"it upstream")
+                else:
+                    todo = "drop both converts" + (f" ({origin.where()})" if origin.line else "")
                 yield ctx.finding(
                     self, m, outer,
                     f"{dtype_shape(src[0].shape)} is narrowed to {narrow.dtype} by {narrow.name} and widened "
-                    f"back by {outer.name}: two converts and lost precision for a value of the same type",
+                    f"back by {outer.name}: two converts and lost precision for a value of the same type; {todo}",
                     recoverable_fraction=1.0, source_inst=narrow,
                     evidence=(narrow.raw, outer.raw),
                     extra=(("narrow_dtype", narrow.dtype), ("dtype", outer.dtype)),

@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 
 from hlo_doctor.hlo.analysis import dtype_shape
+from hlo_doctor.hlo.origin import program_framework
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes
 
 _DONOR = re.compile(r"buffer_donor=\{([^}]*)\}")
@@ -65,6 +66,8 @@ class DonationWithoutEffect(Rule):
     Fix:
         Return the donated array once; let the caller reuse the returned array instead of asking
         for a second one. JAX's "Some donated buffers were not usable" warning names the others.
+        A program traced inside a framework (no frame of code you edit in its stack) returns what
+        the framework returns: the message says so.
     """
 
     code = "HD008"
@@ -100,10 +103,14 @@ class DonationWithoutEffect(Rule):
                 if param.parameter_number not in donors or param.shape.layout != inst.shape.layout:
                     continue
                 outputs = ", ".join(str(i) for i in m.output_indices_of(inst))
+                framework = program_framework(m)
+                todo = (f"program {m.name} is traced inside {framework} (no frame of code you edit in its stack): "
+                        f"what it returns is {framework}'s" if framework else
+                        "return the donated array once and reuse the returned one")
                 yield ctx.finding(
                     self, m, inst,
                     f"parameter {param.parameter_number} ({param.name}, {dtype_shape(param.shape)}) is donated "
-                    f"but {inst.name} still copies it ({fmt_bytes(inst.shape.nbytes)}) into output {outputs}",
+                    f"but {inst.name} still copies it ({fmt_bytes(inst.shape.nbytes)}) into output {outputs}; {todo}",
                     recoverable_fraction=1.0, evidence=(param.raw, inst.raw, m.entry.root.raw),
                     extra=(("parameter", param.parameter_number),),
                 )

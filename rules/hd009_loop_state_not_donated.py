@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from hlo_doctor.hlo import HloInstruction, HloModule, HloShape
 from hlo_doctor.hlo.analysis import dtype_shape, entry_parameter_of
+from hlo_doctor.hlo.origin import origin_of
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, stage_of
 
 # Below this a copy is noise (scalars, loop counters) next to the state it travels with.
@@ -106,7 +107,9 @@ class LoopStateNotDonated(Rule):
     Fix:
         Donate the state when the caller does not use it after the call:
         ``jax.jit(sample_loop, donate_argnames="state")`` (or ``donate_argnums``), and use the
-        returned state from then on. JAX warns when a donated buffer cannot be used.
+        returned state from then on. JAX warns when a donated buffer cannot be used. A program
+        traced inside a framework (no frame of code you edit in its stack) is jitted by the
+        framework: the message says so; donation is then an option of its API, if it has one.
     """
 
     code = "HD009"
@@ -154,11 +157,18 @@ class LoopStateNotDonated(Rule):
                 loop = _loop_fed_by(m, inst)
                 if loop is None or _loop_fed_by(m, param, through_copies=False) is loop:
                     continue  # the loop also takes the original: both live, donation cannot merge them
+                origin = origin_of(m, loop)
+                if origin.program_framework:
+                    todo = (f"program {m.name} is jitted inside {origin.program_framework} (no frame of code you "
+                            f"edit in its stack): donation is an option of its API, if it has one")
+                else:
+                    todo = (f"donate it (donate_argnums where {m.name} is jitted) to let the {loop.opcode} update "
+                            f"it in place" + (f"; the loop is {origin.where()}" if origin.line else ""))
                 yield ctx.finding(
                     self, m, inst,
                     f"{inst.name} copies parameter {param.parameter_number} ({param.name}, {dtype_shape(part)}, "
                     f"{fmt_bytes(inst.shape.nbytes)}) into {loop.opcode} {loop.name} on every call: the "
-                    f"parameter is not donated; donating it lets the {loop.opcode} update it in place",
+                    f"parameter is not donated; {todo}",
                     recoverable_fraction=1.0,
                     source_inst=param if param.source else loop,
                     evidence=(param.raw, inst.raw, loop.raw),

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import pytest
 from click.testing import CliRunner
 
