@@ -1,9 +1,9 @@
 """Reading an input into a :class:`~hlo_doctor.lint.context.Context`.
 
 Accepted: a run directory written by ``profile`` or any folder holding an ``.xplane.pb``; a bare
-``.xplane.pb``; a folder with ``opstats.json`` and ``*.hlo.txt`` modules (sample traces); an
-``--xla_dump_to`` folder (``*after_optimizations.txt``; no times); one HLO text file; a rule's
-:class:`~hlo_doctor.lint.rule.Example`.
+``.xplane.pb``; a trace JSON (``.trace.json.gz``, ``perfetto_trace.json.gz``); a folder with
+``opstats.json`` and ``*.hlo.txt`` modules (sample traces); an ``--xla_dump_to`` folder
+(``*after_optimizations.txt``; no times); one HLO text file; a rule's :class:`~hlo_doctor.lint.rule.Example`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.dispatch import read_host_dispatch
 from hlo_doctor.lint.rule import Example
 from hlo_doctor.trace import CompileEvent, find_xplanes
+from hlo_doctor.trace.trace_json import host_dispatch_json, is_trace_json
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,8 +34,9 @@ def load_context(path: Path, *, source_root: Path | None = None) -> Context:
     """Read an input into a :class:`Context`; :class:`InputError` (one line) when it is unusable.
 
     Accepted: a run directory written by ``profile`` or any folder holding an ``.xplane.pb``; a bare
-    ``.xplane.pb``; a folder with ``opstats.json`` and ``*.hlo.txt`` modules (sample traces); an
-    ``--xla_dump_to`` folder (``*after_optimizations.txt``; no times); one HLO text file.
+    ``.xplane.pb``; a trace JSON (no HLO modules: rules that read them are skipped); a folder with
+    ``opstats.json`` and ``*.hlo.txt`` modules (sample traces); an ``--xla_dump_to`` folder
+    (``*after_optimizations.txt``; no times); one HLO text file.
     """
     path = Path(path)
     if source_root is not None and not Path(source_root).is_dir():
@@ -45,6 +47,8 @@ def load_context(path: Path, *, source_root: Path | None = None) -> Context:
     if path.is_file():
         if path.name.endswith(".xplane.pb"):
             return _from_opstats_loader(path, "xplane", source_root)
+        if is_trace_json(path):
+            return _from_opstats_loader(path, "trace-json", source_root)
         if path.suffix == ".json":
             return _from_opstats_json(path.parent, source_root, path)
         return _from_hlo_files([path], path, "hlo", source_root)
@@ -202,12 +206,14 @@ def table_from_records(records: Sequence[Any], *, origin: str = "") -> pd.DataFr
 
 
 def _from_opstats_loader(path: Path, kind: str, source_root: Path | None) -> Context:
-    """Run directories and xplanes go through the op-stats stage (modules come from the trace)."""
+    """Run directories, xplanes and trace JSON go through the op-stats stage (modules come from the
+    trace; a trace JSON has none)."""
     from hlo_doctor.opstats import load_opstats
 
     stats = load_opstats(path)
     ctx = _context_from_stats(stats, tuple(stats.modules), path, kind, source_root)
-    return replace(ctx, host_dispatch=read_host_dispatch(find_xplanes(path)))
+    dispatch = host_dispatch_json([path]) if kind == "trace-json" else read_host_dispatch(find_xplanes(path))
+    return replace(ctx, host_dispatch=dispatch)
 
 
 def context_from_example(example: Example, *, source_root: Path | None = None) -> Context:

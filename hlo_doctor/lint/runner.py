@@ -151,7 +151,10 @@ def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
     for r in rules:
         missing = [req for req in r.rule.requires if not ctx.provides(req)]
         if missing:
-            skipped.append((r.code, "needs " + ", ".join(_REQUIREMENT_WORDS.get(m, m) for m in missing)))
+            reason = "needs " + ", ".join(_REQUIREMENT_WORDS.get(m, m) for m in missing)
+            # A trace JSON has op times but never the modules: say why they are missing.
+            skipped.append((r.code, reason + (" (none in a trace JSON)" if "hlo" in missing and ctx.kind == "trace-json"
+                                              else "")))
             continue
         run.append(r.code)
         findings.extend(run_rule(r, ctx))

@@ -1,0 +1,389 @@
+"""Trace-viewer / Perfetto JSON read into the same :class:`Trace` the xplane reader returns.
+
+jax's ``<host>.trace.json.gz`` and ``perfetto_trace.json.gz``, and xprof's ``trace_viewer`` export
+(:mod:`.json_events` streams them). What the converter (tsl's ``xplane_to_trace_events``) keeps and drops decides what can be read:
+
+- It drops ``program_id``, ``symbol_id``, ``flops`` (internal stats). An op's program id comes from
+  the ``XLA Modules`` event named ``module(program_id)`` that encloses it on its device (TPU, and
+  xprof's GPU lines ``XLA Modules - from #N`` derived per stream); XLA:CPU ops and jax's own GPU
+  files carry none: their rows are keyed by module and op, and a warning says so.
+- TPU: ops are the ``XLA Ops`` line's events, named by the op, ``long_name`` its HLO text (the
+  table's op expression: shapes and bytes without the module). GPU: every event with an ``hlo_op``
+  arg on a non-derived line (kernels, memcpys). XLA:CPU: host events with ``hlo_op``/``hlo_module``.
+- ``device_offset_ps``/``device_duration_ps`` (the device clock) win over ``ts``/``dur``, as in the
+  xplane reader; the line's start on that clock is not in the file, so starts are placed at the
+  line's median offset between ``ts`` and the device offset.
+- The HLO modules (the metadata plane) and plane stats (device kind, versions) are not in the file.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.trace.columns import OpColumns
+from hlo_doctor.trace.conventions import COMPILE_MARKERS, device_plane_backend, split_module, split_op_text
+from hlo_doctor.trace.json_events import (
+    INFO_KEYS,
+    NONE,
+    TRACE_JSON_SUFFIXES,
+    EventFile,
+    EventLine,
+    is_derived_line,
+    is_device_plane,
+    is_trace_json,
+)
+from hlo_doctor.trace.model import CompileEvent, HostDispatch, StepMark, Trace
+from hlo_doctor.trace.xspace import program_id_of
+
+_COMPILE = re.compile("|".join(re.escape(m) for m in COMPILE_MARKERS))
+_DISPATCH = re.compile(r"^PjitFunction\((.+)\)$")
+_NOISE_PREFIXES = ("ThreadpoolListener::", "end: ")
+_FROM_STREAM = re.compile(r" - from #(\d+)$")
+_STREAM = re.compile(r"^Stream #(\d+)")
+# Device lines that are not op events (xprof counts only XLA Ops on TPU).
+_NOT_OP_LINES = frozenset({"XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code",
+                           "Async XLA Ops", "XLA TraceMe", "Launch Stats"})
+_NO_ID = -1
+
+__all__ = ["TRACE_JSON_SUFFIXES", "host_dispatch_json", "is_trace_json", "read_trace_json"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    op: str
+    text: str
+    module: str
+    program_id: int
+    has_long_name: bool
+
+
+@dataclass(slots=True)
+class _Spans:
+    """``XLA Modules`` events of one device (or one GPU stream), sorted by start."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    what: list[tuple[str, int]]
+    """(module, program id) of each span."""
+    raw: bool
+    """Written by the profiler (TPU): a span is one execution (the run id), as in the xplane."""
+
+
+@dataclass(slots=True)
+class _Builder:
+    """Accumulates the files of one capture into the fields of a :class:`Trace`."""
+
+    cols: OpColumns = field(default_factory=OpColumns)
+    expressions: dict[tuple[str, int, str], str] = field(default_factory=dict)
+    steps: list[StepMark] = field(default_factory=list)
+    device_steps: list[StepMark] = field(default_factory=list)
+    compiles: list[CompileEvent] = field(default_factory=list)
+    devices: set[tuple[str, str]] = field(default_factory=set)
+    backends: set[str] = field(default_factory=set)
+    dispatch: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
+    """``PjitFunction(<name>)`` spans (start, end, name) per host line."""
+    counts: dict[str, int] = field(default_factory=dict)
+    """Events the reader had to work around, by what was missing (said in the warnings)."""
+    notes: list[str] = field(default_factory=list)
+
+    def count(self, what: str, n: int) -> None:
+        if n:
+            self.counts[what] = self.counts.get(what, 0) + n
+
+    def add_file(self, f: EventFile) -> None:
+        default_host = f.host
+        by_pid: dict[object, list[tuple[object, str, EventLine]]] = {}
+        for (pid, tid), line in f.lines.items():
+            by_pid.setdefault(pid, []).append((tid, f.threads.get((pid, tid), ""), line))
+        planes: dict[object, tuple[str, str]] = {}
+        for pid in by_pid:
+            name = f.processes.get(pid, "")
+            # xprof's streaming export prefixes the host: "vm /device:GPU:0".
+            host, sep, rest = name.partition(" /")
+            planes[pid] = (host, "/" + rest) if sep and not name.startswith("/") else \
+                (default_host, name or f"pid {pid}")
+        before = len(self.cols)
+        idle: list[str] = []
+        for pid, lines in by_pid.items():
+            host, plane = planes[pid]
+            if is_device_plane(plane) and not self._device(f, host, plane, lines):
+                idle.append(plane)
+        device_had_ops = len(self.cols) > before
+        if device_had_ops and idle:
+            self.notes.append(f"{f.origin}: no op events on {', '.join(sorted(idle))}")
+        for pid, lines in by_pid.items():
+            host, plane = planes[pid]
+            if not is_device_plane(plane):
+                n = len(self.cols)
+                self._host(f, host, plane, lines, not device_had_ops)
+                if len(self.cols) > n:
+                    self.devices.add((host, plane))
+        if not device_had_ops and len(self.cols) > before:
+            self.backends.add("cpu")
+        self.count("events without a numeric ts/dur (skipped)", f.bad_times)
+        self.count("traceEvents entries that are not objects (skipped)", f.bad_events)
+
+    # -- devices ---------------------------------------------------------------------------------
+
+    def _device(self, f: EventFile, host: str, plane: str, lines: list[tuple[object, str, EventLine]]) -> bool:
+        spans: dict[str | None, _Spans] = {}
+        for tid, tname, line in lines:
+            if tname == "XLA Modules" or tname.startswith("XLA Modules - from #"):
+                m = _FROM_STREAM.search(tname)
+                self._add_spans(spans, m.group(1) if m else None, f, line)
+            elif tname == "Steps" and not is_derived_line(tid, tname):
+                # The profiler's own Steps line (TPU); xprof derives one from host marks on GPU.
+                self._steps(f, host, plane, line)
+        xla_ops = [x for x in lines if x[1] == "XLA Ops"]
+        op_lines = xla_ops or [x for x in lines if x[1] not in _NOT_OP_LINES and not is_derived_line(x[0], x[1])]
+        added = 0
+        for _tid, tname, line in op_lines:
+            m = _STREAM.match(tname)
+            key = m.group(1) if m and m.group(1) in spans else None
+            chosen = spans.get(key) or (next(iter(spans.values())) if len(spans) == 1 else None)
+            added += self._device_ops(f, host, plane, line, bool(xla_ops), chosen)
+        if added:
+            self.devices.add((host, plane))
+            self.backends.add(device_plane_backend(plane))
+        return bool(added)
+
+    def _add_spans(self, spans: dict[str | None, _Spans], key: str | None, f: EventFile, line: EventLine) -> None:
+        starts, durs = line.times()
+        what: list[tuple[str, int]] = []
+        for code in np.frombuffer(line.names, np.int32).tolist():
+            module, suffix = split_module(str(f.names.values[code]))
+            pid = program_id_of(suffix) if suffix is not None else None
+            what.append((module, pid if pid is not None else _NO_ID))
+        old = spans.get(key)
+        if old is not None:
+            starts, ends = np.concatenate([old.starts, starts]), np.concatenate([old.ends, starts + durs])
+            what = old.what + what
+        else:
+            ends = starts + durs
+        order = np.argsort(starts, kind="stable")
+        spans[key] = _Spans(starts[order], ends[order], [what[i] for i in order.tolist()], key is None)
+
+    def _steps(self, f: EventFile, host: str, plane: str, line: EventLine) -> None:
+        starts, durs = line.times()
+        for i, code in enumerate(np.frombuffer(line.names, np.int32).tolist()):
+            name = str(f.names.values[code])
+            num = line.group[i]
+            if num == NONE:
+                num = int(name) if name.isdigit() else -1
+            self.device_steps.append(StepMark(host, name, num, float(starts[i]), float(durs[i]), device=plane))
+
+    def _op(self, f: EventFile, name_code: int, info_code: int, op_line: bool) -> _Op | None:
+        info = f.infos.values[info_code] or (None,) * len(INFO_KEYS)
+        hlo_op, hlo_module, long_name, pid_arg, _ = info
+        if hlo_op is None and not op_line:
+            return None
+        op, text = split_op_text(hlo_op or str(f.names.values[name_code]))
+        if not text and long_name:
+            text = split_op_text(long_name)[1]
+        module, suffix = split_module(hlo_module or "")
+        pid = program_id_of(pid_arg) if pid_arg is not None else None
+        if pid is None and suffix is not None:
+            pid = program_id_of(suffix)
+        return _Op(op, text, module, pid if pid is not None else _NO_ID, bool(long_name))
+
+    def _device_ops(self, f: EventFile, host: str, plane: str, line: EventLine, op_line: bool,
+                    spans: _Spans | None) -> int:
+        n = len(line.names)
+        if not n:
+            return 0
+        width = len(f.infos.values)
+        pairs = np.frombuffer(line.names, np.int32).astype(np.int64) * width + np.frombuffer(line.infos, np.int32)
+        uniq, which = np.unique(pairs, return_inverse=True)
+        infos = [self._op(f, *divmod(int(p), width), op_line) for p in uniq.tolist()]
+        keep = np.fromiter((o is not None for o in infos), bool, len(infos))[which]
+        if not keep.any():
+            return 0
+        starts, durs = line.times()
+        where = np.full(n, -1, np.int64)
+        what: list[tuple[str, int]] = []
+        if spans is not None and len(spans.what):
+            what = spans.what
+            pos = np.searchsorted(spans.starts, starts, side="right") - 1
+            inside = (pos >= 0) & (spans.ends[np.maximum(pos, 0)] >= starts)
+            where = np.where(inside, pos, -1)
+            # An op that names its module takes the id of that module's last span starting before
+            # it: xprof derives GPU module spans from kernels, and a memcpy may end the program.
+            op_module = np.array([o.module if o is not None else "" for o in infos], dtype=object)[which]
+            for module in {o.module for o in infos if o is not None and o.module}:
+                of = np.flatnonzero(np.array([m == module for m, _ in what], bool))
+                on = op_module == module
+                if len(of) and on.any():
+                    k = np.searchsorted(spans.starts[of], starts[on], side="right") - 1
+                    where[on] = np.where(k >= 0, of[np.maximum(k, 0)], -1)
+            run = np.where(inside, pos, -1) if spans.raw else np.full(n, -1, np.int64)
+        else:
+            run = np.full(n, -1, np.int64)
+        # Per distinct (op, enclosing span): module, program id and op codes.
+        combos = which.astype(np.int64) * (len(what) + 1) + where + 1
+        cuniq, inverse = np.unique(combos, return_inverse=True)
+        codes = np.empty((len(cuniq), 3), np.int64)
+        no_pid = np.zeros(len(cuniq), bool)
+        for u, combo in enumerate(cuniq.tolist()):
+            k, s = divmod(combo, len(what) + 1)
+            codes[u], no_pid[u] = self._codes(infos[k], what[s - 1] if s > 0 else None)
+        occ = np.bincount(which[keep], minlength=len(infos))
+        if op_line:
+            self.count("XLA Ops events without long_name (no HLO text: no shape)",
+                       sum(int(occ[k]) for k, o in enumerate(infos) if o is not None and not o.has_long_name))
+        else:
+            self.count("op events without hlo_module (module from the enclosing XLA Modules event, if any)",
+                       sum(int(occ[k]) for k, o in enumerate(infos) if o is not None and not o.module))
+        self.count("op events without a program id", int((no_pid[inverse] & keep).sum()))
+        self.cols.add(host, plane, codes[inverse, 0][keep], codes[inverse, 1][keep], codes[inverse, 2][keep],
+                      starts[keep], durs[keep], run[keep], np.ones(int(keep.sum()), np.int32))
+        return int(keep.sum())
+
+    def _codes(self, info: _Op | None, span: tuple[str, int] | None) -> tuple[tuple[int, int, int], bool]:
+        """Codes of (module, program id, op), completed from the enclosing module span; no id?"""
+        if info is None:
+            return (0, 0, 0), False
+        module, pid = info.module, info.program_id
+        if span is not None and pid == _NO_ID and (not module or module == span[0]):
+            module, pid = span
+        if info.text:
+            self.expressions.setdefault((module, pid, info.op), info.text)
+        cols = self.cols
+        return (cols.modules.code(module), cols.program_ids.code(pid), cols.ops.code(info.op)), pid == _NO_ID
+
+    # -- hosts -----------------------------------------------------------------------------------
+
+    def _host(self, f: EventFile, host: str, plane: str, lines: list[tuple[object, str, EventLine]],
+              want_ops: bool) -> None:
+        values = f.infos.values
+        is_op_info = np.fromiter((v is not None and v[0] is not None for v in values), bool, len(values))
+        for _tid, tname, line in lines:
+            infos = np.frombuffer(line.infos, np.int32)
+            is_op = is_op_info[infos]
+            if want_ops and is_op.any():
+                self._host_ops(f, host, plane, line, infos, is_op)
+            starts, durs = np.frombuffer(line.ts, np.float64), np.frombuffer(line.dur, np.float64)
+            for i in np.flatnonzero(~is_op).tolist():
+                name = str(f.names.values[line.names[i]])
+                if name.startswith(_NOISE_PREFIXES):
+                    continue
+                if line.step[i] != NONE:
+                    num = line.step[i]
+                    # xprof names a step mark "decode 3" (its step_name); jax writes "decode".
+                    self.steps.append(StepMark(host, name.removesuffix(f" {num}") or name, num,
+                                               float(starts[i]), float(durs[i])))
+                elif _COMPILE.search(name):
+                    info = values[line.infos[i]] or (None,) * len(INFO_KEYS)
+                    self.compiles.append(CompileEvent(
+                        name=name, start_us=float(starts[i]) / 1e3, duration_us=float(durs[i]) / 1e3,
+                        module=str(info[1] or info[4] or ""), detail=f"{host} {plane} {tname}"))
+                elif m := _DISPATCH.match(name):
+                    self.dispatch.setdefault(f"{host} {plane} {tname}", []).append(
+                        (float(starts[i]), float(starts[i] + durs[i]), m.group(1)))
+
+    def _host_ops(self, f: EventFile, host: str, plane: str, line: EventLine, infos: np.ndarray,
+                  is_op: np.ndarray) -> None:
+        uniq, inverse = np.unique(infos[is_op], return_inverse=True)
+        codes = np.empty((len(uniq), 3), np.int64)
+        cols = self.cols
+        for u, code in enumerate(uniq.tolist()):
+            hlo_op, hlo_module, _, pid_arg, _ = f.infos.values[code]
+            pid = program_id_of(pid_arg) if pid_arg is not None else None
+            codes[u] = (cols.modules.code(str(hlo_module or "")),
+                        cols.program_ids.code(pid if pid is not None else _NO_ID), cols.ops.code(str(hlo_op)))
+        per_info = np.bincount(inverse, minlength=len(uniq))
+        self.count("op events without a program id", int(per_info[codes[:, 1] == cols.program_ids.code(_NO_ID)].sum()))
+        self.count("op events without hlo_module",
+                   int(sum(int(per_info[u]) for u, c in enumerate(uniq.tolist()) if not f.infos.values[c][1])))
+        n = int(is_op.sum())
+        self.cols.add(host, plane, codes[inverse, 0], codes[inverse, 1], codes[inverse, 2],
+                      np.frombuffer(line.ts, np.float64)[is_op], np.frombuffer(line.dur, np.float64)[is_op],
+                      np.frombuffer(line.run, np.int64)[is_op], np.ones(n, np.int32))
+
+    def host_dispatch(self) -> tuple[HostDispatch, ...]:
+        """Dispatch spans per program, as :func:`~hlo_doctor.trace.dispatch.read_host_dispatch`
+        counts them on an xplane: outermost spans of one name per line."""
+        calls: dict[str, int] = {}
+        total: dict[str, float] = {}
+        for spans in self.dispatch.values():
+            open_until: dict[str, float] = {}
+            for start, end, name in sorted(spans):
+                if start < open_until.get(name, -math.inf):
+                    continue  # nested inside an outer span of the same program
+                open_until[name] = end
+                module = f"jit_{name}"
+                calls[module] = calls.get(module, 0) + 1
+                total[module] = total.get(module, 0.0) + (end - start) / 1e3
+        return tuple(HostDispatch(m, calls[m], total[m]) for m in sorted(calls))
+
+    def trace(self, paths: Sequence[Path]) -> Trace:
+        """The :class:`Trace` of the files added; :class:`InputError` when they hold no op events."""
+        if not len(self.cols):
+            raise InputError(f"{', '.join(str(p) for p in paths)}: no HLO op events (no XLA Ops events on a "
+                             "device, no events with an hlo_op arg)",
+                             "pass the trace of a window in which compiled JAX code ran; xprof's streaming "
+                             "export (trace_viewer@) drops the args: export with trace_viewer")
+        backend = next((b for b in ("tpu", "gpu") if b in self.backends), "cpu")
+        warnings = [*self.notes, "a trace JSON holds no HLO modules: shapes and bytes come from each op's "
+                    "long_name where the trace gives one; rules that read whole modules do not run"]
+        warnings += [f"{n} {what}" + (" (a trace JSON leaves program ids out: rows are keyed by module and op)"
+                                      if what.endswith("program id") else "")
+                     for what, n in sorted(self.counts.items())]
+        self.compiles.sort(key=lambda c: c.start_us)
+        self.steps.sort(key=lambda s: (s.host, s.start_ns))
+        self.device_steps.sort(key=lambda s: (s.host, s.device, s.start_ns))
+        return Trace(
+            paths=tuple(str(p) for p in paths), backend=backend, device_kind=backend, ops=self.cols.finish(),
+            steps=tuple(self.steps), compile_events=tuple(self.compiles), module_protos=(), versions=(),
+            op_expressions=tuple((m, p, o, e) for (m, p, o), e in sorted(self.expressions.items())),
+            device_steps=tuple(self.device_steps), num_devices=len(self.devices), warnings=tuple(warnings),
+        )
+
+
+# The dispatch spans of the files read last: diagnose reads the table and then the dispatch of the
+# same file, and a trace JSON is read once (Trace has no field for them).
+_DISPATCH_OF: dict[tuple[tuple[str, int, int], ...], tuple[HostDispatch, ...]] = {}
+
+
+def _key(paths: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for p in paths:
+        st = Path(p).stat()
+        out.append((str(Path(p).resolve()), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _read(paths: Sequence[Path]) -> _Builder:
+    builder = _Builder()
+    for path in paths:
+        builder.add_file(EventFile(Path(path)).read())
+    return builder
+
+
+def read_trace_json(paths: Sequence[Path]) -> Trace:
+    """Read trace JSON files of one capture (one per host) into a :class:`Trace`.
+
+    Raises :class:`InputError` naming the file for what is not a trace (no ``traceEvents``), a
+    truncated gzip or JSON, and a trace without HLO op events.
+    """
+    builder = _read(paths)
+    trace = builder.trace(paths)
+    if len(_DISPATCH_OF) > 4:
+        _DISPATCH_OF.clear()
+    _DISPATCH_OF[_key(paths)] = builder.host_dispatch()
+    return trace
+
+
+def host_dispatch_json(paths: Sequence[Path]) -> tuple[HostDispatch, ...]:
+    """Host dispatch spans per program in trace JSON files (kept from :func:`read_trace_json`)."""
+    try:
+        cached = _DISPATCH_OF.get(_key(paths))
+        return cached if cached is not None else _read(paths).host_dispatch()
+    except (InputError, OSError):
+        return ()
