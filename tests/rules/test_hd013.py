@@ -1,0 +1,93 @@
+"""HD013 on a real decode loop that re-stacks its KV cache every token, profiled and diagnosed on XLA:CPU.
+
+``programs/cache_rebuild.py`` holds the loop keras-hub's ``call_with_cache`` writes (slice each
+layer's cache out of the stacked loop state, update it, ``jnp.stack`` all of them back) and the same
+loop updating the stacked cache in place; both give the same tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hlo_doctor.cli import main
+from hlo_doctor.hlo.loops import loop_rebuilds
+from hlo_doctor.lint import load_context
+
+PROGRAMS = Path(__file__).parent / "programs"
+PROGRAM = PROGRAMS / "cache_rebuild.py"
+LAYERS, HEADS, DIM, TOKENS = 2, 2, 16, 8
+
+
+def _profile_and_diagnose(target: str, out: Path) -> dict:  # type: ignore[type-arg]
+    runner = CliRunner()
+    result = runner.invoke(main, ["profile", f"{PROGRAM}:{target}", "--steps", "3", "--warmup", "1",
+                                  "--out", str(out), "--format", "json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(main, ["diagnose", str(out), "--format", "json"], catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def _codes(doc: dict, code: str) -> list[dict]:  # type: ignore[type-arg]
+    return [f for f in doc["findings"] if f["code"] == code]
+
+
+def _line(text: str) -> int:
+    lines = PROGRAM.read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def test_hd013_sizes_the_whole_rebuild(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    doc = _profile_and_diagnose("step", run)
+    [found] = _codes(doc, "HD013")
+    extra = found["extra"]
+    assert found["module"] == "jit_generate" and "concatenate" in found["op"]
+    assert found["shape"].startswith("f32[1,2,2,2,256,16]")
+    assert extra["tuple_index"] == 1  # (counter, cache, token, tokens)
+    assert extra["iterations_per_step"] == pytest.approx(TOKENS)
+    # One new key and value row per layer differ; the copy, the slices and the re-stack write the
+    # whole cache (128 KiB) more than twice per token.
+    assert extra["bytes_differ"] == LAYERS * 2 * HEADS * DIM * 4
+    assert extra["bytes_written"] >= 2 * LAYERS * 2 * HEADS * 256 * DIM * 4
+    assert found["source"].endswith(f"cache_rebuild.py:{_line('cache = jnp.stack(caches')}")
+    assert f"{TOKENS} iterations per step" in found["message"]
+
+    # Recoverable: the time of every op of the rebuild, each from its own op-stats row.
+    ctx = load_context(run)
+    module = next(m for m in ctx.modules if m.name == "jit_generate")
+    [flow] = loop_rebuilds(module)
+    chain = [op.name for op in flow.movement]
+    assert sorted(extra["chain"]) == sorted(chain)
+    assert found["op"] in chain and any(op.startswith("copy") for op in chain)
+    assert any(op.opcode == "fusion" and "slice" in op.name for op in flow.movement)
+    times = [ctx.op_timing(module, name) for name in chain]
+    assert all(t is not None for t in times)
+    total = sum(t.time_per_step_us for t in times if t is not None)
+    assert found["recoverable_us"] == pytest.approx(total)
+    assert found["recoverable_us"] > found["time_per_step_us"]  # more than the re-stack alone
+
+    # The loop also copies its incoming cache (copy(get-tuple-element)): one step of the rebuild,
+    # reported by HD013 only.
+    copies = [op for op in flow.chain if op.opcode == "copy" and op.shape == flow.element]
+    assert copies, "the rebuild starts with a copy of the carried cache"
+    assert not _codes(doc, "HD010")
+
+
+def test_hd013_silent_when_the_cache_is_updated_in_place(tmp_path: Path) -> None:
+    doc = _profile_and_diagnose("step_in_place", tmp_path / "run")
+    assert not _codes(doc, "HD013") and not _codes(doc, "HD010")
+
+
+def test_hd013_counts_no_time_where_the_compiler_widens_the_update(tmp_path: Path) -> None:
+    # XLA:CPU updates a bf16 buffer in f32 and converts the whole buffer back: updating in place
+    # would write it whole too, so the finding claims no time.
+    doc = _profile_and_diagnose("step_bf16", tmp_path / "run")
+    [found] = _codes(doc, "HD013")
+    assert found["shape"].startswith("bf16[1,2,2,2,256,16]")
+    assert found["recoverable_us"] == 0 and found["severity"] == "info"
+    assert "wider type" in found["message"]
