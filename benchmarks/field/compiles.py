@@ -3,6 +3,8 @@ hlo-doctor's compile accounting).
 
     python benchmarks/field/compiles.py RUN_DIR [RUN_DIR ...]
 
+The events are read from the ``.xplane.pb`` (the ``trace.json.gz`` beside it can be cut short on a
+long capture), with hlo-doctor's protobuf reader of the XSpace (only the parsing, not its counts).
 A real compile is one ``backend_compile_and_load`` TraceMe (jax's call into the PJRT compiler; the
 compiler's own nested events, ``PjRtCpuClient::Compile`` and below, are not counted again). It is
 named by the ``PjitFunction(NAME)`` span that encloses it on the same thread (the jitted function
@@ -13,19 +15,31 @@ into a jaxpr under a ``while_loop`` or a ``jit``), not compiles.
 from __future__ import annotations
 
 import collections
-import gzip
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 
 def events(run: Path) -> list[dict[str, Any]]:
-    """The complete ('X') events of the capture's trace.json.gz."""
-    path = next(run.glob("plugins/profile/*/*.trace.json.gz"))
-    with gzip.open(path) as f:
-        data = json.load(f)
-    return [e for e in data["traceEvents"] if e.get("ph") == "X"]
+    """Every event of the capture's host planes: name, ts/dur (us), thread, and stats."""
+    from hlo_doctor.trace import xspace
+
+    path = next(run.glob("plugins/profile/*/*.xplane.pb"))
+    out: list[dict[str, Any]] = []
+    for data in xspace.split_planes(path.read_bytes(), str(path)):
+        plane = xspace.parse_plane(data, str(path))
+        if not plane.name.startswith("/host:"):
+            continue
+        names = {m.key: m.value.name for m in plane.event_metadata}
+        stats = xspace.stat_names(plane)
+        for line in plane.lines:
+            for ev in line.events:
+                out.append({
+                    "name": names.get(ev.metadata_id, ""), "tid": line.id, "pid": plane.id,
+                    "ts": line.timestamp_ns / 1e3 + ev.offset_ps / 1e6,
+                    "dur": ev.duration_ps / 1e6,
+                    "args": dict(xspace.stat_items(ev.stats, stats))})
+    return out
 
 
 def count(run: Path) -> dict[str, Any]:

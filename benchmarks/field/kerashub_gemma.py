@@ -22,13 +22,20 @@ Variants (``VARIANTS``), each the same loop with one waste removed:
     no-softmax       the greedy sampler takes argmax of the logits, not of softmax(logits / T)
     cache-in-place   one dynamic-update-slice into the stacked [B, L, 2, S, K, H] cache per layer,
                      instead of slicing each layer's cache out and re-stacking all of them
+    prefill-prompt-only  the cache is seeded from the FIELD_PROMPT prompt positions, not from all
+                     FIELD_SEQ positions of the padded input (the loop recomputes the rest)
     head-no-transpose  the tied LM head contracts the [V, D] embedding on D directly
                      (``einsum("...d,vd->...v")``) instead of ``matmul(x, transpose(embeddings))``
+    loop-once        (FIELD_EAGER=1 only) the sampler's ``while_loop``, fresh closures on every
+                     call and so compiled on every call, compiled once
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
@@ -39,6 +46,9 @@ import keras_hub  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 from keras_hub.src.models.gemma.gemma_causal_lm import GemmaCausalLM  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fieldlib import loop_compiled_once  # noqa: E402
 
 VOCAB = int(os.environ.get("FIELD_VOCAB", "256000"))
 SEQ = int(os.environ.get("FIELD_SEQ", "32"))
@@ -119,12 +129,26 @@ class _HeadNoTransposeLM(GemmaCausalLM):
             del emb.call
 
 
-def _make(cls: type = GemmaCausalLM, sampler: Any = "greedy") -> Callable[[], Any]:
+class _PromptPrefillLM(GemmaCausalLM):
+    """GemmaCausalLM whose prefill runs on the prompt positions only (FIELD_PROMPT, static)."""
+
+    def _build_cache(self, token_ids: Any) -> Any:
+        bb = self.backbone
+        shape = [ops.shape(token_ids)[0], bb.num_layers, 2, ops.shape(token_ids)[1],
+                 bb.num_key_value_heads, bb.head_dim]
+        cache = ops.zeros(shape, dtype=self.compute_dtype)
+        _, hidden_states, cache = self.call_with_cache(token_ids[:, :PROMPT], cache, 0)
+        return hidden_states, cache
+
+
+def _make(cls: type = GemmaCausalLM, sampler: Any = "greedy",
+          loop_once: bool = False) -> Callable[[], Any]:
     lm = cls(backbone=backbone, preprocessor=None)
     lm.compile(sampler=sampler, run_eagerly=EAGER)
 
     def run() -> Any:
-        return lm.generate(INPUTS, stop_token_ids=None)["token_ids"]
+        with loop_compiled_once() if loop_once else contextlib.nullcontext():
+            return lm.generate(INPUTS, stop_token_ids=None)["token_ids"]
 
     return run
 
@@ -134,8 +158,11 @@ VARIANTS: dict[str, Callable[[], Any]] = {
     "baseline": step,
     "no-softmax": _make(sampler=_ArgmaxOfLogits()),
     "cache-in-place": _make(cls=_InPlaceCacheLM),
+    "prefill-prompt-only": _make(cls=_PromptPrefillLM),
     "head-no-transpose": _make(cls=_HeadNoTransposeLM),
 }
+if EAGER:
+    VARIANTS["loop-once"] = _make(loop_once=True)
 
 
 def tokens(out: Any) -> np.ndarray:

@@ -30,15 +30,20 @@ Variants (``VARIANTS``), each the same loop with one waste removed:
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import transformers
-from transformers.generation import flax_utils
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fieldlib import loop_compiled_once  # noqa: E402
 
 MODEL = os.environ.get("FIELD_MODEL", "gpt2")
 VOCAB = int(os.environ.get("FIELD_VOCAB", "50257" if MODEL == "gpt2" else "256000"))
@@ -114,27 +119,6 @@ class _CacheOnceModel(_Model):  # type: ignore[misc, valid-type]
         return self._caches[key]
 
 
-class _LoopOnce:
-    """Stands in for ``jax.lax`` inside greedy search: the first while_loop of each state
-    structure is jitted and reused (the closures it captured hold the same values every call)."""
-
-    def __init__(self) -> None:
-        self._loops: dict[Any, Callable[[Any], Any]] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(jax.lax, name)
-
-    def while_loop(self, cond: Callable[[Any], Any], body: Callable[[Any], Any],
-                   state: Any) -> Any:
-        key = jax.tree.structure(state), tuple((x.shape, x.dtype) for x in jax.tree.leaves(state))
-        if key not in self._loops:
-            self._loops[key] = jax.jit(lambda s: jax.lax.while_loop(cond, body, s))
-        return self._loops[key](state)
-
-
-_LOOP_ONCE = _LoopOnce()
-
-
 def _make(m: Any, loop_once: bool = False) -> Callable[[], Any]:
     params = model.params
 
@@ -145,13 +129,8 @@ def _make(m: Any, loop_once: bool = False) -> Callable[[], Any]:
     fn = jax.jit(generate) if JIT else generate
 
     def run() -> Any:
-        if not loop_once:
+        with loop_compiled_once() if loop_once else contextlib.nullcontext():
             return fn(INPUT_IDS, params)
-        flax_utils.lax = _LOOP_ONCE
-        try:
-            return fn(INPUT_IDS, params)
-        finally:
-            flax_utils.lax = jax.lax
 
     return run
 

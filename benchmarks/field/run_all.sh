@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Rerun the whole field set into OUTROOT: captures (trace + HLO dump + op stats + diagnosis), the
+# what-if measurements, the compile counts and OUTROOT/README.md.
+#   benchmarks/field/run_all.sh OUTROOT
+# Environment: VENV (default /work/fieldvenv), HLO_DOCTOR (see capture.sh), ONLY=name,name
+# (a subset of loops.txt), SKIP_CAPTURE=1, SKIP_WHATIF=1, ROUNDS (default 12).
+set -euo pipefail
+root=$(realpath -m "$1")
+here=$(cd "$(dirname "$0")" && pwd)
+venv=${VENV:-/work/fieldvenv}
+mkdir -p "$root/whatif" "$root/logs"
+cd "$here/../.."
+grep -v '^#' "$here/loops.txt" | while read -r name loop settings; do
+  [ -z "$name" ] && continue
+  if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then continue; fi
+  # shellcheck disable=SC2086
+  if [ -z "${SKIP_CAPTURE:-}" ]; then
+    "$here/capture.sh" "$name" "benchmarks/field/$loop:step" "$root" $settings
+  fi
+  if [ -z "${SKIP_WHATIF:-}" ]; then
+    env $settings "$venv/bin/python" "$here/whatif.py" "benchmarks/field/$loop" \
+      --rounds "${ROUNDS:-12}" --json "$root/whatif/$name.json" > "$root/logs/whatif-$name.log" 2>&1
+    grep -v -i warn "$root/logs/whatif-$name.log" | tail -n +2
+  fi
+done
+"$venv/bin/python" "$here/compiles.py" "$root"/runs/* > "$root/compiles.txt"
+"$venv/bin/python" "$here/index.py" "$root" > "$root/README.md"
