@@ -4,6 +4,7 @@ Rule files import only this package and :mod:`hlo_doctor.hlo` (plus the standard
 
 - :mod:`~hlo_doctor.lint.rule`: :class:`Rule`, :class:`Example`;
 - :mod:`~hlo_doctor.lint.context`: :class:`Context` (modules, op stats, compile events), :class:`OpTiming`;
+- :mod:`~hlo_doctor.lint.compiles`: :func:`compile_account` (programs compiled in the window, eager ops);
 - :mod:`~hlo_doctor.lint.inputs`: :func:`load_context` for every input kind;
 - :mod:`~hlo_doctor.lint.loader`: rule files by path, :class:`RuleBook`;
 - :mod:`~hlo_doctor.lint.runner`: :func:`diagnose` -> :class:`Diagnosis`;
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from hlo_doctor.core.format import fmt_bytes
 from hlo_doctor.core.model import Finding, Severity
+from hlo_doctor.lint.compiles import CompileAccount, ProgramCompiles, compile_account
 from hlo_doctor.lint.context import Context, OpTiming, producing_convert_program
 from hlo_doctor.lint.inputs import context_from_example, executed_modules, load_context, table_from_records
 from hlo_doctor.lint.loader import LoadedRule, RuleBook, RuleLoadError, load_rulebook
@@ -24,8 +26,9 @@ from hlo_doctor.lint.stage import Stage, stage_of
 from hlo_doctor.trace import CompileEvent
 
 __all__ = [
-    "DOC_SECTIONS", "REQUIREMENTS", "CompileEvent", "Context", "Diagnosis", "Example", "Finding", "LoadedRule",
-    "OpTiming", "Rule", "RuleBook", "RuleLoadError", "Severity", "Stage", "context_from_example", "diagnose",
+    "DOC_SECTIONS", "REQUIREMENTS", "CompileAccount", "CompileEvent", "Context", "Diagnosis", "Example", "Finding",
+    "LoadedRule", "OpTiming", "ProgramCompiles", "Rule", "RuleBook", "RuleLoadError", "Severity", "Stage",
+    "compile_account", "context_from_example", "diagnose",
     "executed_modules", "fmt_bytes", "load_context", "load_rulebook", "producing_convert_program",
     "run_rule", "stage_of", "table_from_records", "total_recoverable",
 ]

@@ -167,9 +167,11 @@ def _compile_event(e: Any) -> CompileEvent:
     if isinstance(e, CompileEvent):
         return e
     if isinstance(e, dict):
+        # The fields that say where the event ran and what it built pass through as they are.
+        more = {k: e[k] for k in ("thread", "function", "frames", "program_id", "step") if k in e}
         return CompileEvent(str(e.get("name", "")), float(e.get("start_us", 0) or 0),
                             float(e.get("duration_us", 0) or 0), str(e.get("module", "") or ""),
-                            str(e.get("detail", "") or ""))
+                            str(e.get("detail", "") or ""), **more)
     return CompileEvent(str(getattr(e, "name", "")), float(getattr(e, "start_us", 0) or 0),
                         float(getattr(e, "duration_us", 0) or 0), str(getattr(e, "module", "") or ""),
                         str(getattr(e, "detail", "") or ""))

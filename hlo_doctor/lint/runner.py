@@ -1,5 +1,7 @@
 """Running the rules: :func:`diagnose` turns a Context and a RuleBook into a :class:`Diagnosis`.
 
+One finding per cause: the same rule on the same op of a program recompiled under several program
+ids gives one finding, with the ids and the time summed over the copies (:func:`merge_recompiled`).
 The summary's recoverable time counts each op once, even when two rules flag it (the larger
 estimate wins). Nothing here prints.
 """
@@ -7,15 +9,17 @@ estimate wins). Nothing here prints.
 from __future__ import annotations
 
 import math
+import re
 import time
 import traceback
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hlo_doctor.core.format import fmt_duration
 from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.hlo import HloInstruction, HloModule, fused_opcodes
+from hlo_doctor.lint.compiles import CompileAccount, compile_account
 from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.loader import LoadedRule, RuleBook
 from hlo_doctor.lint.severity import with_cost_severity
@@ -44,6 +48,12 @@ class Diagnosis:
     compiler_inserted_ops: int = 0
     stage_line: str = ""
     """Which modules are unoptimized HLO (as lowered), empty when all are optimized (see :mod:`.stage`)."""
+    compiles: CompileAccount | None = None
+    """Programs compiled inside the window and eager ops compiled apart (see :mod:`.compiles`)."""
+
+    def compile_line(self) -> str:
+        """``compiles in the window: jit_f 3 (on every call); 27 eager ops compiled (1.2 s)``, or ""."""
+        return self.compiles.line() if self.compiles is not None else ""
 
     def compiler_inserted_line(self) -> str:
         """``gpu: 2% of the step (31 us) is in 3 converts/copies the compiler inserted; no source line``."""
@@ -88,6 +98,8 @@ class Diagnosis:
             "compiler_inserted_us": self.compiler_inserted_us,
             "compiler_inserted_ops": self.compiler_inserted_ops,
             "stage": self.stage_line,
+            **(self.compiles.to_dict() if self.compiles is not None
+               else {"compiles": [], "eager_compiles": {"count": 0, "time_us": 0.0, "ops": {}}}),
             "findings": [f.to_dict() for f in self.findings],
         }
 
@@ -158,7 +170,7 @@ def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
             continue
         run.append(r.code)
         findings.extend(run_rule(r, ctx))
-    findings = [with_cost_severity(f, ctx.step_time_us, _category(ctx, f)) for f in findings]
+    findings = [with_cost_severity(f, ctx.step_time_us, _category(ctx, f)) for f in merge_recompiled(findings)]
     findings.sort(key=lambda f: (-(f.recoverable_us or 0.0), -int(f.severity), f.code, f.module, f.op))
     inserted_us, inserted_ops = compiler_inserted(ctx, findings)
     return Diagnosis(
@@ -170,7 +182,58 @@ def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
         elapsed_s=time.perf_counter() - t0,
         compiler_inserted_us=inserted_us if ctx.has_opstats else None, compiler_inserted_ops=inserted_ops,
         stage_line=stages_line(ctx.modules, ctx.origin),
+        compiles=compile_account(ctx) if ctx.compile_events else None,
     )
+
+
+# Parts of an HLO line that differ between recompiled copies of one program: metadata (stack frame
+# ids), program ids written ``module(12)``.
+_METADATA = re.compile(r",?\s*metadata=\{[^}]*\}")
+_PROGRAM_ID = re.compile(r"\(\d+\)")
+
+
+def _canonical(evidence: Iterable[str]) -> tuple[str, ...]:
+    return tuple(" ".join(_PROGRAM_ID.sub("(#)", _METADATA.sub("", line)).split()) for line in evidence)
+
+
+def merge_recompiled(findings: Iterable[Finding]) -> list[Finding]:
+    """One finding per cause: findings of one rule on the same op of the same module name, with the
+    same evidence (program ids and metadata aside), become one.
+
+    A program recompiled under several ids runs its copies in different steps: each copy's time per
+    step is its share of the window, so the cause costs their sum per step. The merged finding is the
+    first copy's, with those sums, the ids in ``extra`` (``programs``, ``program_ids``) and a note in
+    its message. Findings without an op (a module's, a source line's) and internal errors are kept as
+    they are; so is the order of first appearance.
+    """
+    groups: dict[object, list[Finding]] = {}
+    for i, f in enumerate(findings):
+        key: object = (f.code, f.module, f.op, _canonical(f.evidence)) \
+            if f.op and f.module and f.severity != Severity.ERROR else i
+        groups.setdefault(key, []).append(f)
+    return [_merged(group) if len(group) > 1 else group[0] for group in groups.values()]
+
+
+def _merged(group: list[Finding]) -> Finding:
+    copies: dict[int | None, Finding] = {}
+    for f in group:
+        copies.setdefault(f.program_id, f)  # the same op of the same program twice: one copy
+    first = group[0]
+    if len(copies) == 1:
+        return first
+    ids = sorted(p for p in copies if p is not None)
+
+    def total(name: str) -> float | None:
+        values = [getattr(f, name) for f in copies.values() if getattr(f, name) is not None]
+        return sum(values) if values else None
+
+    n = len(copies)
+    shown = ", ".join(str(p) for p in ids[:6]) + (", ..." if len(ids) > 6 else "")
+    note = (f" (the same op in {n} programs of {first.module}, recompiled as ids {shown}; "
+            f"time summed over them)")
+    return replace(first, message=first.message + note, time_per_step_us=total("time_per_step_us"),
+                   pct_of_step=total("pct_of_step"), recoverable_us=total("recoverable_us"),
+                   extra=(*first.extra, ("programs", n), ("program_ids", tuple(ids))))
 
 
 # Converts and data movement: what XLA inserts by itself (layout copies, copy insertion, bf16

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 from array import array
+from bisect import bisect_left, bisect_right
+from dataclasses import replace
 
 import numpy as np
 
@@ -28,12 +30,24 @@ from hlo_doctor.trace.xspace import (
     stat_value,
 )
 
-# Substrings of Python-tracer / TraceMe event names that mean compile work (jax-xprof-facts.md).
-COMPILE_MARKERS: tuple[str, ...] = (
-    "cache_miss", "_pjit_lower", "compile_or_get_cached", "backend_compile", "_cached_compilation",
-    "lower_sharding_computation", "XlaCompile", "PjRtCpuClient::Compile", "PjRtStreamExecutorClient::Compile",
-    "TfrtCpuClient::Compile",
+# Substrings of Python-tracer / TraceMe event names that mean XLA compiled a program: jax's
+# ``backend_compile_and_load`` (``backend_compile`` in older releases) and the PJRT clients' own
+# compile events (XLA:CPU's on a compiler thread, libtpu's nested in jax's on the same thread).
+BACKEND_COMPILE_MARKERS: tuple[str, ...] = (
+    "backend_compile", "XlaCompile", "PjRtCpuClient::Compile", "PjRtStreamExecutorClient::Compile",
+    "TfrtCpuClient::Compile", "TfrtTpuCompiler::Compile", "PjRtCApiClient::Compile",
 )
+# The work around a compile: a dispatch that missed jax's fast path, tracing, lowering, the cache
+# lookup. Alone (no backend compile inside) they are no compile: the slow path found its program.
+WRAPPER_COMPILE_MARKERS: tuple[str, ...] = (
+    "cache_miss", "_pjit_lower", "compile_or_get_cached", "_cached_compilation", "lower_sharding_computation",
+)
+# Substrings of Python-tracer / TraceMe event names that mean compile work (jax-xprof-facts.md).
+COMPILE_MARKERS: tuple[str, ...] = WRAPPER_COMPILE_MARKERS + BACKEND_COMPILE_MARKERS
+# jax's dispatch of a jitted function or an eager op (the C++ fast path): names what is compiled.
+DISPATCH_PREFIX = "PjitFunction("
+# Python frames kept per compile (its callers, innermost first).
+_MAX_FRAMES = 16
 # Host events that are neither ops, steps nor compile work (thread-pool bookkeeping, thunk ends).
 _NOISE_PREFIXES = ("ThreadpoolListener::", "end: ")
 _COMPILE_RE = re.compile("|".join(re.escape(m) for m in COMPILE_MARKERS))
@@ -92,6 +106,7 @@ def read_host_plane(plane: XPlane, host: str, want_ops: bool, cols: OpColumns,
         # Columns of this line's op events (array.array: no Python object kept per event).
         starts, durs, runs = array("d"), array("d"), array("q")
         mods, ops, pids = array("i"), array("i"), array("i")
+        found: list[CompileEvent] = []
         for ev in line.events:
             name = names.get(ev.metadata_id, "")
             # Python-tracer events ("$file.py:12 func") carry no stats worth reading.
@@ -127,10 +142,14 @@ def read_host_plane(plane: XPlane, host: str, want_ops: bool, cols: OpColumns,
                     continue
             if _COMPILE_RE.search(name):
                 module = str(sd.get("hlo_module", sd.get("module", "")))
+                pid = program_id_of(sd.get("program_id"))
                 start, dur = _event_times(line, ev)
-                compiles.append(CompileEvent(
+                found.append(CompileEvent(
                     name=name, start_us=start / 1e3, duration_us=dur / 1e3,
-                    module=module, detail=f"{host} {pname} {lname}"))
+                    module=module, detail=f"{host} {pname} {lname}", thread=f"{host} {pname} {line.id}",
+                    program_id=pid))
+        if found:
+            compiles.extend(_with_callers(line, names, found))
         if starts:
             cols.add(host, pname, np.frombuffer(mods, np.int32), np.frombuffer(pids, np.int32),
                      np.frombuffer(ops, np.int32), np.frombuffer(starts, np.float64),
@@ -138,3 +157,44 @@ def read_host_plane(plane: XPlane, host: str, want_ops: bool, cols: OpColumns,
                      np.ones(len(starts), np.int32))
 
 
+
+
+def _with_callers(line: object, names: dict[int, str], found: list[CompileEvent]) -> list[CompileEvent]:
+    """``found`` (compile events of one line) with the dispatch and Python frames around each.
+
+    A second pass over the line, only for lines that hold compile work: the spans enclosing a
+    compile event (Python-tracer frames ``$file.py:12 func`` and ``PjitFunction(<name>)``) say what
+    was compiled and who called it.
+    """
+    order = sorted(range(len(found)), key=lambda i: found[i].start_us)
+    starts = [found[i].start_us * 1e3 for i in order]
+    ends = [(found[i].start_us + found[i].duration_us) * 1e3 for i in order]
+    around: list[list[tuple[float, float, str]]] = [[] for _ in order]
+    for ev in line.events:  # type: ignore[attr-defined]
+        name = names.get(ev.metadata_id, "")
+        if not (name.startswith("$") or name.startswith(DISPATCH_PREFIX)):
+            continue
+        start, dur = _event_times(line, ev)
+        end = start + dur
+        # Targets starting inside this span; those that also end inside it are enclosed.
+        for k in range(bisect_left(starts, start), bisect_right(starts, end)):
+            if ends[k] <= end and not (starts[k] == start and ends[k] == end):
+                around[k].append((start, end, name))
+    out = list(found)
+    for k, i in enumerate(order):
+        function, frames = _callers(around[k])
+        out[i] = replace(found[i], function=function, frames=frames)
+    return out
+
+
+def _callers(spans: list[tuple[float, float, str]]) -> tuple[str, tuple[str, ...]]:
+    """(dispatched name, frames around that dispatch innermost first) from the enclosing spans."""
+    outer_first = [name for _, _, name in sorted(spans, key=lambda s: (s[0], -s[1]))]
+    inner = max((i for i, n in enumerate(outer_first) if n.startswith(DISPATCH_PREFIX)), default=-1)
+    function = outer_first[inner][len(DISPATCH_PREFIX):-1] if inner >= 0 else ""
+    k = inner
+    # jax writes two nested spans for one dispatch: both are the dispatch, not its caller.
+    while k > 0 and outer_first[k - 1] == outer_first[inner]:
+        k -= 1
+    callers = outer_first[:k] if inner >= 0 else [n for n in outer_first if not _COMPILE_RE.search(n)]
+    return function, tuple(n.removeprefix("$") for n in reversed(callers))[:_MAX_FRAMES]

@@ -53,15 +53,33 @@ class StepMark:
 
 @dataclass(frozen=True, slots=True)
 class CompileEvent:
-    """Compile work seen inside the traced window."""
+    """One host event of compile work seen inside the traced window (see :mod:`.compiles`: one
+    compile of a program is often several nested events)."""
 
     name: str
     start_us: float
     duration_us: float
     module: str = ""
-    """The module being compiled, when the trace says."""
+    """The module being compiled: from the event's stats, else (for the outermost event of a compile)
+    the module that first ran under a new program id right after it on that host."""
     detail: str = ""
     """Where it came from: host and line, plus any stats that name the function."""
+    thread: str = ""
+    """``host plane line-id``: events with the same value ran on one thread; empty when unknown."""
+    function: str = ""
+    """The name jax dispatched (the innermost ``PjitFunction(<name>)`` span around the event)."""
+    frames: tuple[str, ...] = ()
+    """Python frames around that dispatch, innermost first (``file.py:12 func``, as the Python
+    tracer names them; its own ``PjitFunction(...)`` spans included): who called it."""
+    program_id: int | None = None
+    """The program the compile built, when known (stats, or the next execution on the host)."""
+    step: int = -1
+    """The step (``step_num`` of the host step mark) the event started in; -1 outside every step."""
+
+    def __post_init__(self) -> None:
+        # A JSON round trip gives a list: kept as a tuple so that events compare equal.
+        if not isinstance(self.frames, tuple):
+            object.__setattr__(self, "frames", tuple(self.frames))
 
 
 @dataclass(frozen=True, slots=True)

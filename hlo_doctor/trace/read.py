@@ -6,6 +6,7 @@ from pathlib import Path
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.columns import OpColumns
+from hlo_doctor.trace.compiles import annotate_compiles
 from hlo_doctor.trace.conventions import device_plane_backend, read_host_plane
 from hlo_doctor.trace.device import DevicePlaneReader
 from hlo_doctor.trace.model import CompileEvent, ModuleProto, StepMark, Trace
@@ -151,10 +152,11 @@ def read_trace(paths: list[Path]) -> Trace:
     compiles.sort(key=lambda c: c.start_us)
     steps.sort(key=lambda s: (s.host, s.start_ns))
     device_steps.sort(key=lambda s: (s.host, s.device, s.start_ns))
+    ops = cols.finish()
     return Trace(
         paths=tuple(str(p) for p in paths), backend=backend, device_kind=device_kind,
-        ops=cols.finish(),
-        steps=tuple(steps), compile_events=tuple(compiles), module_protos=tuple(protos),
+        ops=ops,
+        steps=tuple(steps), compile_events=annotate_compiles(compiles, steps, ops), module_protos=tuple(protos),
         versions=tuple(sorted(versions.items())),
         op_expressions=tuple((m, p, o, e) for (m, p, o), e in sorted(expressions.items())),
         device_steps=tuple(device_steps), num_devices=len(devices), warnings=tuple(warnings),
