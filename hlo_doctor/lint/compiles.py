@@ -225,11 +225,15 @@ def _every_call(group: list[Compile], num_steps: int, calls: int | None) -> bool
 
 def _source(name: str, group: list[Compile], by_key: Mapping[tuple[str, int | None], HloModule],
             by_name: Mapping[str, HloModule]) -> str:
-    """The most common line of the program's entry ops, else its caller's Python frame."""
+    """The line of the program's loop (an eager ``while`` is the loop), else the most common line of
+    its entry ops, else its caller's Python frame."""
     for c in group:
         module = by_key.get((name, c.program_id)) or by_name.get(name)
         if module is None:
             continue
+        loop = next((i.source for i in module.entry.instructions if i.opcode in _CONTROL and i.source), "")
+        if loop:
+            return loop
         lines = Counter(i.source for i in module.entry.instructions if i.source and i.opcode != "parameter")
         if lines:
             return lines.most_common(1)[0][0]
