@@ -2,11 +2,15 @@
 
 ``programs/cache_rebuild.py`` holds the loop keras-hub's ``call_with_cache`` writes (slice each
 layer's cache out of the stacked loop state, update it, ``jnp.stack`` all of them back) and the same
-loop updating the stacked cache in place; both give the same tokens.
+loop updating the stacked cache in place; both give the same tokens. ``programs/kerashub_gemma_*``
+are XLA:CPU's optimized HLO of keras-hub 0.32.0's ``GemmaCausalLM.generate()`` (2 layers, hidden 128,
+vocabulary 32,000, batch 4, a 1,024-token cache; ``benchmarks/field/kerashub_gemma.py``), as shipped
+(``restack``) and with its ``cache-in-place`` variant (``in_place``), gzipped as XLA dumped them.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -15,7 +19,7 @@ from click.testing import CliRunner
 
 from hlo_doctor.cli import main
 from hlo_doctor.hlo.loops import loop_rebuilds
-from hlo_doctor.lint import load_context
+from hlo_doctor.lint import load_context, load_rulebook, run_rule
 
 PROGRAMS = Path(__file__).parent / "programs"
 PROGRAM = PROGRAMS / "cache_rebuild.py"
@@ -91,3 +95,27 @@ def test_hd013_counts_no_time_where_the_compiler_widens_the_update(tmp_path: Pat
     assert found["shape"].startswith("bf16[1,2,2,2,256,16]")
     assert found["recoverable_us"] == 0 and found["severity"] == "info"
     assert "wider type" in found["message"]
+
+
+def _keras_hub(name: str, tmp_path: Path) -> Path:
+    path = tmp_path / f"kerashub_gemma_{name}.cpu_after_optimizations.txt"
+    path.write_bytes(gzip.decompress((PROGRAMS / f"{path.name}.gz").read_bytes()))
+    return path
+
+
+def test_hd013_on_keras_hub_generate(tmp_path: Path) -> None:
+    ctx = load_context(_keras_hub("restack", tmp_path))
+    book = load_rulebook()
+    [found] = run_rule(book.get("HD013"), ctx)  # type: ignore[arg-type]
+    extra = dict(found.extra)
+    assert found.op == "bitcast_concatenate_fusion" and found.shape.startswith("f32[4,2,2,1024,1,32]")
+    assert found.source.endswith("keras_hub/src/models/gemma/gemma_causal_lm.py:212")  # ops.stack(caches)
+    # Two layers, a key and a value row of one head of 32 for 4 sequences: 2 KiB differ in 2 MiB.
+    assert extra["bytes_differ"] == 2 * 2 * 4 * 32 * 4 and extra["bytes_written"] >= 2 * 2 ** 20
+    assert "copy.96" in extra["chain"]  # the plain copy of the carried cache HD010 used to report alone
+    assert not run_rule(book.get("HD010"), ctx)  # type: ignore[arg-type]
+
+
+def test_hd013_silent_on_keras_hub_with_the_cache_updated_in_place(tmp_path: Path) -> None:
+    ctx = load_context(_keras_hub("in_place", tmp_path))
+    assert not run_rule(load_rulebook().get("HD013"), ctx)  # type: ignore[arg-type]
