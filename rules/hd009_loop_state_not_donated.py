@@ -107,9 +107,11 @@ class LoopStateNotDonated(Rule):
     Fix:
         Donate the state when the caller does not use it after the call:
         ``jax.jit(sample_loop, donate_argnames="state")`` (or ``donate_argnums``), and use the
-        returned state from then on. JAX warns when a donated buffer cannot be used. A program
-        traced inside a framework (no frame of code you edit in its stack) is jitted by the
-        framework: the message says so; donation is then an option of its API, if it has one.
+        returned state from then on. JAX warns when a donated buffer cannot be used. A loop run
+        eagerly (``lax.while_loop`` outside ``jit``: program ``jit_while``) has no jit call to
+        donate at: jit the code around it and donate there. A program traced inside a framework
+        (no frame of code you edit in its stack) is jitted by the framework: the message says so;
+        donation is then an option of its API, if it has one.
     """
 
     code = "HD009"
@@ -158,7 +160,14 @@ class LoopStateNotDonated(Rule):
                 if loop is None or _loop_fed_by(m, param, through_copies=False) is loop:
                     continue  # the loop also takes the original: both live, donation cannot merge them
                 origin = origin_of(m, loop)
-                if origin.program_framework:
+                if origin.eager:
+                    where = f", {origin.where()}" if origin.line else ""
+                    todo = (f"the {loop.opcode} runs eagerly (program {m.name}: a lax.{origin.eager}_loop outside jit"
+                            f"{where}), so jax copies its state on every call: jit the code that runs the loop and "
+                            f"donate the state there (donate_argnums)") if origin.eager == "while" else (
+                            f"program {m.name} runs eagerly{where}: jit the code that calls it and donate the state "
+                            f"there (donate_argnums)")
+                elif origin.program_framework:
                     todo = (f"program {m.name} is jitted inside {origin.program_framework} (no frame of code you "
                             f"edit in its stack): donation is an option of its API, if it has one")
                 else:

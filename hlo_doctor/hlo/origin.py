@@ -34,9 +34,13 @@ __all__ = ["OpOrigin", "eager_op", "is_staging_copy", "op_framework", "origin_of
 _JIT_NAME = re.compile(r"^jit_(.+)$")
 _OP_NAME = re.compile(r"^jit\(([^)]*)\)/(.*)$")
 _MOVES = frozenset({"copy", "copy-start", "copy-done"})
-_CONTROL_FLOW = frozenset({"while", "conditional", "call"})
-_EAGER_HELPER_OPS = 3
-"""Entry-level ops of the largest program taken for an eager jax helper (``jnp.argmax``: one fusion)."""
+_SHAPING = _MOVES | {"broadcast", "reshape", "transpose", "iota", "fusion", "slice", "dynamic-slice",
+                     "dynamic-update-slice", "concatenate", "pad", "select"}
+_DATA_MOVEMENT_PRIMITIVES = frozenset({
+    "stage", "copy", "convert_element_type", "device_put", "broadcast_in_dim", "reshape", "transpose", "iota",
+    "squeeze", "expand_dims", "concatenate", "pad", "slice", "dynamic_slice", "dynamic_update_slice", "select_n",
+})
+"""lax primitives whose eager programs often keep no metadata (XLA rewrites their one op)."""
 
 # What jax's eager programs that only copy are for, by the primitive or helper they are named after.
 _STAGING_CAUSES = {
@@ -54,35 +58,37 @@ def _norm(name: str) -> str:
 
 
 def eager_op(module: HloModule) -> str:
-    """The primitive or jax helper an eager program runs (``convert_element_type``, ``_argmax``,
-    ``stage``), or "" for a jitted program of someone's function.
+    """The primitive or jax helper an eager program runs (``convert_element_type``, ``while``,
+    ``_argmax``, ``stage``), or "" for a jitted program of someone's function.
 
-    A program ``jit_X`` is eager when every op's ``op_name`` is X itself (one primitive:
-    ``jit(convert_element_type)/convert_element_type``), when its ops' stacks never pass through a
-    function named X (a jax helper such as ``_argmax``, whose own frames jax leaves out: only the
-    caller's line is there) and it is small or X is private, or when it has no metadata at all, only
-    moves data and X is one of jax's staging primitives (``jit_stage``, ``jit_copy``).
+    A program ``jit_X`` is eager when every op's ``op_name`` is X's own (``jit(while)/while/body/add``:
+    one primitive, X, and what runs inside it); when its ops all carry one and the same stack and no
+    frame of it is a function X outside the frameworks (a jax helper such as ``_argmax`` or
+    ``sqrt`` called from one line: jax leaves its own frames out, so only the caller's stack is
+    there, where a jitted function shows its own body; a framework's wrapper of the same name,
+    keras' ``sqrt``, is the caller); or when it has no metadata at all, only moves or shapes data,
+    and X is one of jax's data-movement primitives (``jit_stage``, ``jit_copy``, ``jit_reshape``)
+    or a private helper's name (``jit__moveaxis``).
     """
     m = _JIT_NAME.match(module.name)
     if m is None:
         return ""
-    name = m.group(1)
+    name = _norm(m.group(1))
     ops = [i for i in module.instructions() if i.opcode != "parameter"]
     named = [n for i in ops if i.op_name and (n := _OP_NAME.match(i.op_name)) is not None]
-    if named and all(_norm(n.group(1)) == _norm(name) and _norm(n.group(2)) == _norm(name) for n in named):
-        return name
-    stacks = [i.stack for i in ops if i.stack]
-    if stacks and all(_norm(n.group(1)) == _norm(name) for n in named):
-        functions = {_norm(f.function.rsplit(".", 1)[-1]) for s in stacks for f in s if f.function}
-        # Frameworks hide frames too (flax leaves Module.apply out of its stacks): only a small
-        # program without control flow, or a private helper's, is taken for an eager jax helper.
-        work = [i for i in module.entry.instructions if i.opcode not in PLUMBING_OPCODES]
-        small = len(work) <= _EAGER_HELPER_OPS and not any(i.opcode in _CONTROL_FLOW for i in work)
-        if functions and _norm(name) not in functions and (small or name.startswith("_")):
-            return name
-    if (not named and not stacks and name.lstrip("_") in _STAGING_CAUSES
-            and all(i.opcode in PLUMBING_OPCODES or i.opcode in _MOVES for i in ops)):
-        return name
+    if named and not all(_norm(n.group(1)) == name for n in named):
+        return ""  # ops of another program inlined: not one eager call
+    if named and all(_norm(n.group(2).split("/", 1)[0]) == name for n in named):
+        return m.group(1)
+    stacks = {i.stack for i in ops if i.stack}
+    if len(stacks) == 1:
+        stack = next(iter(stacks))
+        body = any(_norm(f.function.rsplit(".", 1)[-1]) == name and not framework_of(f.file) for f in stack)
+        if stack[0].function and not body:
+            return m.group(1)
+    known = name in _DATA_MOVEMENT_PRIMITIVES or m.group(1).startswith("_")
+    if not named and not stacks and known and all(i.opcode in PLUMBING_OPCODES or i.opcode in _SHAPING for i in ops):
+        return m.group(1)
     return ""
 
 
@@ -98,7 +104,7 @@ def is_staging_copy(module: HloModule, inst: HloInstruction) -> bool:
 def staging_cause(module: HloModule) -> str:
     """What a copy-only program is for, in words (``jax staging a NumPy (host) array ...``)."""
     name = eager_op(module)
-    return _STAGING_CAUSES.get(name.lstrip("_"), f"an eager {name or module.name} that only copies its input")
+    return _STAGING_CAUSES.get(name.lstrip("_"), f"an eager {name or module.name} run outside jit that only copies its input")
 
 
 def op_framework(inst: HloInstruction) -> str:

@@ -95,7 +95,7 @@ def test_eager_and_staging_programs(dump: Path) -> None:
 
 def test_hd002_staged_numpy_input_gets_no_donation_advice(dump: Path) -> None:
     result = diagnose(load_context(dump), BOOK, select=["HD002"])
-    by_module = {f.module: f for f in result.findings}
+    by_module = {f.module: f for f in result.findings if f.code == "HD002"}
     staged = by_module["jit_stage"]
     assert "jax staging a NumPy (host) array" in staged.message
     assert "donate_argnums" not in staged.message and "device_put" in staged.message and not staged.fix
@@ -114,7 +114,8 @@ def test_hd007_own_line_or_framework_line(dump: Path, monkeypatch: pytest.Monkey
     assert [fr[2] for fr in own[0].stack[:2]] == ["round_trip", "smooth"]
     set_extra_frameworks(["mylib", "program"])
     fw = [f for f in diagnose(load_context(dump), BOOK, select=["HD007"]).findings if f.module == "jit_smooth"]
-    assert "written inside mylib (at mylib/ops.py:5); no frame of code you edit" in fw[0].message
+    assert "written inside mylib (" in fw[0].message
+    assert "mylib/ops.py:5); no frame of code you edit" in fw[0].message
     assert "drop both converts" not in fw[0].message
     m = _module(load_context(dump).modules, "jit_smooth")
     convert = next(i for i in m.instructions() if i.opcode == "convert" and i.dtype == "bf16")
@@ -124,7 +125,7 @@ def test_hd007_own_line_or_framework_line(dump: Path, monkeypatch: pytest.Monkey
 
 def test_hd003_names_the_eager_call_first_traced() -> None:
     result = diagnose(load_context(ROOT / "sample_traces" / "engine_b64_original_a"), BOOK, select=["HD003"])
-    (f,) = result.findings
+    (f,) = [f for f in result.findings if f.code == "HD003"]
     assert "an eager astype first traced at hlo_doctor/engine/compilation_manager.py:103: move it inside the " \
            "jitted consumer" in f.message
     assert f.fix == "bf16-greedy-sampler"
@@ -140,6 +141,6 @@ def test_messages_never_advise_donation_for_an_eager_copy_of_the_field_kind(tmp_
     out = tmp_path / "dump"
     env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={out}", "JAX_PLATFORMS": "cpu"}
     subprocess.run([sys.executable, "-c", program], check=True, env=env, timeout=120)
-    (f,) = diagnose(load_context(out), BOOK, select=["HD002"]).findings
+    (f,) = [f for f in diagnose(load_context(out), BOOK, select=["HD002"]).findings if f.code == "HD002"]
     assert f.module == "jit_convert_element_type" and "only copies" in f.message
     assert "donate_argnums" not in f.message and "convert it once, outside the step" in f.message and not f.fix
