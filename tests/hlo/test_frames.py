@@ -24,7 +24,7 @@ from hlo_doctor.cli import main
 from hlo_doctor.cli.config import default_map
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.format import fmt_path, fmt_source
-from hlo_doctor.hlo import parse_module
+from hlo_doctor.hlo import module_text_from_proto, parse_module
 from hlo_doctor.hlo.frames import (
     Frame,
     editable_frame,
@@ -140,6 +140,18 @@ def test_stack_equals_jax_lowering_locations(program: tuple[Path, Any]) -> None:
     assert [f.function for f in dot.stack[:3]] == ["dense", "head", "step_fn"]
     exp = next(i for i in m.instructions() if i.opcode == "exponential")
     assert [(f.file, f.line) for f in exp.stack] == want["jit(step_fn)/exp"]
+
+
+def test_serialized_proto_keeps_the_stack(program: tuple[Path, Any]) -> None:
+    """A trace stores HloModuleProto bytes (``stack_frame_index``, field 17): the text made from them
+    holds the same stacks as the compiled module's own text."""
+    _, user = program
+    compiled = jax.jit(user.step_fn).lower(user.X, user.W).compile()
+    proto = compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
+    from_proto = parse_module(module_text_from_proto(proto))
+    from_text = parse_module(compiled.as_text())
+    stacks = {i.name: i.stack for i in from_text.instructions() if i.stack}
+    assert stacks and {i.name: i.stack for i in from_proto.instructions() if i.stack} == stacks
 
 
 def test_fusion_line_is_its_matmul_not_its_root(program: tuple[Path, Any]) -> None:
