@@ -280,8 +280,8 @@ class LoopBufferRebuilt(Rule):
                 note="decode.py rebuild: slices, updates and the stack in one fusion"),
         Example(
             hlo=(_REBUILT,),
-            opstats=({"module": "jit_rebuild", "op": "dynamic-update-slice_concatenate_fusion", "occurrences": 32,
-                      "time_per_step_us": 40.0, "category": "data-movement"},
+            opstats=({"module": "jit_rebuild", "op": "dynamic-update-slice_concatenate_fusion",
+                      "occurrences": 32, "time_per_step_us": 40.0, "category": "data-movement"},
                      {"module": "jit_rebuild", "op": "copy.5", "occurrences": 32, "time_per_step_us": 12.0,
                       "category": "copy"},
                      {"module": "jit_rebuild", "op": "while.1", "occurrences": 4, "time_per_step_us": 60.0}),
@@ -301,10 +301,10 @@ class LoopBufferRebuilt(Rule):
         op = flow.assembler or flow.writer or flow.chain[-1]
         size = flow.element.nbytes
         message = (f"{op.name} rebuilds loop-carried element {flow.index} of {flow.loop.name} "
-                   f"({dtype_shape(flow.element)}, {fmt_bytes(size)}) on every iteration: the body cuts it into "
-                   f"pieces and puts them back together ({len(flow.movement)} ops), writing "
-                   f"{fmt_bytes(flow.bytes_written)} per iteration where {fmt_bytes(flow.bytes_differ)} differ "
-                   f"from the incoming element")
+                   f"({dtype_shape(flow.element)}, {fmt_bytes(size)}) on every iteration: the body cuts it "
+                   f"into pieces and puts them back together ({len(flow.movement)} ops), writing "
+                   f"{fmt_bytes(flow.bytes_written)} per iteration where {fmt_bytes(flow.bytes_differ)} "
+                   f"differ from the incoming element")
         timings = [t for t in (ctx.op_timing(m, o.name) for o in flow.movement) if t is not None]
         chain_us = sum(t.time_per_step_us for t in timings)
         own = ctx.op_timing(m, op.name)
@@ -323,7 +323,8 @@ class LoopBufferRebuilt(Rule):
         return ctx.finding(
             self, m, op, message, recoverable_us=recoverable, source_inst=source,
             evidence=(op.raw, flow.loop.raw),
-            extra=(("loop", flow.loop.name), ("tuple_index", flow.index), ("bytes_written", flow.bytes_written),
-                   ("bytes_differ", flow.bytes_differ), ("iterations_per_step", iterations),
+            extra=(("loop", flow.loop.name), ("tuple_index", flow.index),
+                   ("bytes_written", flow.bytes_written), ("bytes_differ", flow.bytes_differ),
+                   ("iterations_per_step", iterations),
                    ("chain", tuple(o.name for o in flow.movement)), ("chain_us", chain_us)),
         )

@@ -76,8 +76,10 @@ class CarriedFlow:
         for op in self.chain:
             body = self.module.fusion_body(op)
             for inst in body.instructions if body is not None else ():
-                if inst.opcode == "dynamic-update-slice" and inst.dtype != self.element.dtype and any(
-                        u.opcode == "convert" and u.dtype == self.element.dtype for u in self.module.users_of(inst)):
+                if inst.opcode != "dynamic-update-slice" or inst.dtype == self.element.dtype:
+                    continue
+                if any(u.opcode == "convert" and u.dtype == self.element.dtype
+                       for u in self.module.users_of(inst)):
                     return True
         return False
 

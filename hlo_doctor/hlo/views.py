@@ -98,7 +98,8 @@ class _Walker:
             env[inst.name] = self._eval(inst, env, {i: a for i, a in enumerate(args)}, top=False)
         return env.get(comp.root.name)
 
-    def _eval(self, inst: HloInstruction, env: dict[str, Value], params: dict[int, Value], *, top: bool) -> Value:
+    def _eval(self, inst: HloInstruction, env: dict[str, Value], params: dict[int, Value], *,
+              top: bool) -> Value:
         if inst.opcode == "parameter":
             return params.get(inst.parameter_number or 0) if not top else None
         args = [env.get(o) for o in inst.operands]
@@ -152,8 +153,10 @@ class _Walker:
                 return None
             return View(first.box, tuple(first.dims[p] for p in perm), first.differ, first.ops, first.cut)
         if op == "slice":
-            bounds = [(int(a), int(b)) for a, b, s in _SLICE.findall(inst.attribute("slice")) if s in ("", "1")]
-            return self._narrow(first, src, bounds)
+            spans = _SLICE.findall(inst.attribute("slice"))
+            if any(s not in ("", "1") for _, _, s in spans):
+                return None  # a strided slice keeps every other position: not a box
+            return self._narrow(first, src, [(int(a), int(b)) for a, b, _ in spans])
         if op == "dynamic-slice":
             starts = [self._constant(o, inst.computation) for o in inst.operands[1:]]
             sizes = _ints(inst.attribute("dynamic_slice_sizes"))
@@ -246,7 +249,8 @@ class _Walker:
                     continue
                 expected[e] = (base.box[e][0] + int(s or 0), base.box[e][0] + int(s or 0) + n)
             if same and tuple(expected) == update.box:
-                differ, ops = update.differ, ops | update.ops  # the element's own bytes, written back in place
+                # The element's own values written back where they came from: only their updates differ.
+                differ, ops = update.differ, ops | update.ops
         return View(base.box, base.dims, base.differ + differ, ops, base.cut)
 
     def _constant(self, name: str, computation: str) -> int | None:
@@ -272,7 +276,8 @@ def _ints(text: str) -> list[int]:
     return [int(t) for t in re.findall(r"-?\d+", text)]
 
 
-def _regroup(src: HloShape, dst: HloShape, dims: tuple[int | None, ...], *, physical: bool) -> tuple[int | None, ...] | None:
+def _regroup(src: HloShape, dst: HloShape, dims: tuple[int | None, ...], *,
+             physical: bool) -> tuple[int | None, ...] | None:
     """The element dimensions of ``dst``'s dimensions after a bitcast or reshape of ``src``, or None
     when the change merges or splits dimensions (their positions would no longer be boxes)."""
     def order(shape: HloShape) -> list[int]:

@@ -38,7 +38,10 @@ def _attend(x: jax.Array, q: jax.Array, keys: jax.Array, values: jax.Array, t: j
     return x + out @ _OUT[layer].astype(x.dtype)
 
 
-def _rebuild(t: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array, jax.Array]:
+Carry = tuple[jax.Array, jax.Array, jax.Array]
+
+
+def _rebuild(t: jax.Array, carry: Carry) -> Carry:
     cache, token, tokens = carry
     x = (_EMBED[token] + _EMBED[t]).astype(cache.dtype)[:, None, :]
     caches = []
@@ -54,7 +57,7 @@ def _rebuild(t: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]) -> tup
     return cache, token, tokens.at[:, t].set(token)
 
 
-def _in_place(t: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _in_place(t: jax.Array, carry: Carry) -> Carry:
     cache, token, tokens = carry
     x = (_EMBED[token] + _EMBED[t]).astype(cache.dtype)[:, None, :]
     for i in range(LAYERS):
@@ -65,7 +68,7 @@ def _in_place(t: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]) -> tu
     return cache, token, tokens.at[:, t].set(token)
 
 
-def _loop(body: Callable[..., tuple[jax.Array, jax.Array, jax.Array]]) -> Callable[[jax.Array], jax.Array]:
+def _loop(body: Callable[[jax.Array, Carry], Carry]) -> Callable[[jax.Array], jax.Array]:
     @jax.jit
     def generate(cache: jax.Array) -> jax.Array:
         start = (cache, jnp.ones((BATCH,), jnp.int32), jnp.zeros((BATCH, TOKENS), jnp.int32))
