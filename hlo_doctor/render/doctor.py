@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hlo_doctor.core.format import fmt_ms
+from hlo_doctor.core.format import fmt_ms, fmt_source
 from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.render.verify import metric_rows
 
@@ -44,7 +44,7 @@ def to_markdown(result: DoctorResult) -> str:
         for f in d.findings:
             pct = "-" if f.pct_of_step is None else f"{f.pct_of_step:.1f}%"
             lines.append(f"| {f.code} | {f.module}/{f.op} | `{fmt_shape(f.shape)}` | {fmt_ms(f.time_per_step_us)} | {pct} | "
-                         f"{f.source or '-'} | {f.fix or '-'} |")
+                         f"{fmt_source(f.source) or '-'} | {f.fix or '-'} |")
     lines += ["", "## 2. What the fix changed", ""]
     if result.fix_id is None:
         lines.append("No bundled fix applies to these findings; nothing was changed.")
