@@ -199,7 +199,7 @@ class InvariantPerCallWork(Rule):
                     if (k := _keep(ctx, m, g)) is not None]
             for on_weights in (True, False):  # one finding per program and kind of input
                 mine = sorted((k for k in kept if bool(k.group.parameters) == on_weights),
-                              key=lambda k: -(k.time_us or k.group.anchor.shape.nbytes))
+                              key=lambda k: -(k.time_us or sum(i.shape.nbytes for i in k.group.ops)))
                 if mine:
                     yield _program_finding(self, ctx, m, mine, weights)
         if ctx.has_opstats and ctx.num_steps:
