@@ -44,7 +44,9 @@ class Frame(NamedTuple):
 DEFAULT_FRAMEWORKS: tuple[str, ...] = (
     # Array and model frameworks: their internals are never the line to edit.
     "jax", "jaxlib", "jax_plugins", "flax", "keras", "tf_keras", "optax", "numpy", "ml_dtypes", "torchax",
-    "equinox", "haiku", "chex", "orbax", "opt_einsum", "scipy", "tensorflow", "torch", "torch_xla",
+    "equinox", "haiku", "chex", "orbax", "opt_einsum", "einops", "scipy", "tensorflow", "torch", "torch_xla",
+    # Wrappers that type-check or decorate a model's functions (their frames sit between its lines).
+    "jaxtyping", "typeguard", "beartype",
     # What runs a program without being it: CLIs, test runners, notebooks, and this tool's capture.
     "click", "absl", "_pytest", "pytest", "pluggy", "IPython", "ipykernel", "hlo_doctor.capture",
     "hlo_doctor.capture_guard", "hlo_doctor.cli",
