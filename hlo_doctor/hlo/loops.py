@@ -218,16 +218,20 @@ def _copies_or_updates(module: HloModule, op: HloInstruction) -> bool:
     return body is not None and any(i.opcode == "dynamic-update-slice" for i in body.instructions)
 
 
-def _moves_only(module: HloModule, op: HloInstruction) -> bool:
+def _moves_only(module: HloModule, op: HloInstruction, size: int = 0) -> bool:
+    """True when ``op`` only moves data: every instruction in it is data movement, or small next to
+    the op's result (a quarter of its elements or less: computing a position or the update written
+    into the buffer, work that the update in place keeps and whose time the buffer's bytes dwarf)."""
+    size = size or max((s.num_elements for s in (op.shape.elements or (op.shape,))), default=0)
     body = module.fusion_body(op)
     if body is None:
         return op.opcode in _MOVEMENT
     for inst in body.instructions:
         if module.fusion_body(inst) is not None:
-            if not _moves_only(module, inst):
+            if not _moves_only(module, inst, size):
                 return False
-        elif inst.opcode not in _MOVEMENT and inst.shape.num_elements > 1:
-            return False  # scalar index arithmetic (clamping a position) is not work of its own
+        elif inst.opcode not in _MOVEMENT and 4 * inst.shape.num_elements > size:
+            return False
     return True
 
 
