@@ -44,6 +44,9 @@ NONE = -(1 << 62)
 INFO_KEYS = ("hlo_op", "hlo_module", "long_name", "program_id", "module")
 """The args kept per event, interned as one tuple (a few hundred distinct in millions of events)."""
 _DECODE = json.JSONDecoder().raw_decode
+_BOUNDARY = re.compile(r"\}\s*,\s*\{")
+_NO_INFO = (None,) * len(INFO_KEYS)
+_INF, _NAN = math.inf, math.nan
 # xprof's derived lines: thread ids from trace_utils.h's kThreadIdDerivedMin, and the GPU lines it
 # derives per stream ("XLA Modules - from #14").
 _DERIVED_TID = 0xDEADBEEF
@@ -78,25 +81,16 @@ def is_trace_json(path: Path) -> bool:
 
 
 
-def _time(v: Any) -> float | None:
-    """A ``ts``/``dur`` (a JSON number); None for anything else."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return float(v)
-    return None
-
-
-def _int_arg(v: Any) -> int | None:
-    """An integer arg (the converter writes every stat as text)."""
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
+def _int_or(v: Any, default: int) -> int:
+    """An integer arg (the converter writes every stat as text); ``default`` when it is none."""
+    if type(v) is int:
         return v
-    if isinstance(v, str):
+    if type(v) is str:
         try:
             return int(v)
         except ValueError:
-            return None
-    return int(v) if isinstance(v, float) and v.is_integer() else None
+            return default
+    return int(v) if type(v) is float and v.is_integer() else default
 
 
 def _float_arg(v: Any) -> float:
@@ -120,6 +114,27 @@ class EventLine:
     dev_dur: array = field(default_factory=lambda: array("d"))
     step: array = field(default_factory=lambda: array("q"))
     group: array = field(default_factory=lambda: array("q"))
+    has_more: bool = False
+    """Whether the four columns above are kept: only once an event of the line has one of them (a
+    CPU or GPU line never does; they read as absent when empty)."""
+
+    def more(self, off: float, ddur: float, step: int, group: int) -> None:
+        """Append the device-clock and step columns of the event just added."""
+        if not self.has_more:
+            n = len(self.names) - 1  # the events before this one had none
+            self.dev_off, self.dev_dur = array("d", [math.nan]) * n, array("d", [math.nan]) * n
+            self.step, self.group = array("q", [NONE]) * n, array("q", [NONE]) * n
+            self.has_more = True
+        self.dev_off.append(off)
+        self.dev_dur.append(ddur)
+        self.step.append(step)
+        self.group.append(group)
+
+    def column(self, name: str) -> np.ndarray:
+        """``dev_off``, ``dev_dur`` (NaN when absent), ``step`` or ``group`` (:data:`NONE`), one per event."""
+        if self.has_more:
+            return np.frombuffer(getattr(self, name), np.float64 if name.startswith("dev") else np.int64)
+        return np.full(len(self.names), math.nan if name.startswith("dev") else NONE)
 
     def times(self) -> tuple[np.ndarray, np.ndarray]:
         """Starts and durations (ns), on the device clock where the args give it.
@@ -129,7 +144,7 @@ class EventLine:
         constant per line, so spacing and nesting are the device's own).
         """
         ts, dur = np.frombuffer(self.ts, np.float64), np.frombuffer(self.dur, np.float64)
-        off, ddur = np.frombuffer(self.dev_off, np.float64), np.frombuffer(self.dev_dur, np.float64)
+        off, ddur = self.column("dev_off"), self.column("dev_dur")
         has_off = ~np.isnan(off)
         if has_off.any():
             ts = ts.copy()
@@ -148,6 +163,9 @@ class EventFile:
         self.lines: dict[tuple[Any, Any], EventLine] = {}
         self.names, self.infos = Vocabulary(), Vocabulary()
         self.infos.code(None)  # code 0: no args worth keeping
+        self._info_codes: dict[tuple[Any, ...], int] = {}
+        self.host_pids: set[Any] = set()
+        self._last: tuple[Any, Any, EventLine] = (object(), object(), EventLine())  # the line last added to
         self.bad_times = self.bad_events = 0
         self.found = False
 
@@ -256,6 +274,7 @@ class EventFile:
 
     def _events(self) -> None:
         on_x, on_m = self._x, self._m
+        no_batch_until = -1
         while True:
             self._skip(_SEP)
             if self.pos >= len(self.buf):
@@ -263,15 +282,35 @@ class EventFile:
             if self.buf[self.pos] == "]":
                 self.pos += 1
                 return
-            ev = self._value()
-            if not isinstance(ev, dict):
-                self.bad_events += 1
-                continue
-            ph = ev.get("ph")
-            if ph == "X":
-                on_x(ev)
-            elif ph == "M":
-                on_m(ev)
+            # Every whole event in the buffer at once (one C call): up to the last "}, {" between
+            # two events. A cut inside a string or a nested list leaves unbalanced JSON, never other
+            # events: the batch fails and the events are read one at a time past that point.
+            batch: Any = None
+            cut = self._last_boundary() if self.pos > no_batch_until else -1
+            if cut > self.pos:
+                try:
+                    batch = json.loads("[" + self.buf[self.pos:cut + 1] + "]")
+                    self.pos = cut + 1
+                except (json.JSONDecodeError, RecursionError):
+                    no_batch_until = cut
+            for ev in (batch if batch is not None else (self._value(),)):
+                if type(ev) is not dict:
+                    self.bad_events += 1
+                    continue
+                ph = ev.get("ph")
+                if ph == "X":
+                    on_x(ev)
+                elif ph == "M":
+                    on_m(ev)
+
+    def _last_boundary(self) -> int:
+        """Index of the ``}`` of the last ``}, {`` in the buffer after ``pos``; -1 if none."""
+        buf, end = self.buf, len(self.buf)
+        while (i := buf.rfind("}", self.pos, end)) >= 0:
+            if _BOUNDARY.match(buf, i):
+                return i
+            end = i
+        return -1
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -282,50 +321,77 @@ class EventFile:
             return
         if ev.get("name") == "process_name":
             self.processes[ev.get("pid")] = name
+            if "/host:" in name:
+                self.host_pids.add(ev.get("pid"))
         elif ev.get("name") == "thread_name":
             self.threads[(ev.get("pid"), ev.get("tid"))] = name
 
+    def _info(self, key: tuple[Any, ...]) -> int:
+        """The code of an event's kept args (as text: some writers put numbers)."""
+        try:
+            code = self._info_codes.get(key)
+        except TypeError:  # a list or an object as a value
+            code, key = None, tuple(None if v is None else str(v) for v in key)
+        if code is None:
+            code = self._info_codes[key] = self.infos.code(tuple(None if v is None else str(v) for v in key))
+        return code
+
     def _x(self, ev: dict[str, Any]) -> None:
-        ts, dur = _time(ev.get("ts")), _time(ev.get("dur"))
-        if ts is None or dur is None or dur < 0:
-            self.bad_times += 1
-            return
+        # The hot loop of a large trace: one call per event, no helper calls on the common path.
         pid = ev.get("pid")
         name = ev.get("name")
-        name = name if isinstance(name, str) else str(name or "")
+        if type(name) is not str:
+            name = str(name or "")
         args = ev.get("args")
-        info, run, off, ddur, step, group = 0, -1, math.nan, math.nan, NONE, NONE
-        if isinstance(args, dict) and args:
-            key = tuple(None if (v := args.get(k)) is None else str(v) for k in INFO_KEYS)
-            if key != (None,) * len(INFO_KEYS):
-                info = self.infos.code(key)
-            if (r := _int_arg(args.get("run_id"))) is not None:
-                run = r
-            if "device_offset_ps" in args:
-                off = _float_arg(args["device_offset_ps"])
-            if "device_duration_ps" in args:
-                ddur = _float_arg(args["device_duration_ps"])
-            if "step_num" in args:
-                s = _int_arg(args["step_num"])
-                step = s if s is not None else -1
-            if (g := _int_arg(args.get("group_id"))) is not None:
-                group = g
+        info, step_arg = 0, None
+        if args and type(args) is dict:
+            key = (args.get("hlo_op"), args.get("hlo_module"), args.get("long_name"), args.get("program_id"),
+                   args.get("module"))
+            if key != _NO_INFO:
+                try:
+                    info = self._info_codes[key]
+                except (KeyError, TypeError):
+                    info = self._info(key)
+            step_arg = args.get("step_num")
+        else:
+            args = None
         # The Python tracer and runtime write most host events: only ops, steps, compiles and
-        # dispatches are kept (a process named later is kept whole and sorted out at the end).
-        if info == 0 and step == NONE and "/host:" in self.processes.get(pid, "/host:") \
-                and pid in self.processes and not _HOST_KEEP.search(name):
+        # dispatches are kept (an event of a process named later is kept and sorted out at the end).
+        if not info and step_arg is None and pid in self.host_pids and not _HOST_KEEP.search(name):
             return
-        key2 = (pid, ev.get("tid"))
-        line = self.lines.get(key2)
-        if line is None:
-            line = self.lines[key2] = EventLine()
-        line.names.append(self.names.code(name))
+        ts: Any = ev.get("ts")
+        dur: Any = ev.get("dur")
+        tt, td = type(ts), type(dur)
+        if (tt is not float and tt is not int) or (td is not float and td is not int) \
+                or not -_INF < ts < _INF or not 0 <= dur < _INF:
+            self.bad_times += 1
+            return
+        tid = ev.get("tid")
+        if pid == self._last[0] and tid == self._last[1]:
+            line = self._last[2]
+        else:
+            found = self.lines.get((pid, tid))
+            line = found if found is not None else self.lines.setdefault((pid, tid), EventLine())
+            self._last = (pid, tid, line)
+        code = self.names.codes.get(name)
+        line.names.append(code if code is not None else self.names.code(name))
         line.infos.append(info)
         line.ts.append(ts * 1e3)
         line.dur.append(dur * 1e3)
+        run = -1
+        if args is not None:
+            if (v := args.get("run_id")) is not None:
+                run = _int_or(v, -1)
+            off, ddur = args.get("device_offset_ps"), args.get("device_duration_ps")
+            # group_id names a device step; on the host xprof puts it on nearly every event.
+            group = args.get("group_id") if pid not in self.host_pids else None
+            if off is not None or ddur is not None or step_arg is not None or group is not None:
+                line.more(_float_arg(off) if off is not None else _NAN,
+                          _float_arg(ddur) if ddur is not None else _NAN,
+                          _int_or(step_arg, -1) if step_arg is not None else NONE,
+                          _int_or(group, NONE) if group is not None else NONE)
+            elif line.has_more:
+                line.more(_NAN, _NAN, NONE, NONE)
+        elif line.has_more:
+            line.more(_NAN, _NAN, NONE, NONE)
         line.run.append(run)
-        line.dev_off.append(off)
-        line.dev_dur.append(ddur)
-        line.step.append(step)
-        line.group.append(group)
-

@@ -172,9 +172,10 @@ class _Builder:
 
     def _steps(self, f: EventFile, host: str, plane: str, line: EventLine) -> None:
         starts, durs = line.times()
+        groups = line.column("group").tolist()
         for i, code in enumerate(np.frombuffer(line.names, np.int32).tolist()):
             name = str(f.names.values[code])
-            num = line.group[i]
+            num = groups[i]
             if num == NONE:
                 num = int(name) if name.isdigit() else -1
             self.device_steps.append(StepMark(host, name, num, float(starts[i]), float(durs[i]), device=plane))
@@ -269,12 +270,13 @@ class _Builder:
             if want_ops and is_op.any():
                 self._host_ops(f, host, plane, line, infos, is_op)
             starts, durs = np.frombuffer(line.ts, np.float64), np.frombuffer(line.dur, np.float64)
+            steps = line.column("step")
             for i in np.flatnonzero(~is_op).tolist():
                 name = str(f.names.values[line.names[i]])
                 if name.startswith(_NOISE_PREFIXES):
                     continue
-                if line.step[i] != NONE:
-                    num = line.step[i]
+                if steps[i] != NONE:
+                    num = int(steps[i])
                     # xprof names a step mark "decode 3" (its step_name); jax writes "decode".
                     self.steps.append(StepMark(host, name.removesuffix(f" {num}") or name, num,
                                                float(starts[i]), float(durs[i])))

@@ -231,7 +231,7 @@ def test_events_with_missing_args_are_counted_not_fatal(tmp_path: Path) -> None:
     events = _cpu_events(4)
     events[2]["args"].pop("hlo_module")          # an op without its module
     events.append({"ph": "X", "pid": 701, "tid": 5, "name": "copy", "args": {"hlo_op": "copy"}})  # no ts/dur
-    events.append({"ph": "X", "pid": 701, "tid": 5, "ts": "soon", "dur": 3.0, "name": "copy"})
+    events.append({"ph": "X", "pid": 701, "tid": 5, "ts": "soon", "dur": 3.0, "name": "copy", "args": {"hlo_op": "copy"}})
     events.append(7)                              # not an event at all
     path = _write(tmp_path / "m.trace.json", {"traceEvents": events})
     r = _run(["stats", str(path)])
