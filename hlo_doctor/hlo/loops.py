@@ -29,8 +29,8 @@ __all__ = ["CarriedFlow", "carried_flow", "carried_flows", "loop_rebuilds", "whi
 MIN_BYTES = 4096
 # An element counts as "changed only in a small part" when at most this share of its bytes differ.
 MAX_DIFFER_SHARE = 0.25
-# What a chain op may do for its time to count as the rebuild's: move data (scalar index arithmetic
-# aside). A fusion doing other work on the way is work the fix keeps.
+# What a chain op may do for its time to count as the rebuild's: move data (small work aside, see
+# _moves_only). A fusion doing real work on the way is work that keeping the buffer in place keeps.
 _MOVEMENT = frozenset({
     "bitcast", "reshape", "copy", "transpose", "slice", "dynamic-slice", "dynamic-update-slice",
     "concatenate", "convert", "broadcast", "tuple", "get-tuple-element", "parameter", "constant",
