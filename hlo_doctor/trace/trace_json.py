@@ -1,19 +1,12 @@
 """Trace-viewer / Perfetto JSON read into the same :class:`Trace` the xplane reader returns.
 
-jax's ``<host>.trace.json.gz`` and ``perfetto_trace.json.gz``, and xprof's ``trace_viewer`` export
-(:mod:`.json_events` streams them). What the converter (tsl's ``xplane_to_trace_events``) keeps and drops decides what can be read:
-
-- It drops ``program_id``, ``symbol_id``, ``flops`` (internal stats). An op's program id comes from
-  the ``XLA Modules`` event named ``module(program_id)`` that encloses it on its device (TPU, and
-  xprof's GPU lines ``XLA Modules - from #N`` derived per stream); XLA:CPU ops and jax's own GPU
-  files carry none: their rows are keyed by module and op, and a warning says so.
-- TPU: ops are the ``XLA Ops`` line's events, named by the op, ``long_name`` its HLO text (the
-  table's op expression: shapes and bytes without the module). GPU: every event with an ``hlo_op``
-  arg on a non-derived line (kernels, memcpys). XLA:CPU: host events with ``hlo_op``/``hlo_module``.
-- ``device_offset_ps``/``device_duration_ps`` (the device clock) win over ``ts``/``dur``, as in the
-  xplane reader; the line's start on that clock is not in the file, so starts are placed at the
-  line's median offset between ``ts`` and the device offset.
-- The HLO modules (the metadata plane) and plane stats (device kind, versions) are not in the file.
+jax's ``<host>.trace.json.gz`` and ``perfetto_trace.json.gz`` and xprof's ``trace_viewer`` export
+(:mod:`.json_events` streams them), read by the xplane's conventions (docs/profile.md, "Trace JSON
+input"): TPU ops are a device's ``XLA Ops`` events (``long_name``: the op's HLO text), GPU ops the
+events with an ``hlo_op`` arg, XLA:CPU ops host events with ``hlo_op``; the device clock args win.
+The converter leaves program ids out: an op's id is that of its ``XLA Modules`` event
+``module(program_id)`` where the file has one (TPU, xprof's derived GPU lines), else unknown. HLO
+modules, plane stats and versions are not in the file.
 """
 
 from __future__ import annotations
@@ -21,13 +14,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.columns import OpColumns
+from hlo_doctor.trace.compiles import annotate_compiles
 from hlo_doctor.trace.conventions import COMPILE_MARKERS, device_plane_backend, split_module, split_op_text
 from hlo_doctor.trace.json_events import (
     INFO_KEYS,
@@ -264,13 +258,14 @@ class _Builder:
               want_ops: bool) -> None:
         values = f.infos.values
         is_op_info = np.fromiter((v is not None and v[0] is not None for v in values), bool, len(values))
-        for _tid, tname, line in lines:
+        for tid, tname, line in lines:
             infos = np.frombuffer(line.infos, np.int32)
             is_op = is_op_info[infos]
             if want_ops and is_op.any():
                 self._host_ops(f, host, plane, line, infos, is_op)
             starts, durs = np.frombuffer(line.ts, np.float64), np.frombuffer(line.dur, np.float64)
             steps = line.column("step")
+            found: list[CompileEvent] = []
             for i in np.flatnonzero(~is_op).tolist():
                 name = str(f.names.values[line.names[i]])
                 if name.startswith(_NOISE_PREFIXES):
@@ -282,12 +277,15 @@ class _Builder:
                                                float(starts[i]), float(durs[i])))
                 elif _COMPILE.search(name):
                     info = values[line.infos[i]] or (None,) * len(INFO_KEYS)
-                    self.compiles.append(CompileEvent(
+                    pid = program_id_of(info[3]) if info[3] is not None else None
+                    found.append(CompileEvent(
                         name=name, start_us=float(starts[i]) / 1e3, duration_us=float(durs[i]) / 1e3,
-                        module=str(info[1] or info[4] or ""), detail=f"{host} {plane} {tname}"))
+                        module=str(info[1] or info[4] or ""), detail=f"{host} {plane} {tname}",
+                        thread=f"{host} {plane} {tid}", program_id=pid))
                 elif m := _DISPATCH.match(name):
-                    self.dispatch.setdefault(f"{host} {plane} {tname}", []).append(
+                    self.dispatch.setdefault(f"{host} {plane} {tid}", []).append(
                         (float(starts[i]), float(starts[i] + durs[i]), m.group(1)))
+            self.compiles.extend(_dispatched(found, self.dispatch.get(f"{host} {plane} {tid}", [])))
 
     def _host_ops(self, f: EventFile, host: str, plane: str, line: EventLine, infos: np.ndarray,
                   is_op: np.ndarray) -> None:
@@ -340,12 +338,24 @@ class _Builder:
         self.compiles.sort(key=lambda c: c.start_us)
         self.steps.sort(key=lambda s: (s.host, s.start_ns))
         self.device_steps.sort(key=lambda s: (s.host, s.device, s.start_ns))
+        ops = self.cols.finish()
         return Trace(
-            paths=tuple(str(p) for p in paths), backend=backend, device_kind=backend, ops=self.cols.finish(),
-            steps=tuple(self.steps), compile_events=tuple(self.compiles), module_protos=(), versions=(),
+            paths=tuple(str(p) for p in paths), backend=backend, device_kind=backend, ops=ops, steps=tuple(self.steps),
+            compile_events=annotate_compiles(self.compiles, self.steps, ops), module_protos=(), versions=(),
             op_expressions=tuple((m, p, o, e) for (m, p, o), e in sorted(self.expressions.items())),
             device_steps=tuple(self.device_steps), num_devices=len(self.devices), warnings=tuple(warnings),
         )
+
+
+def _dispatched(found: list[CompileEvent], spans: list[tuple[float, float, str]]) -> list[CompileEvent]:
+    """Compile events with the name jax dispatched: the innermost ``PjitFunction`` span around each
+    on its thread (the Python frames around it are not kept: the tracer's events are dropped)."""
+    out = []
+    for e in found:
+        start, end = e.start_us * 1e3, (e.start_us + e.duration_us) * 1e3
+        around = [s for s in spans if s[0] <= start and end <= s[1] and (s[0], s[1]) != (start, end)]
+        out.append(replace(e, function=max(around)[2]) if around else e)
+    return out
 
 
 # The dispatch spans of the files read last: diagnose reads the table and then the dispatch of the
@@ -354,11 +364,7 @@ _DISPATCH_OF: dict[tuple[tuple[str, int, int], ...], tuple[HostDispatch, ...]] =
 
 
 def _key(paths: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
-    out = []
-    for p in paths:
-        st = Path(p).stat()
-        out.append((str(Path(p).resolve()), st.st_size, st.st_mtime_ns))
-    return tuple(out)
+    return tuple((str(Path(p).resolve()), (st := Path(p).stat()).st_size, st.st_mtime_ns) for p in paths)
 
 
 def _read(paths: Sequence[Path]) -> _Builder:

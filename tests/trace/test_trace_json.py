@@ -127,11 +127,19 @@ def test_perfetto_trace_of_a_fresh_xla_cpu_capture(tmp_path: Path) -> None:
         for i in range(3):
             with jax.profiler.StepTraceAnnotation("decode", step_num=i):
                 jax.block_until_ready(sample(x))
+                if i == 1:  # a program compiled inside the window
+                    jax.block_until_ready(jax.jit(lambda a: a * 2 + 1)(x))
     perfetto = next((tmp_path / "run").glob("plugins/profile/*/perfetto_trace.json.gz"))
     assert is_trace_json(perfetto)
     got = load_opstats(perfetto)
-    assert_same_table(load_opstats(tmp_path / "run"), got, program_ids=False)
-    assert got.num_steps == 3 and set(got.table["occurrences"]) == {3}
+    expected = load_opstats(tmp_path / "run")
+    assert_same_table(expected, got, program_ids=False)
+    assert got.num_steps == 3 and sorted(got.table["occurrences"]) == [1, 3, 3]
+    # The compile work: the same events, times, step and dispatched function as from the xplane.
+    def compiles(s: OpStats) -> list[tuple[str, float, int, str]]:
+        return [(c.name, round(c.duration_us, 3), c.step, c.function) for c in s.compile_events]
+    assert any("backend_compile" in name for name, *_ in compiles(got))
+    assert compiles(got) == compiles(expected)
 
 
 # -- TPU, built the way libtpu writes it ----------------------------------------------------------
