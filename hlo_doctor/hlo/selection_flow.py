@@ -1,0 +1,360 @@
+"""Value flow back from a selection: the monotone map an argmax/argmin/top-k reads through.
+
+``argmax(softmax(x / T)) == argmax(x)``: a selection that keeps only indices does not depend on any
+strictly increasing map applied to every element of a row (per-row constants allowed). This module
+walks back from a selection's data input, across fusion boundaries, through such maps (widening
+converts, ``exp``/``log``, subtracting or adding a row constant, multiplying or dividing by a positive
+row constant) to the value they were applied to, and names the entry-level ops that exist only for
+that map: the ones a program that selects on the value directly would not run.
+
+Ops are grouped by *level*: the computation that runs them one by one (the entry, or a ``while``
+body). A fused instruction belongs to the fusion that executes it (:func:`~.navigation.entry_op`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from hlo_doctor.hlo import HloInstruction, HloModule, real_work
+from hlo_doctor.hlo.level_ops import level_users, only_for, ops_feeding, work_inside
+from hlo_doctor.hlo.navigation import callers, entry_op
+from hlo_doctor.hlo.reductions import reduce_inputs, selection_reduce_kind
+
+__all__ = ["MONOTONE_UNARY", "MonotoneMap", "describe", "fused_share", "is_map_work", "line_instruction",
+           "monotone_maps", "tuple_element_used"]
+
+# Elementwise maps that never decrease (float converts: narrowing ones round, which may only make
+# ties; XLA:CPU's bf16 normalisation inserts such round trips).
+MONOTONE_UNARY = frozenset({"convert", "exponential", "log", "log-plus-one", "exponential-minus-one", "logistic"})
+# The maps whose cost is worth a finding on their own when fused into the selection's op.
+_COSTLY = frozenset({"exponential", "log", "log-plus-one", "exponential-minus-one", "logistic", "reduce"})
+_MOVE = frozenset({"bitcast", "reshape", "copy"})
+_LIMIT = 256  # bound on walks: chains are short, the bound guards against malformed input
+_CONSTANT = re.compile(r"\bconstant\(([^()]{1,200})\)")
+_NUMBER = re.compile(r"-?inf|nan|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+@dataclass(frozen=True, slots=True)
+class MonotoneMap:
+    """A selection reading a monotone map of a value, and what that map costs the program."""
+
+    selection: HloInstruction
+    """The reduce / custom call / sort that selects (inside its fusion when fused)."""
+    selection_op: HloInstruction
+    """The level op executing the selection."""
+    kind: str
+    """``argmax``, ``argmin``, ``top-k`` or ``sort``."""
+    source: HloInstruction
+    """The value the map is applied to (the logits)."""
+    steps: tuple[HloInstruction, ...]
+    """The map's instructions on the path from the selection back to ``source`` (selection side first)."""
+    ops: tuple[HloInstruction, ...]
+    """Level ops that exist only for the map (not the selection's op, not the source's)."""
+    fused: tuple[HloInstruction, ...]
+    """Map instructions executed inside the selection's own op (row constants' work included)."""
+    source_op: HloInstruction
+    """The level op producing ``source`` (``source`` itself for a parameter)."""
+    in_source: tuple[HloInstruction, ...]
+    """Map instructions XLA fused into the source's op (a matmul with the softmax's max and exp)."""
+
+
+def tuple_element_used(module: HloModule, inst: HloInstruction, index: int) -> bool:
+    """Whether element ``index`` of ``inst``'s tuple result is read by anything.
+
+    Follows a fusion root to the fusion's users; any user other than a ``get-tuple-element`` of
+    another index counts as a use (a tuple passed on whole, the program's output).
+    """
+    stack, seen = [inst], set()
+    while stack:
+        v = stack.pop()
+        if (v.computation, v.name) in seen:
+            continue
+        seen.add((v.computation, v.name))
+        comp = module.computation(v.computation)
+        if comp is not None and comp.root.name == v.name:
+            caller = callers(module).get(v.computation)
+            if caller is None or caller.opcode != "fusion":
+                return True  # the program's (or a loop body's) result
+            stack.append(caller)
+        for u in module.users_of(v):
+            if u.opcode != "get-tuple-element":
+                if u.opcode == "tuple" and comp is not None and comp.root.name == u.name and v is not inst:
+                    stack.append(u)  # a multi-output fusion's root tuple: follow the fusion
+                    continue
+                return True
+            if int(u.attribute("index", "0") or 0) == index:
+                return True
+    return False
+
+
+def _selections(module: HloModule) -> Iterator[tuple[HloInstruction, str, HloInstruction]]:
+    """(selection, kind, data input) for every selection whose selected values are not read."""
+    for inst in module.instructions():
+        kind = selection_reduce_kind(module, inst)
+        if kind in ("argmax", "argmin") or (kind == "top-k" and inst.shape.is_tuple):
+            if not tuple_element_used(module, inst, 0):
+                data = module.instruction(reduce_inputs(inst)[0], inst.computation)
+                if data is not None:
+                    yield inst, kind, data
+        elif inst.opcode == "sort" and len(inst.operands) == 2 and inst.shape.is_tuple:
+            ops = module.operands_of(inst)
+            if len(ops) == 2 and _is_iota(module, ops[1]) and not tuple_element_used(module, inst, 0):
+                yield inst, "sort", ops[0]
+
+
+def _is_iota(module: HloModule, v: HloInstruction) -> bool:
+    for _ in range(8):
+        if v.opcode == "iota":
+            return True
+        body = module.fusion_body(v)
+        if body is not None:
+            v = body.root
+        elif v.opcode in _MOVE and v.operands and (nxt := module.instruction(v.operands[0], v.computation)):
+            v = nxt
+        else:
+            return False
+    return False
+
+
+def _up(module: HloModule, v: HloInstruction) -> HloInstruction | None:
+    """The value ``v`` stands for one step up, when ``v`` only moves a value: a fusion parameter
+    (its caller's operand), a fusion (its root), a tuple element, a bitcast/reshape/copy."""
+    if v.opcode == "parameter":
+        caller = callers(module).get(v.computation)
+        if caller is None or caller.opcode != "fusion" or v.parameter_number is None \
+                or v.parameter_number >= len(caller.operands):
+            return None
+        return module.instruction(caller.operands[v.parameter_number], caller.computation)
+    if v.opcode in _MOVE and v.operands:
+        return module.instruction(v.operands[0], v.computation)
+    body = module.fusion_body(v)
+    if body is not None:
+        return None if body.root.opcode == "tuple" or body.root.shape.is_tuple else body.root
+    if v.opcode == "get-tuple-element" and v.operands:
+        producer = module.instruction(v.operands[0], v.computation)
+        index = int(v.attribute("index", "0") or 0)
+        if producer is None:
+            return None
+        if producer.opcode == "fusion" and (body := module.fusion_body(producer)) is not None:
+            producer = body.root
+        if producer.opcode == "tuple" and index < len(producer.operands):
+            return module.instruction(producer.operands[index], producer.computation)
+    return None
+
+
+def _broadcast_of(module: HloModule, v: HloInstruction) -> HloInstruction | None:
+    """The ``broadcast`` that ``v`` is (through data movement and fusion boundaries), or None."""
+    for _ in range(16):
+        if v.opcode == "broadcast":
+            return v
+        nxt = _up(module, v)
+        if nxt is None:
+            return None
+        v = nxt
+    return None
+
+
+def _row_constant(module: HloModule, v: HloInstruction, extent: int) -> HloInstruction | None:
+    """The broadcast operand when ``v`` is constant along the selected dimension (of size ``extent``):
+    a broadcast that repeats its operand at least ``extent`` times (a per-row max, sum or scalar)."""
+    b = _broadcast_of(module, v)
+    if b is None or not b.operands:
+        return None
+    src = module.instruction(b.operands[0], b.computation)
+    if src is None or src.shape.num_elements * max(extent, 1) > b.shape.num_elements:
+        return None
+    return src
+
+
+def _constant_values(v: HloInstruction) -> list[float]:
+    """The values of a small ``constant`` (``constant(0.5)``, ``constant({1})``); [] otherwise."""
+    m = _CONSTANT.search(v.raw) if v.opcode == "constant" else None
+    if m is None:
+        return []
+    return [float(x) for x in _NUMBER.findall(m.group(1))]
+
+
+def _positive(module: HloModule, v: HloInstruction | None, depth: int = 0) -> bool:
+    """True when ``v`` is known positive (a scale a selection is invariant under).
+
+    Entry and loop parameters count as positive: the temperature of ``x / T`` is one, and sampling
+    code keeps it above zero (a zero or negative temperature is a different sampler).
+    """
+    if v is None or depth > 32:
+        return False
+    op = v.opcode
+    if op == "constant":
+        values = _constant_values(v)
+        return bool(values) and all(x > 0 for x in values)
+    if op == "parameter":
+        up = _up(module, v)
+        return True if up is None else _positive(module, up, depth + 1)
+    if op in ("exponential", "logistic", "sqrt", "rsqrt"):
+        return True
+    if op in ("broadcast", "convert", *_MOVE, "get-tuple-element", "fusion"):
+        nxt = module.instruction(v.operands[0], v.computation) if op in ("broadcast", "convert") and v.operands \
+            else _up(module, v)
+        return _positive(module, nxt, depth + 1)
+    if op in ("multiply", "divide", "add"):
+        return all(_positive(module, o, depth + 1) for o in module.operands_of(v))
+    if op == "maximum":
+        return any(_positive(module, o, depth + 1) for o in module.operands_of(v))
+    if op == "reduce" and v.called_computations and len(v.operands) == 2:
+        reducer = module.computation(v.called_computations[0])
+        adds = reducer is not None and {i.opcode for i in reducer.instructions if real_work(i)} == {"add"}
+        return adds and _positive(module, module.instruction(v.operands[0], v.computation), depth + 1)
+    return False
+
+
+def _zero_sign_fix(module: HloModule, v: HloInstruction) -> HloInstruction | None:
+    """``x`` when ``v`` is ``where((x == 0) & signbit(x), -tiny, x)``: keras' argmax on CPU turns -0.0
+    into the smallest negative normal (an order-preserving tie break), else None."""
+    ops = module.operands_of(v)
+    if v.opcode != "select" or len(ops) != 3:
+        return None
+    pred, on_true, x = ops
+    b = _broadcast_of(module, on_true)
+    c = module.instruction(b.operands[0], b.computation) if b is not None and b.operands else None
+    values = _constant_values(c) if c is not None else []
+    if len(values) != 1 or not -1.2e-38 <= values[0] <= 0.0:
+        return None
+    stack, seen = [pred], 0
+    while stack and seen < 32:
+        p = stack.pop()
+        seen += 1
+        if p.opcode == "compare" and p.attribute("direction") == "EQ" and x.name in p.operands:
+            return x
+        if p.opcode in ("and", "or", "not", *_MOVE):
+            stack.extend(module.operands_of(p))
+    return None
+
+
+def _step(module: HloModule, v: HloInstruction, extent: int) -> tuple[HloInstruction, list[HloInstruction]] | None:
+    """(the value ``v`` maps, row-constant operands) when ``v`` is a monotone map of one operand."""
+    ops = module.operands_of(v)
+    op = v.opcode
+    if op == "select":
+        x = _zero_sign_fix(module, v)
+        return (x, []) if x is not None else None
+    if op in MONOTONE_UNARY and len(ops) == 1:
+        if op == "convert" and not (v.dtype.startswith(("f", "bf")) and ops[0].dtype.startswith(("f", "bf"))):
+            return None  # integer converts saturate and wrap
+        return ops[0], []
+    if len(ops) != 2:
+        return None
+    consts = [_row_constant(module, o, extent) for o in ops]
+    if op in ("add", "multiply"):
+        for i in (0, 1):
+            c = consts[1 - i]
+            if consts[i] is None and c is not None and (op == "add" or _positive(module, c)):
+                return ops[i], [c]
+        return None
+    if op in ("subtract", "divide") and consts[0] is None and consts[1] is not None:
+        if op == "subtract" or _positive(module, consts[1]):
+            return ops[0], [consts[1]]
+    return None
+
+
+def _extent(module: HloModule, selection: HloInstruction, data: HloInstruction) -> int:
+    """Size of the selected dimension (the last one for top-k and sort without ``dimensions``)."""
+    dims = selection.attribute("dimensions").strip("{}")
+    try:
+        d = int(dims.split(",")[0]) if dims else len(data.shape.dims) - 1
+    except ValueError:
+        return 1
+    return data.shape.dims[d] if 0 <= d < len(data.shape.dims) else 1
+
+
+def _map_of(module: HloModule, selection: HloInstruction, kind: str, data: HloInstruction) -> MonotoneMap | None:
+    extent = _extent(module, selection, data)
+    steps: list[HloInstruction] = []
+    aux: list[HloInstruction] = []
+    cur = data
+    for _ in range(_LIMIT):
+        up = _up(module, cur)
+        if up is not None:
+            cur = up
+            continue
+        step = _step(module, cur, extent)
+        if step is None:
+            break
+        steps.append(cur)
+        aux.extend(step[1])
+        cur = step[0]
+    if not any(s.opcode not in ("convert", "select") for s in steps):
+        return None  # nothing, or only widening (HD004's case) and keras' -0.0 tie break: not a map
+    sel_op = entry_op(module, selection)
+    src_op = entry_op(module, cur)
+    level = sel_op.computation
+    if src_op.computation != level:
+        src_op = cur  # the source is a parameter of the level computation
+    chain = {entry_op(module, s).name for s in steps} - {sel_op.name, src_op.name}
+    stop = {(s.computation, s.name) for s in steps} | {(cur.computation, cur.name)}
+    extra = ops_feeding(module, aux, level, {sel_op.name, src_op.name} | chain, stop)
+    only = only_for(module, level, chain | extra, {sel_op.name, src_op.name})
+    if not chain <= only:
+        return None  # the mapped values are read elsewhere too (probabilities returned): needed
+    in_source = [s for s in steps if entry_op(module, s) is src_op] + work_inside(module, aux, src_op, stop)
+    if in_source and any(u is None or (u.name not in only and u.name != sel_op.name)
+                         for u in level_users(module, src_op)):
+        return None  # the op computing the logits also computes the map, and its result is read elsewhere
+    fused = [s for s in steps if entry_op(module, s) is sel_op] + work_inside(module, aux, sel_op, stop)
+    if not only and not any(f.opcode in _COSTLY for f in (*fused, *in_source)):
+        return None  # a scale fused into the selection: a multiply per element, nothing to report
+    comp = module.computation(level)
+    order = tuple(i for i in comp.instructions if i.name in only) if comp is not None else ()
+    return MonotoneMap(selection, sel_op, kind, cur, tuple(steps), order, tuple(fused), src_op, tuple(in_source))
+
+
+def monotone_maps(module: HloModule) -> Iterator[MonotoneMap]:
+    """Every selection of ``module`` that reads a monotone map of a value (no more than one per
+    selection), where the map is not also read by anything else."""
+    for selection, kind, data in _selections(module):
+        found = _map_of(module, selection, kind, data)
+        if found is not None:
+            yield found
+
+
+def is_map_work(inst: HloInstruction) -> bool:
+    """Map work a fix removes: not a convert or keras' -0.0 tie break, which stay."""
+    return real_work(inst) and inst.opcode not in ("convert", "select", "broadcast", "bitcast", "reshape", "copy")
+
+
+def fused_share(m: HloModule, mm: MonotoneMap) -> float:
+    """The map's share of the selection op's instructions per element (its reducer's included): an
+    estimate of what the map fused into the selection's op costs there."""
+    mine = [s for s in mm.fused if is_map_work(s)]
+    body = m.fusion_body(mm.selection_op)
+    if not mine or body is None:
+        return 0.0
+    names = {(s.computation, s.name) for s in mine}
+    rest = [i for i in body.instructions if real_work(i) and i.opcode not in ("broadcast", "bitcast", "constant")
+            and (i.computation, i.name) not in names]
+    reducer = m.computation(mm.selection.called_computations[0]) if mm.selection.called_computations else None
+    rest += [i for i in reducer.instructions if real_work(i) and i.opcode != "constant"] if reducer else []
+    return len(mine) / (len(mine) + max(1, len(rest)))
+
+
+def line_instruction(m: HloModule, mm: MonotoneMap) -> HloInstruction:
+    """The instruction whose line the finding shows: the map's exp, else its log, divide, multiply."""
+    pool = [*mm.steps, *mm.in_source, *mm.fused]
+    for op in mm.ops:
+        body = m.fusion_body(op)
+        pool += list(body.instructions) if body is not None else [op]
+    for kinds in (("exponential",), ("log",), ("divide", "multiply", "subtract")):
+        hit = next((i for i in pool if i.opcode in kinds and i.source), None)
+        if hit is not None:
+            return hit
+    return mm.steps[0]
+
+
+def describe(mm: MonotoneMap) -> str:
+    """``softmax``-like words for the map, from what it computes."""
+    ops = {s.opcode for s in (*mm.steps, *mm.fused, *mm.in_source)}
+    if "exponential" in ops and "multiply" in ops or "divide" in ops and "exponential" in ops:
+        return "a softmax"
+    if "subtract" in ops and "exponential" not in ops:
+        return "a log-softmax" if len([s for s in mm.steps if s.opcode == "subtract"]) > 1 else "a shifted value"
+    return "a monotone map (" + ", ".join(sorted(o for o in ops if o not in ("bitcast", "reshape"))) + ")"
