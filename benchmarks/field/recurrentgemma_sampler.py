@@ -93,4 +93,4 @@ VARIANTS: dict[str, Callable[[], Any]] = {"baseline": step}
 
 def tokens(out: Any) -> np.ndarray:
     """The greedy tokens of one call's output (for the equality check)."""
-    return np.stack([np.asarray(t) for t in out])
+    return np.concatenate([np.asarray(t) for t in out])

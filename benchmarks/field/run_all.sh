@@ -10,16 +10,21 @@ here=$(cd "$(dirname "$0")" && pwd)
 venv=${VENV:-/work/fieldvenv}
 mkdir -p "$root/whatif" "$root/logs"
 cd "$here/../.."
-grep -v '^#' "$here/loops.txt" | while read -r name loop settings; do
+grep -v '^#' "$here/loops.txt" | while read -r name loop rest; do
   [ -z "$name" ] && continue
+  settings=""; variants=""
+  for word in $rest; do
+    case $word in variants=*) variants=${word#variants=};; *) settings="$settings $word";; esac
+  done
   if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then continue; fi
   # shellcheck disable=SC2086
   if [ -z "${SKIP_CAPTURE:-}" ]; then
-    "$here/capture.sh" "$name" "benchmarks/field/$loop:step" "$root" $settings
+    "$here/capture.sh" "$name" "benchmarks/field/$loop:step" "$root" $settings < /dev/null
   fi
-  if [ -z "${SKIP_WHATIF:-}" ]; then
+  if [ -z "${SKIP_WHATIF:-}" ] && [ "$variants" != none ]; then
     env $settings "$venv/bin/python" "$here/whatif.py" "benchmarks/field/$loop" \
-      --rounds "${ROUNDS:-12}" --json "$root/whatif/$name.json" > "$root/logs/whatif-$name.log" 2>&1
+      --rounds "${ROUNDS:-12}" --variants "$variants" --json "$root/whatif/$name.json" \
+      > "$root/logs/whatif-$name.log" 2>&1 < /dev/null
     grep -v -i warn "$root/logs/whatif-$name.log" | tail -n +2
   fi
 done
