@@ -99,6 +99,10 @@ def _import_file(path: Path) -> Any:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
         sys.modules.pop(name, None)
+        where = Path(exc.filename).resolve() if exc.filename else path.resolve()
+        if where != path.resolve():  # a module the target imports failed to compile: name it
+            raise InputError(f"TARGET file {path} imports {where}, which has a syntax error (line "
+                             f"{exc.lineno}): {exc.msg}", "fix or reinstall that package for this Python") from exc
         raise InputError(f"TARGET file {path} has a syntax error (line {exc.lineno}): {exc.msg}",
                          "fix the file") from exc
     except SystemExit as exc:

@@ -79,6 +79,21 @@ def test_a_target_that_exits_on_import_is_an_input_error(tmp_path: Path) -> None
     assert r.returncode == 2 and "called sys.exit(0) on import" in r.stderr
 
 
+@pytest.mark.parametrize("where", ["target", "library"])
+def test_a_syntax_error_names_the_file_that_has_it(tmp_path: Path, where: str) -> None:
+    # A library the target imports may fail to compile on this Python (a package built for
+    # another one): the message names that file, not the target.
+    (tmp_path / "brokenlib.py").write_text("def f(:\n    pass\n")
+    path = tmp_path / "script.py"
+    path.write_text("def f(:\n" if where == "target" else "import brokenlib\n\ndef step():\n    return 1\n")
+    r = cli("profile", f"{path}:step", "--out", str(tmp_path / "run"))
+    assert r.returncode == 2, r.stderr
+    if where == "target":
+        assert f"TARGET file {path} has a syntax error (line 1)" in r.stderr
+    else:
+        assert "brokenlib.py, which has a syntax error (line 1)" in r.stderr and "reinstall" in r.stderr
+
+
 def test_a_step_that_never_returns_is_stopped_by_timeout(tmp_path: Path, target: Path) -> None:
     t0 = time.monotonic()
     r = cli("profile", f"{target}:hanging", "--steps", "2", "--warmup", "1", "--out", str(tmp_path / "run"),
