@@ -218,11 +218,10 @@ class _Kept:
 
 
 def _keep(ctx: Context, m: HloModule, g: InvariantGroup) -> _Kept | None:
-    does = set(group_work(m, g))
+    does = set(group_work(m, g, MIN_BYTES))  # what its large values go through (not a loop counter's add)
     if not g.parameters:
         does -= _CHEAP_FROM_CONSTANTS
-    big = max((i.shape.nbytes for i in g.ops if not i.shape.is_tuple), default=0)
-    if not does or big < MIN_BYTES or not g.feeds_work:
+    if not does or not g.feeds_work:
         return None  # moves data only, too small, or a program of constants/weights alone (its output)
     if not ctx.has_opstats:
         return _Kept(g, frozenset(does), None)

@@ -381,11 +381,13 @@ def inside(m: HloModule, inst: HloInstruction) -> tuple[HloInstruction, ...]:
     return body.instructions if body is not None else (inst,)
 
 
-def group_work(m: HloModule, g: InvariantGroup) -> frozenset[str]:
-    """What a group does beyond moving data: its opcodes other than data movement, plus
-    ``transpose`` for a ``copy`` that changes the layout (a physical transpose)."""
-    out = {o for i in g.ops for o in fused_opcodes(m, i) if o not in _MOVES}
-    for i in (j for op in g.ops for j in inside(m, op)):
+def group_work(m: HloModule, g: InvariantGroup, min_bytes: int = 0) -> frozenset[str]:
+    """What a group's ops of ``min_bytes`` or more do beyond moving data: their opcodes other than
+    data movement, plus ``transpose`` for a ``copy`` that changes the layout (a physical transpose).
+    (A loop counter's ``add`` beside a weight's slice is not work on the weight.)"""
+    big = [i for i in g.ops if i.shape.nbytes >= min_bytes]
+    out = {o for i in big for o in fused_opcodes(m, i) if o not in _MOVES}
+    for i in (j for op in big for j in inside(m, op)):
         ops = m.operands_of(i)
         if i.opcode == "copy" and ops and ops[0].shape.minor_to_major != i.shape.minor_to_major:
             out.add("transpose")
