@@ -75,47 +75,31 @@ ENTRY %main.1 (x.1: bf16[64,1024], w.1: f32[1024,256]) -> f32[64,256] {
 """
 
 _TABLE_EACH_CALL = """\
-HloModule jit_rope, is_scheduled=true, entry_computation_layout={(f32[4,64]{1,0})->f32[4,1024]{1,0}}
+HloModule jit_positions, is_scheduled=true, entry_computation_layout={(f32[4,64]{1,0})->f32[4,1024]{1,0}}
 
 %fused_computation (param_0: f32[4,64], param_1: f32[1024,64]) -> f32[4,1024] {
   %param_0 = f32[4,64]{1,0} parameter(0)
   %param_1 = f32[1024,64]{1,0} parameter(1)
-  ROOT %dot_general.0 = f32[4,1024]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={1}, metadata={op_name="jit(rope)/dot_general" stack_frame_id=11}
+  ROOT %dot_general.0 = f32[4,1024]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={1}, metadata={op_name="jit(positions)/dot_general" stack_frame_id=5}
 }
 
-%fused_computation.1 (param_0.4: f32[32]) -> f32[1024,64] {
-  %iota.1 = s32[1024,1]{1,0} iota(), iota_dimension=0, metadata={op_name="jit(rope)/iota" stack_frame_id=6}
-  %convert_element_type.0 = f32[1024,1]{1,0} convert(%iota.1), metadata={op_name="jit(rope)/convert_element_type" stack_frame_id=6}
-  %bitcast.1 = f32[1024]{0} bitcast(%convert_element_type.0), metadata={op_name="jit(rope)/convert_element_type" stack_frame_id=6}
-  %mul.2 = f32[1024,32]{1,0} broadcast(%bitcast.1), dimensions={0}, metadata={op_name="jit(rope)/mul" stack_frame_id=6}
-  %param_0.4 = f32[32]{0} parameter(0)
-  %mul.1 = f32[1024,32]{1,0} broadcast(%param_0.4), dimensions={1}, metadata={op_name="jit(rope)/mul" stack_frame_id=6}
-  %mul.0 = f32[1024,32]{1,0} multiply(%mul.2, %mul.1), metadata={op_name="jit(rope)/mul" stack_frame_id=6}
-  %sin.0 = f32[1024,32]{1,0} sine(%mul.0), metadata={op_name="jit(rope)/sin" stack_frame_id=8}
-  %cos.0 = f32[1024,32]{1,0} cosine(%mul.0), metadata={op_name="jit(rope)/cos" stack_frame_id=9}
-  ROOT %concatenate.0 = f32[1024,64]{1,0} concatenate(%sin.0, %cos.0), dimensions={1}, metadata={op_name="jit(rope)/concatenate" stack_frame_id=10}
-}
-
-%fused_computation.2 () -> f32[32] {
-  %constant.3 = f32[] constant(10000)
-  %pow.0 = f32[32]{0} broadcast(%constant.3), dimensions={}, metadata={op_name="jit(rope)/pow" stack_frame_id=4}
-  %iota.4 = s32[32]{0} iota(), iota_dimension=0, metadata={op_name="jit(rope)/iota" stack_frame_id=5}
-  %constant.2 = s32[] constant(2)
-  %mul.4 = s32[32]{0} broadcast(%constant.2), dimensions={}, metadata={op_name="jit(rope)/mul" stack_frame_id=5}
-  %mul.3 = s32[32]{0} multiply(%iota.4, %mul.4), metadata={op_name="jit(rope)/mul" stack_frame_id=5}
-  %convert_element_type.1 = f32[32]{0} convert(%mul.3), metadata={op_name="jit(rope)/convert_element_type" stack_frame_id=5}
-  %constant.1 = f32[] constant(0.015625)
-  %broadcast.2 = f32[32]{0} broadcast(%constant.1), dimensions={}, metadata={op_name="jit(rope)/div" stack_frame_id=5}
-  %multiply.2 = f32[32]{0} multiply(%convert_element_type.1, %broadcast.2), metadata={op_name="jit(rope)/div" stack_frame_id=5}
-  %negate.1 = f32[32]{0} negate(%multiply.2), metadata={op_name="jit(rope)/pow" stack_frame_id=4}
-  ROOT %power.1 = f32[32]{0} power(%pow.0, %negate.1), metadata={op_name="jit(rope)/pow" stack_frame_id=4}
+%fused_computation.1 () -> f32[1024,64] {
+  %iota.4 = f32[1024,64]{1,0} iota(), iota_dimension=1, metadata={op_name="jit(positions)/iota" stack_frame_id=2}
+  %iota.3 = f32[1024,64]{1,0} iota(), iota_dimension=0, metadata={op_name="jit(positions)/iota" stack_frame_id=2}
+  %constant.3 = f32[] constant(64), metadata={op_name="jit(positions)/reshape" stack_frame_id=2}
+  %broadcast.1 = f32[1024,64]{1,0} broadcast(%constant.3), dimensions={}, metadata={op_name="jit(positions)/reshape" stack_frame_id=2}
+  %multiply.1 = f32[1024,64]{1,0} multiply(%iota.3, %broadcast.1), metadata={op_name="jit(positions)/reshape" stack_frame_id=2}
+  %add.1 = f32[1024,64]{1,0} add(%iota.4, %multiply.1), metadata={op_name="jit(positions)/reshape" stack_frame_id=2}
+  %constant.2 = f32[] constant(0.01)
+  %mul.1 = f32[1024,64]{1,0} broadcast(%constant.2), dimensions={}, metadata={op_name="jit(positions)/mul" stack_frame_id=2}
+  %mul.0 = f32[1024,64]{1,0} multiply(%add.1, %mul.1), metadata={op_name="jit(positions)/mul" stack_frame_id=2}
+  ROOT %sin.0 = f32[1024,64]{1,0} sine(%mul.0), metadata={op_name="jit(positions)/sin" stack_frame_id=3}
 }
 
 ENTRY %main.1 (x.1: f32[4,64]) -> f32[4,1024] {
   %x.1 = f32[4,64]{1,0} parameter(0), metadata={op_name="x"}
-  %negate_power_fusion = f32[32]{0} fusion(), kind=kLoop, calls=%fused_computation.2, metadata={op_name="jit(rope)/pow" stack_frame_id=4}
-  %cosine_concatenate_fusion = f32[1024,64]{1,0} fusion(%negate_power_fusion), kind=kLoop, calls=%fused_computation.1, metadata={op_name="jit(rope)/concatenate" stack_frame_id=10}
-  ROOT %ynn_fusion = f32[4,1024]{1,0} fusion(%x.1, %cosine_concatenate_fusion), kind=kCustom, calls=%fused_computation, metadata={op_name="jit(rope)/dot_general" stack_frame_id=11}, backend_config={"fusion_config":{"kind":"__ynn_fusion"},"outer_dimension_partitions":[]}
+  %multiply_sine_fusion = f32[1024,64]{1,0} fusion(), kind=kLoop, calls=%fused_computation.1, metadata={op_name="jit(positions)/sin" stack_frame_id=3}
+  ROOT %ynn_fusion = f32[4,1024]{1,0} fusion(%x.1, %multiply_sine_fusion), kind=kCustom, calls=%fused_computation, metadata={op_name="jit(positions)/dot_general" stack_frame_id=5}, backend_config={"fusion_config":{"kind":"__ynn_fusion"},"outer_dimension_partitions":[]}
 }
 """
 
@@ -186,8 +170,9 @@ class InvariantPerCallWork(Rule):
              "category": "convert"},
             {"module": "jit_decode", "op": "ynn_fusion", "occurrences": 10, "time_per_step_us": 40.0}),
             step_time_us=200.0, num_steps=10, expect=("HD014 wrapped_convert",), note="with op stats"),
-        Example(hlo=(_TABLE_EACH_CALL,), expect=("HD014 cosine_concatenate_fusion",),
-                note="a rotary table built from iota on every call (jax.jit on XLA:CPU, stack-frame tables cut)"),
+        Example(hlo=(_TABLE_EACH_CALL,), expect=("HD014 multiply_sine_fusion",),
+                note="a table built from iota on every call (jax.jit of `x @ sin(arange(...) * 0.01).T` on XLA:CPU, "
+                     "stack-frame tables cut)"),
     )
 
     def check(self, ctx: Context) -> Iterator[Finding]:
@@ -355,33 +340,42 @@ def _eager_init(rule: Rule, ctx: Context) -> Finding | None:
             dispatch = ctx.dispatch(m)
             picked.append(_Eager(m, stack, at, runs, float(rows["time_per_step_us"].fillna(0).sum()),
                                  dispatch.per_call_us * runs if dispatch is not None else 0.0))
-    drawn = [p for p in picked if draws_random(p.module)]
+    # Random draws of a weight's size (a key split is shared with samplers; a weight init is not).
+    drawn = [p for p in picked if draws_random(p.module) and p.module.entry.root.shape.nbytes >= MIN_BYTES]
+    # The step's own call into the initialiser: a stack that is not the model's construction.
+    on_step = [p for p in picked if not any(f.function.endswith("__init__") for f in p.stack[p.at:])]
+    # Counted: the draws, and what the step's own call compiled. Other programs first compiled at the
+    # model's construction (its forward pass: a kernel's transpose...) are shared with the step's
+    # forward pass, which the trace cannot tell apart: left out.
+    counted = list({id(p): p for p in [*drawn, *on_step]}.values())
     # Eager programs queue behind each other: a dispatch span can hold the wait for an earlier
     # program's device work, so device times and host spans are summed apart and the longer taken.
-    device, host = sum(p.device_us for p in picked), sum(p.host_us for p in picked)
+    device, host = sum(p.device_us for p in counted), sum(p.host_us for p in counted)
     total = max(device, host)
     if not drawn or (ctx.step_time_us and 100.0 * total / ctx.step_time_us < MIN_SHARE_PCT):
         return None
-    # The step's own call into the initialiser: a stack that is not the model's construction.
-    on_step = [p for p in picked if not any(f.function.endswith("__init__") for f in p.stack[p.at:])]
     sites: dict[Frame, float] = {}
     for p in on_step or drawn:
         sites[p.caller] = sites.get(p.caller, 0.0) + p.cost_us
     via = next(p for p in on_step or drawn if p.caller == max(sites, key=sites.__getitem__))
     inits: dict[str, int] = {}
-    for p in picked:
+    for p in counted:
         inits[p.stack[p.at].function] = inits.get(p.stack[p.at].function, 0) + 1
     names = sorted({p.module.name for p in drawn})
     site = via.caller
-    message = (f"the model's initialisation runs on every step: {len(picked)} programs compiled under "
+    left = len(picked) - len(counted)
+    message = (f"the model's initialisation runs on every step: {len(counted)} programs compiled under "
                f"{', '.join(f'{k} ({n})' for k, n in inits.items())} run every step, {len(drawn)} of them "
-               f"drawing random numbers ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
+               f"drawing random arrays of 64 KiB or more ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
                f"{_ms(total)} per step (the longer of their device time, {_ms(device)}, and host dispatch, "
-               f"{_ms(host)}); the step calls "
-               f"{via.stack[via.at].function} at {site.file.rsplit('/', 1)[-1]}:{site.line}")
+               f"{_ms(host)}); the step calls {via.stack[via.at].function} at "
+               f"{site.file.rsplit('/', 1)[-1]}:{site.line}")
     if not on_step:
         message += " (where these cached programs were first compiled: the step's own call is not in the HLO)"
-    top = max(picked, key=lambda p: p.device_us)
+    if left:
+        message += (f"; {left} more program{'s' if left != 1 else ''} compiled at the model's construction "
+                    f"also run every step, shared with the step's own forward pass: not counted")
+    top = max(counted, key=lambda p: p.device_us)
     op = max((i for i in top.module.entry.instructions if i.opcode not in ("parameter", "tuple", "constant")),
              key=lambda i: (t.time_per_step_us if (t := ctx.op_timing(top.module, i.name)) else 0.0),
              default=top.module.entry.root)
@@ -389,8 +383,8 @@ def _eager_init(rule: Rule, ctx: Context) -> Finding | None:
         rule, top.module, op, message, recoverable_us=total, fix="",
         evidence=tuple(f"{p.module.name}({p.module.program_id}): {p.runs:.1f} runs/step, device "
                        f"{p.device_us:.0f} us, host dispatch {p.host_us:.0f} us per step, under "
-                       f"{p.stack[p.at].function}" for p in sorted(picked, key=lambda p: -p.cost_us)[:8]),
-        extra=(("programs", [f"{p.module.name}({p.module.program_id})" for p in picked]),
+                       f"{p.stack[p.at].function}" for p in sorted(counted, key=lambda p: -p.cost_us)[:8]),
+        extra=(("programs", [f"{p.module.name}({p.module.program_id})" for p in counted]),
                ("random_programs", [f"{p.module.name}({p.module.program_id})" for p in drawn]),
                ("initialisers", inits)),
     )
