@@ -27,6 +27,9 @@ Variants (``VARIANTS``), each the same loop with one waste removed:
                     forward pass, of which only the zero cache is kept) runs once, not every call
     loop-once       the ``lax.while_loop`` of greedy search is compiled once, not on every eager
                     call (its body and cond are fresh closures each call)
+    conv1d-no-transpose  (gpt2) ``FlaxConv1D`` contracts its [out, in] kernel on ``in`` directly
+                    instead of ``kernel.transpose()`` on every call (inside the decode loop: on
+                    every iteration)
 """
 from __future__ import annotations
 
@@ -119,7 +122,36 @@ class _CacheOnceModel(_Model):  # type: ignore[misc, valid-type]
         return self._caches[key]
 
 
-def _make(m: Any, loop_once: bool = False) -> Callable[[], Any]:
+_NO_TRANSPOSE = {"on": False}
+
+
+def _patch_conv1d() -> None:
+    """FlaxConv1D.__call__ that, while _NO_TRANSPOSE is on (at trace time), contracts the stored
+    [out, in] kernel on its second axis instead of transposing it first."""
+    from flax.linen import module as linen_module
+    from jax import lax
+
+    original = _lib.FlaxConv1D.__call__.__wrapped__
+
+    def call(self: Any, inputs: Any) -> Any:
+        if not _NO_TRANSPOSE["on"]:
+            return original(self, inputs)
+        inputs = jnp.asarray(inputs, self.dtype)
+        kernel = self.param("kernel", jax.nn.initializers.normal(stddev=0.02),
+                            (self.features, inputs.shape[-1]))
+        kernel = jnp.asarray(kernel, self.dtype)
+        y = lax.dot_general(inputs, kernel, (((inputs.ndim - 1,), (1,)), ((), ())),
+                            precision=self.precision)
+        if self.use_bias:
+            y = y + jnp.asarray(self.param("bias", jax.nn.initializers.zeros, (self.features,)),
+                                self.dtype)
+        return y
+
+    call.compact = True  # type: ignore[attr-defined]
+    _lib.FlaxConv1D.__call__ = linen_module.wrap_method_once(call)
+
+
+def _make(m: Any, loop_once: bool = False, no_transpose: bool = False) -> Callable[[], Any]:
     params = model.params
 
     def generate(ids: Any, params: Any) -> Any:
@@ -129,8 +161,12 @@ def _make(m: Any, loop_once: bool = False) -> Callable[[], Any]:
     fn = jax.jit(generate) if JIT else generate
 
     def run() -> Any:
-        with loop_compiled_once() if loop_once else contextlib.nullcontext():
-            return fn(INPUT_IDS, params)
+        _NO_TRANSPOSE["on"] = no_transpose
+        try:
+            with loop_compiled_once() if loop_once else contextlib.nullcontext():
+                return fn(INPUT_IDS, params)
+        finally:
+            _NO_TRANSPOSE["on"] = False
 
     return run
 
@@ -147,6 +183,9 @@ VARIANTS: dict[str, Callable[[], Any]] = {
 }
 if not JIT:
     VARIANTS["loop-once"] = _make(_twin(_Model), loop_once=True)
+if MODEL == "gpt2":
+    _patch_conv1d()
+    VARIANTS["conv1d-no-transpose"] = _make(_twin(_Model), no_transpose=True)
 
 
 def tokens(out: Any) -> np.ndarray:
