@@ -124,9 +124,11 @@ class InvariantPerCallWork(Rule):
         (number, name, shape) and whether the work runs per call or per loop iteration.
         (2) Across eager programs (op stats and HLO stack frames): programs run on every step whose
         stack passes through an initialiser in model or user code (a function named ``init``,
-        ``init_cache``, ``init_weights``...), some of them drawing random numbers (``jax.random``'s
-        programs): the model's initialisation runs on every step. Its line is the step's call into
-        the initialiser; its time, each program's longer of device time and host dispatch.
+        ``init_cache``, ``init_weights``...), some drawing random arrays of 64 KiB or more
+        (``jax.random``'s programs): the model's initialisation runs on every step. Counted: the
+        draws and the programs the step's own call compiled (those first compiled at the model's
+        construction are shared with the step's forward pass: left out); time: the longer of their
+        summed device time and summed host dispatch; line: the step's call into the initialiser.
         What it proves: in (1) the dependence is exact on the HLO; that a parameter holds the same
         array on every call is evidence, not proof (an activation passed as the right operand of
         a dot, or a cache the caller updates outside the program, would look the same). In (2)
