@@ -18,7 +18,13 @@ Environment (read once, at import):
 Variants (``VARIANTS``), each the same loop with one waste removed (see docs/field.md):
 
     baseline          recurrentgemma as shipped
-    f32-params        parameters stored in float32 (``param_dtype``), compute dtype unchanged
+    f32-embedding     the bf16 embedding table kept as an exact float32 copy made once, and the
+                      LM head computed as XLA:CPU computes a bf16 dot (f32 operands, f32 dot,
+                      result rounded to bf16): XLA:CPU no longer widens and transposes the
+                      [V, D] table on every call (it has no bf16 dot: it converts the operands)
+    no-softcap        the logits soft cap (``tanh(x / c) * c``, monotone) is not applied: the
+                      sampler only argmaxes the logits (FIELD_DTYPE=bfloat16 rounds them, so
+                      ties can break differently: the token check says whether they did)
 """
 from __future__ import annotations
 
@@ -31,7 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 import recurrentgemma
 import recurrentgemma.jax as rg
+from flax.linen import module as linen_module
 from recurrentgemma import common
+from recurrentgemma.jax import modules
 
 VOCAB = int(os.environ.get("FIELD_VOCAB", "256000"))
 GEN = int(os.environ.get("FIELD_GEN", "16"))
@@ -71,24 +79,58 @@ PROMPTS = ["the quick brown fox", "jumps over the lazy dog"] * (BATCH // 2) + \
     ["hello"] * (BATCH % 2)
 
 
-def _sampler(param_dtype: Any) -> rg.Sampler:
-    model = rg.Griffin(config, dtype=DTYPE, param_dtype=param_dtype)
+_F32_HEAD = {"on": False}
+
+
+def _patch_decode() -> None:
+    """Embedder.decode that, while _F32_HEAD is on (at trace time), multiplies by a float32 table
+    in float32 and rounds the logits to the compute dtype, as XLA:CPU does for a bf16 dot."""
+    original = modules.Embedder.decode.__wrapped__
+
+    def decode(self: Any, x: Any) -> Any:
+        if not _F32_HEAD["on"]:
+            return original(self, x)
+        table = self.input_embedding_table
+        logits = jnp.dot(x.astype(jnp.float32), table.astype(jnp.float32).T)
+        return logits.astype(self.dtype)
+
+    modules.Embedder.decode = linen_module.wrap_method_once(decode)
+
+
+_patch_decode()
+
+
+def _params(cfg: common.GriffinConfig) -> Any:
+    model = rg.Griffin(cfg, dtype=DTYPE, param_dtype=DTYPE)
     tokens = jnp.ones((1, 8), jnp.int32)
-    params = model.init(jax.random.PRNGKey(0), tokens, jnp.arange(8)[None])["params"]
-    return rg.Sampler(model=model, vocab=_Vocab(), params=params)
+    return model, model.init(jax.random.PRNGKey(0), tokens, jnp.arange(8)[None])["params"]
 
 
-def _make(sampler: rg.Sampler) -> Callable[[], Any]:
+def _make(sampler: rg.Sampler, f32_head: bool = False) -> Callable[[], Any]:
     def run() -> Any:
-        out = sampler(PROMPTS, total_generation_steps=GEN, end_sampling_at_eos_token=False)
+        _F32_HEAD["on"] = f32_head
+        try:
+            out = sampler(PROMPTS, total_generation_steps=GEN, end_sampling_at_eos_token=False)
+        finally:
+            _F32_HEAD["on"] = False
         return out.tokens
 
     return run
 
 
-_base = _sampler(DTYPE)
-step = _make(_base)
-VARIANTS: dict[str, Callable[[], Any]] = {"baseline": step}
+_model, _base_params = _params(config)
+step = _make(rg.Sampler(model=_model, vocab=_Vocab(), params=_base_params))
+# The same parameters; the table stored as its exact float32 copy (made once, here).
+_params32 = dict(_base_params, embedder={
+    "input_embedding": _base_params["embedder"]["input_embedding"].astype(jnp.float32)})
+_nocap = rg.Griffin(config._replace(logits_soft_cap=None), dtype=DTYPE,
+                    param_dtype=DTYPE)
+VARIANTS: dict[str, Callable[[], Any]] = {
+    "baseline": step,
+    "f32-embedding": _make(rg.Sampler(model=_model, vocab=_Vocab(), params=_params32),
+                           f32_head=True),
+    "no-softcap": _make(rg.Sampler(model=_nocap, vocab=_Vocab(), params=_base_params)),
+}
 
 
 def tokens(out: Any) -> np.ndarray:
