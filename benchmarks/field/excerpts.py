@@ -61,6 +61,24 @@ EXCERPTS = [
      "eager generate(): the sampler's while loop (keras_hub/src/samplers/sampler.py:141 "
      "`ops.while_loop`), compiled on every call (fresh closures): the same module text under a "
      "new program id per call. What-if loop-once."),
+    ("weight-transpose-in-loop_transformers-gpt2", "tf-gpt2-jit-v50k-s32", "jit_generate",
+     "INVALID",
+     "while body: `transpose_copy_fusion*` (f32[512,128], f32[128,512], f32[128,384], "
+     "f32[128,128]) transpose each FlaxConv1D kernel, a loop-invariant parameter, on every "
+     "iteration (modeling_flax_gpt2.py:120 `kernel.transpose()`). What-if conv1d-no-transpose."),
+    ("widen-transpose-per-call_recurrentgemma", "rg-v256k-bf16", "jit__sample_fn", "INVALID",
+     "entry computation, before the while: `wrapped_convert` (bf16[256000,256] -> f32), "
+     "`convert_transpose_fusion` and `wrapped_copy.7` (f32[256,256000]): XLA:CPU widens the bf16 "
+     "embedding (it has no bf16 dot) and lays it out for the LM head, once per call, for a "
+     "parameter that never changes (recurrentgemma/jax/modules.py:940 `x @ embedding_table.T`, "
+     ":926 the gather). What-if f32-embedding."),
+    ("widen-for-gather_recurrentgemma", "rg-v256k-bf16", "jit__prompt_processing_fn", "INVALID",
+     "`wrapped_convert.23` widens the whole bf16[256000,256] table to f32 so that 184 rows can "
+     "be gathered (recurrentgemma/jax/modules.py:926 `input_embedding_table[(x,)]`)."),
+    ("softcap-argmax_recurrentgemma", "rg-v256k-bf16", "jit__sample_fn", "INVALID",
+     "while body: `iota_reduce_fusion` (argmax) has the logits soft cap fused in: divide by 30, "
+     "tanh, multiply by 30, with bf16 round trips between (recurrentgemma/jax/griffin.py:176). "
+     "A monotone map whose only consumer is the argmax. What-if no-softcap."),
 ]
 
 

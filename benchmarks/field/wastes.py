@@ -105,6 +105,17 @@ WASTES = [
           "(XLA removes it)", TF + "gemma/modeling_flax_gemma.py:477", "cache-once",
           module="^$"),
 ]
+WASTES += [
+    Waste("rg-v256k-bf16", "widen-per-call", "(d) XLA:CPU widens the bf16 [256000,256] embedding "
+          "to f32 (and transposes it for the LM head) on every call, in the prefill and in the "
+          "sampling program", "recurrentgemma/jax/modules.py:940 (decode), :926 (encode)",
+          "f32-embedding", module=r"^jit__(sample_fn|prompt_processing_fn)$", op_name="^$",
+          shape=r"^f32\[(256000,256|256,256000)\]", in_loop=False),
+    Waste("rg-v256k-bf16", "softcap-argmax", "(a) logits soft cap tanh(x/30)*30 fused into the "
+          "argmax (share: the whole argmax fusion, an upper bound)",
+          "recurrentgemma/jax/griffin.py:176", "no-softcap", module=r"^jit__sample_fn$",
+          op_name=r"/while/body/reduce$", in_loop=True),
+]
 for _m, _v, _vocab, _init, _head, _t in (
         ("gpt2", "50k", 50257, "gpt2/modeling_flax_gpt2.py:451", "gpt2/modeling_flax_gpt2.py:720",
          "gpt2/modeling_flax_gpt2.py:719"),
