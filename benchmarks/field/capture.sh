@@ -8,6 +8,8 @@
 #   HLO_DOCTOR="env PYTHONPATH=/path/to/checkout VENV/bin/python -m hlo_doctor.cli"
 set -euo pipefail
 name=$1; target=$2; root=$3; shift 3
+# STEPS=N and WARMUP=N among the settings are capture.sh's own (the rest go to the target).
+for a in "$@"; do case $a in STEPS=*) STEPS=${a#*=};; WARMUP=*) WARMUP=${a#*=};; esac; done
 venv=${VENV:-/work/fieldvenv}
 read -r -a hd <<< "${HLO_DOCTOR:-$venv/bin/hlo-doctor}"
 mkdir -p "$root"/runs "$root"/hlo "$root"/stats "$root"/diagnose-before
