@@ -1,0 +1,217 @@
+"""The step breakdown: per device and step, where the step's wall time goes.
+
+For each device and step (the table's steps, :mod:`~hlo_doctor.opstats.step_spans`):
+
+- **busy**: the union of the device's op intervals in the step (overlapping ops count once: GPU
+  streams, XLA:CPU's thread pool); on XLA:CPU the "device" is the host's XLA:CPU threads, so busy is
+  the union of the op intervals on those threads;
+- **idle** = wall - busy: time in the step in which no op runs;
+- on the host, what its driver thread did during the step (:mod:`~hlo_doctor.opstats.host_time`):
+  Python, dispatch (``PjitFunction``), compile, waiting (``block_until_ready``), untraced; and the
+  same split of the device's **idle** time: what the host was doing while the device waited;
+- **lines**: the source lines (first frame outside the frameworks) that filled the idle time, with
+  the idle time each explains per step.
+
+A **window** per device is xprof's view: from the device's first op (or ``Steps`` event) to its last,
+busy over span; its idle share is what xprof's overview page reports as device idle time.
+Built by :func:`hlo_doctor.opstats.breakdown_build.build_breakdown`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+BREAKDOWN_SCHEMA = "hlo-doctor.breakdown/1"
+HOST_KINDS: tuple[str, ...] = ("python", "dispatch", "compile", "wait", "untraced")
+"""What the host's driver thread can be doing (see :mod:`hlo_doctor.opstats.host_time`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepSlice:
+    """One step on one device. Times in microseconds."""
+
+    host: str
+    device: str
+    step: int
+    start_us: float
+    wall_us: float
+    busy_us: float
+    """Union of the device's op intervals inside the step."""
+    op_us: float
+    """Sum of the durations of the ops that start in the step (overlapping ops counted each time)."""
+    host_us: Mapping[str, float] = field(default_factory=dict)
+    """Host driver-thread time in the step by kind (:data:`HOST_KINDS`); sums to ``wall_us``."""
+    idle_by_kind: Mapping[str, float] = field(default_factory=dict)
+    """The device's idle time in the step split by what the host did meanwhile; sums to ``idle_us``."""
+
+    @property
+    def idle_us(self) -> float:
+        """Wall time in the step in which the device ran no op."""
+        return max(self.wall_us - self.busy_us, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class HostLine:
+    """One place on the host that filled device idle time, per device step (means over the slices)."""
+
+    kind: str
+    """``python``, ``dispatch``, ``compile``, ``wait`` or ``untraced``."""
+    where: str
+    """``runner.py:135 _sample_from_logits`` (the tracer's base name and the function's first line):
+    the first frame outside the frameworks; "" when every open frame was a framework's."""
+    target: str
+    """The program dispatched or compiled (``jit_sample``), or the framework call made from ``where``
+    (``array_methods.py:116 _astype``); "" for time in ``where`` itself."""
+    path: str
+    """The full path of ``where``'s file when the trace's HLO metadata names it, else its base name."""
+    idle_us: float
+    """Device idle time per step it explains (host in it while the device ran nothing)."""
+    host_us: float
+    """Host time per step in it."""
+
+    @property
+    def source(self) -> str:
+        """``path:line`` of ``where``, or ""."""
+        head = self.where.split(" ", 1)[0]
+        file, sep, line = head.rpartition(":")
+        return f"{self.path or file}:{line}" if sep and line.isdigit() else ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceWindow:
+    """One device from its first op to its last (xprof's device idle time): times in microseconds."""
+
+    host: str
+    device: str
+    start_us: float
+    span_us: float
+    busy_us: float
+    op_us: float
+
+    @property
+    def idle_pct(self) -> float:
+        """Idle share of the span, in %."""
+        return 100.0 * (1.0 - self.busy_us / self.span_us) if self.span_us > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StepBreakdown:
+    """The step breakdown of one capture (see the module's docstring)."""
+
+    step_source: str
+    busy_definition: str
+    steps: tuple[StepSlice, ...]
+    lines: tuple[HostLine, ...] = ()
+    """Most idle time first."""
+    windows: tuple[DeviceWindow, ...] = ()
+    python_frames: bool = False
+    """The capture holds the Python tracer's frames (``$file.py:12 function`` events)."""
+    dispatch_spans: bool = False
+    """The capture holds jax's ``PjitFunction(<name>)`` dispatch spans."""
+    driver_threads: tuple[tuple[str, str], ...] = ()
+    """(host, thread) whose events say what the host did."""
+    notes: tuple[str, ...] = ()
+
+    # -- summary figures (over every device and step) ----------------------------------------------
+
+    def _total(self, name: str) -> float:
+        return float(sum(getattr(s, name) for s in self.steps))
+
+    @property
+    def wall_us(self) -> float:
+        """Mean step wall time on one device."""
+        return self._total("wall_us") / len(self.steps) if self.steps else 0.0
+
+    @property
+    def busy_us(self) -> float:
+        """Mean device busy time per step."""
+        return self._total("busy_us") / len(self.steps) if self.steps else 0.0
+
+    @property
+    def idle_us(self) -> float:
+        """Mean device idle time per step."""
+        return self._total("idle_us") / len(self.steps) if self.steps else 0.0
+
+    @property
+    def idle_pct(self) -> float:
+        """Device idle time over step wall time, every device and step, in %."""
+        wall = self._total("wall_us")
+        return 100.0 * self._total("idle_us") / wall if wall > 0 else 0.0
+
+    def idle_by_kind(self) -> dict[str, float]:
+        """Mean device idle time per step by what the host did meanwhile."""
+        n = max(len(self.steps), 1)
+        return {k: sum(s.idle_by_kind.get(k, 0.0) for s in self.steps) / n for k in HOST_KINDS}
+
+    def host_by_kind(self) -> dict[str, float]:
+        """Mean host driver-thread time per step by kind."""
+        n = max(len(self.steps), 1)
+        return {k: sum(s.host_us.get(k, 0.0) for s in self.steps) / n for k in HOST_KINDS}
+
+    def window_idle_pct(self) -> float:
+        """Device idle over the devices' spans (first op to last), in %: xprof's device idle time."""
+        span = sum(w.span_us for w in self.windows)
+        return 100.0 * (1.0 - sum(w.busy_us for w in self.windows) / span) if span > 0 else 0.0
+
+    def per_device(self) -> list[dict[str, Any]]:
+        """One summary per device: steps, mean wall, busy and idle per step, idle %."""
+        out: dict[tuple[str, str], list[StepSlice]] = {}
+        for s in self.steps:
+            out.setdefault((s.host, s.device), []).append(s)
+        rows = []
+        for (host, device), slices in sorted(out.items()):
+            wall = sum(s.wall_us for s in slices)
+            idle = sum(s.idle_us for s in slices)
+            n = len(slices)
+            rows.append({"host": host, "device": device, "steps": n, "wall_us": wall / n,
+                         "busy_us": sum(s.busy_us for s in slices) / n, "idle_us": idle / n,
+                         "idle_pct": 100.0 * idle / wall if wall > 0 else 0.0})
+        return rows
+
+    # -- JSON ----------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (times in microseconds); :func:`breakdown_from_dict` reads it back."""
+        return {
+            "schema": BREAKDOWN_SCHEMA,
+            "step_source": self.step_source,
+            "busy_definition": self.busy_definition,
+            "idle_definition": "idle = step wall time - busy; idle_by_kind splits it by what the host's "
+                               "driver thread did meanwhile",
+            "python_frames": self.python_frames,
+            "dispatch_spans": self.dispatch_spans,
+            "driver_threads": [list(t) for t in self.driver_threads],
+            "summary": {"wall_us": self.wall_us, "busy_us": self.busy_us, "idle_us": self.idle_us,
+                        "idle_pct": self.idle_pct, "idle_by_kind_us": self.idle_by_kind(),
+                        "host_by_kind_us": self.host_by_kind(), "window_idle_pct": self.window_idle_pct(),
+                        "devices": self.per_device()},
+            "steps": [{**asdict(s), "host_us": dict(s.host_us), "idle_by_kind": dict(s.idle_by_kind),
+                       "idle_us": s.idle_us} for s in self.steps],
+            "lines": [{**asdict(line), "source": line.source} for line in self.lines],
+            "windows": [{**asdict(w), "idle_pct": w.idle_pct} for w in self.windows],
+            "notes": list(self.notes),
+        }
+
+
+def _take(cls: type, d: Mapping[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
+def breakdown_from_dict(d: Mapping[str, Any]) -> StepBreakdown:
+    """Read a :class:`StepBreakdown` back from :meth:`StepBreakdown.to_dict` (unknown keys ignored).
+
+    Raises ``KeyError``/``TypeError``/``ValueError`` on a malformed dict (the caller names the file).
+    """
+    steps = tuple(StepSlice(**{**_take(StepSlice, s), "host_us": dict(s.get("host_us", {})),
+                               "idle_by_kind": dict(s.get("idle_by_kind", {}))}) for s in d.get("steps", []))
+    return StepBreakdown(
+        step_source=str(d.get("step_source", "")), busy_definition=str(d.get("busy_definition", "")),
+        steps=steps, lines=tuple(HostLine(**_take(HostLine, x)) for x in d.get("lines", [])),
+        windows=tuple(DeviceWindow(**_take(DeviceWindow, w)) for w in d.get("windows", [])),
+        python_frames=bool(d.get("python_frames", False)), dispatch_spans=bool(d.get("dispatch_spans", False)),
+        driver_threads=tuple((str(h), str(t)) for h, t in d.get("driver_threads", [])),
+        notes=tuple(str(n) for n in d.get("notes", [])),
+    )

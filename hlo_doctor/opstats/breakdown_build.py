@@ -1,0 +1,209 @@
+"""Building the step breakdown (:mod:`hlo_doctor.opstats.breakdown`) from a trace.
+
+Per device: the op intervals are merged into busy intervals once (sorted by start, a running
+maximum of the ends), and ``busy(t)``, the busy time before ``t``, is a prefix sum over them: the
+busy time of any interval is ``busy(b) - busy(a)``, for every step and every host segment at once
+(numpy, no loop per op). The host's driver thread is cut into labelled segments
+(:mod:`~hlo_doctor.opstats.host_time`); cutting those at the step boundaries gives pieces that
+each lie in one step and one segment, whose idle time is their length minus their busy time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hlo_doctor.hlo import HloModule
+from hlo_doctor.opstats.breakdown import HOST_KINDS, DeviceWindow, HostLine, StepBreakdown, StepSlice
+from hlo_doctor.opstats.host_time import FrameKinds, Segments, host_segments
+from hlo_doctor.opstats.step_spans import StepSpans, step_spans
+from hlo_doctor.trace import Trace
+from hlo_doctor.trace.compiles import Compile, group_compiles
+from hlo_doctor.trace.python_frames import read_driver_threads
+
+MAX_LINES = 100
+"""Host lines kept (most idle time first)."""
+
+
+class _Busy:
+    """The merged op intervals of one device and ``busy(t)``, the busy time before ``t`` (ns)."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        order = np.argsort(starts, kind="stable")
+        s, e = starts[order], ends[order]
+        if len(s):
+            # A new busy interval starts where an op starts after every earlier op has ended; it
+            # ends at the running maximum of the ends just before the next one starts.
+            reach = np.maximum.accumulate(e)
+            heads = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
+            self.start = s[heads]
+            self.end = reach[np.r_[heads[1:] - 1, len(s) - 1]]
+        else:
+            self.start, self.end = s, e
+        self.before = np.r_[0.0, np.cumsum(self.end - self.start)]
+
+    def __call__(self, t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(self.start, t, side="right") - 1
+        inside = np.clip(t - self.start[np.maximum(k, 0)], 0.0, (self.end - self.start)[np.maximum(k, 0)]) \
+            if len(self.start) else np.zeros_like(t)
+        return np.where(k >= 0, self.before[np.maximum(k, 0)] + inside, 0.0)
+
+    @property
+    def total(self) -> float:
+        return float(self.before[-1])
+
+
+def _definition(backend: str) -> str:
+    if backend == "cpu":
+        return ("busy = union of the op intervals on the host's XLA:CPU threads (XLA:CPU runs ops on host "
+                "threads, several at once: overlapping ops count once)")
+    return "busy = union of the device's op intervals (ops overlapping on several streams count once)"
+
+
+def build_breakdown(trace: Trace, ev: pd.DataFrame, step_source: str,
+                    modules: Sequence[HloModule] = ()) -> StepBreakdown:
+    """The step breakdown of ``trace``: ``ev`` are the table's op events (columns host, device,
+    start_ns, duration_ns, occurrences), ``step_source`` the table's; ``modules`` (their HLO
+    metadata) name the full paths of the Python tracer's files."""
+    notes: list[str] = []
+    aggregated = ev["occurrences"].to_numpy() > 1
+    if aggregated.any():
+        notes.append(f"{int(aggregated.sum())} aggregated op events (num_occurrences) have no place in time: "
+                     "left out of busy time")
+    spans = step_spans(trace, ev, step_source)
+    threads = read_driver_threads([Path(p) for p in trace.paths])
+    kinds = FrameKinds.from_modules(modules)
+    compiles = group_compiles(trace.compile_events)
+    segments = {host: host_segments(threads.get(host), kinds, _compiles_of(compiles, host),
+                                    execution_waits=trace.backend == "cpu")
+                for host in {h for h, _ in spans}}
+    hosts = ev["host"].astype(str).to_numpy()
+    devices = ev["device"].astype(str).to_numpy()
+    starts = ev["start_ns"].to_numpy(np.float64)
+    ends = starts + ev["duration_ns"].to_numpy(np.float64)
+    slices: list[StepSlice] = []
+    windows: list[DeviceWindow] = []
+    line_idle: dict[tuple[str, object], float] = {}
+    line_host: dict[tuple[str, object], float] = {}
+    for (host, device), steps in sorted(spans.items()):
+        on = (hosts == host) & (devices == device)
+        busy = _Busy(starts[on & ~aggregated], ends[on & ~aggregated])
+        windows.append(_window(host, device, busy, starts[on], ends[on], ev.loc[on, "duration_ns"].to_numpy(),
+                               steps if step_source == "device-steps" else None))
+        seg = segments[host]
+        step_rows, piece_idle, piece_host = _attribute(host, device, busy, steps, seg, starts[on],
+                                                       ev.loc[on, "duration_ns"])
+        slices.extend(step_rows)
+        for k, us in piece_idle.items():
+            line_idle[(host, seg.labels[k])] = line_idle.get((host, seg.labels[k]), 0.0) + us
+        for k, us in piece_host.items():
+            line_host[(host, seg.labels[k])] = line_host.get((host, seg.labels[k]), 0.0) + us
+    n = max(len(slices), 1)
+    lines = _lines(line_idle, line_host, n, kinds)
+    has_frames = any(t.frames for t in threads.values())
+    has_dispatch = any(t.dispatches for t in threads.values())
+    if not has_frames:
+        notes.append("no Python-tracer frames on the host: the host side shows dispatch and compile only "
+                     "(capture with python_tracer_level=1, as 'hlo-doctor profile' does)")
+    if not threads:
+        notes.append("no host thread dispatched a program in the trace: device idle time is not attributed")
+    return StepBreakdown(
+        step_source=step_source, busy_definition=_definition(trace.backend), steps=tuple(slices),
+        lines=lines, windows=tuple(windows), python_frames=has_frames, dispatch_spans=has_dispatch,
+        driver_threads=tuple(sorted((h, t.line) for h, t in threads.items())), notes=tuple(notes))
+
+
+def _compiles_of(compiles: Sequence[Compile], host: str) -> list[Compile]:
+    out = []
+    for c in compiles:
+        thread = next((e.thread for e in c.events if e.thread), "")
+        if not thread or thread.split(" ", 1)[0] == host:
+            out.append(c)
+    return out
+
+
+def _window(host: str, device: str, busy: _Busy, starts: np.ndarray, ends: np.ndarray, durations: np.ndarray,
+            steps: StepSpans | None) -> DeviceWindow:
+    """From the device's first op (or device step) to its last: xprof's span for device idle time."""
+    lo = [float(starts.min())] if len(starts) else []
+    hi = [float(ends.max())] if len(ends) else []
+    if steps is not None and len(steps.start_ns):
+        lo.append(float(steps.start_ns.min()))
+        hi.append(float(steps.end_ns.max()))
+    if not lo:
+        return DeviceWindow(host, device, 0.0, 0.0, 0.0, 0.0)
+    a, b = min(lo), max(hi)
+    inside = busy(np.asarray([a, b]))
+    return DeviceWindow(host, device, a / 1e3, (b - a) / 1e3, float(inside[1] - inside[0]) / 1e3,
+                        float(durations.sum()) / 1e3)
+
+
+def _attribute(host: str, device: str, busy: _Busy, steps: StepSpans, seg: Segments, op_starts: np.ndarray,
+               durations: pd.Series) -> tuple[list[StepSlice], dict[int, float], dict[int, float]]:
+    """Step rows of one device, and device idle time / host time (us) by segment label."""
+    a, b = steps.start_ns, steps.end_ns
+    bounds = busy(np.concatenate([a, b]))
+    busy_us = (bounds[len(a):] - bounds[:len(a)]) / 1e3
+    order = np.argsort(op_starts, kind="stable")
+    sorted_starts = op_starts[order]
+    cum = np.r_[0.0, np.cumsum(durations.to_numpy(np.float64)[order])]
+    op_us = (cum[np.searchsorted(sorted_starts, b, side="left")] - cum[np.searchsorted(sorted_starts, a, side="left")]) / 1e3
+    # Pieces: the host segments cut at the step boundaries, inside a step.
+    cuts = np.unique(np.concatenate([seg.start_ns, seg.end_ns, a, b]))
+    cuts = cuts[(cuts >= a.min()) & (cuts <= b.max())] if len(a) else cuts[:0]
+    lo, hi = cuts[:-1], cuts[1:]
+    mid = (lo + hi) / 2
+    j = np.searchsorted(a, mid, side="right") - 1
+    in_step = (j >= 0) & (mid < b[np.maximum(j, 0)])
+    lo, hi, mid, j = lo[in_step], hi[in_step], mid[in_step], j[in_step]
+    k = np.searchsorted(seg.start_ns, mid, side="right") - 1
+    in_seg = (k >= 0) & (mid < seg.end_ns[np.maximum(k, 0)]) if len(seg.start_ns) else np.zeros(len(mid), bool)
+    label = np.where(in_seg, seg.label[np.maximum(k, 0)] if len(seg.label) else 0, 0)
+    length = (hi - lo) / 1e3
+    edges = busy(np.concatenate([lo, hi]))
+    idle = length - (edges[len(lo):] - edges[:len(lo)]) / 1e3
+    kind_of = np.asarray([HOST_KINDS.index(lab.kind) for lab in seg.labels], np.int64) if seg.labels else \
+        np.zeros(1, np.int64)
+    kind = kind_of[label] if len(label) else np.zeros(0, np.int64)
+    n_steps, n_kinds = len(a), len(HOST_KINDS)
+    host_by = np.bincount(j * n_kinds + kind, weights=length, minlength=n_steps * n_kinds).reshape(n_steps, n_kinds)
+    idle_by = np.bincount(j * n_kinds + kind, weights=idle, minlength=n_steps * n_kinds).reshape(n_steps, n_kinds)
+    wall_us = (b - a) / 1e3
+    # Step time the host pieces do not cover (no segment at all) is untraced host time.
+    untraced = HOST_KINDS.index("untraced")
+    host_by[:, untraced] += np.maximum(wall_us - host_by.sum(axis=1), 0.0)
+    idle_left = np.maximum(wall_us - busy_us, 0.0) - idle_by.sum(axis=1)
+    idle_by[:, untraced] += np.maximum(idle_left, 0.0)
+    rows = [StepSlice(host=host, device=device, step=int(steps.step[i]), start_us=float(a[i]) / 1e3,
+                      wall_us=float(wall_us[i]), busy_us=float(busy_us[i]), op_us=float(op_us[i]),
+                      host_us={kd: float(host_by[i, x]) for x, kd in enumerate(HOST_KINDS)},
+                      idle_by_kind={kd: float(idle_by[i, x]) for x, kd in enumerate(HOST_KINDS)})
+            for i in range(n_steps)]
+    n_labels = max(len(seg.labels), 1)
+    idle_label = np.bincount(label, weights=idle, minlength=n_labels)
+    host_label = np.bincount(label, weights=length, minlength=n_labels)
+    return (rows, {i: float(v) for i, v in enumerate(idle_label) if v > 0},
+            {i: float(v) for i, v in enumerate(host_label) if v > 0})
+
+
+def _lines(idle: dict[tuple[str, object], float], host: dict[tuple[str, object], float], n: int,
+           kinds: FrameKinds) -> tuple[HostLine, ...]:
+    """Host lines, per device step, most idle time first; untraced time is no line."""
+    merged: dict[tuple[str, str, str], list[float]] = {}
+    for key in set(idle) | set(host):
+        label = key[1]
+        if getattr(label, "kind", "untraced") == "untraced":
+            continue
+        k = (label.kind, label.where, label.target)  # type: ignore[attr-defined]
+        acc = merged.setdefault(k, [0.0, 0.0])
+        acc[0] += idle.get(key, 0.0)
+        acc[1] += host.get(key, 0.0)
+    out = [HostLine(kind=kd, where=where, target=target,
+                    path=kinds.path(where.split(":", 1)[0]) if where else "",
+                    idle_us=v[0] / n, host_us=v[1] / n)
+           for (kd, where, target), v in merged.items()]
+    out.sort(key=lambda x: (-x.idle_us, -x.host_us, x.kind, x.where, x.target))
+    return tuple(out[:MAX_LINES])

@@ -1,0 +1,266 @@
+"""What the host's driver thread was doing at each instant: Python, dispatch, compile or waiting.
+
+The driver thread's events (:mod:`hlo_doctor.trace.python_frames`) nest as calls do. One sweep over
+them cuts the thread's time into segments, each labelled by the calls open then:
+
+- ``compile``: inside XLA's compile (a backend compile event, or a compile that
+  :func:`hlo_doctor.trace.compiles.group_compiles` put together: lowering included);
+- ``dispatch``: inside jax's dispatch of a program (``PjitFunction(<name>)``), target ``jit_<name>``;
+- ``wait``: inside ``block_until_ready`` (the host waits for the devices), or, on XLA:CPU, inside the
+  client's execution of a program it dispatched (XLA:CPU's threads run it while the host waits);
+- ``python``: any other Python frame;
+- ``untraced``: no event open (C++ the tracer does not see, or a capture without the Python tracer).
+
+Each segment also names WHERE: the innermost frame outside the frameworks (the line a person edits;
+for a dispatch or compile, the caller's). The Python tracer gives only a file's base name, so a frame
+is a framework's when the trace's HLO metadata (full paths) says so, or else when an installed
+framework or the standard library holds a file of that name (:class:`FrameKinds`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sysconfig
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from hlo_doctor.hlo import HloModule
+from hlo_doctor.hlo.frames import framework_of, frameworks
+from hlo_doctor.trace.compiles import Compile, module_of_function
+from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX
+from hlo_doctor.trace.python_frames import EXECUTE_MARKER, DriverThread, PyFrame, parse_frame
+
+_WAIT_FUNCTIONS = frozenset({"block_until_ready"})
+# The name given to a compile of :func:`~hlo_doctor.trace.compiles.group_compiles` opened as an event.
+_COMPILE_SPAN = "\x00compile "
+_LOWERING = ("_pjit_lower", "lower_sharding_computation", "compile_or_get_cached", "_cached_compilation")
+
+
+@dataclass(frozen=True, slots=True)
+class Label:
+    """What one segment of the driver thread's time was."""
+
+    kind: str
+    where: str = ""
+    """``runner.py:135 _sample_from_logits``: the innermost frame outside the frameworks (the caller,
+    for a dispatch); "" when every open frame is a framework's."""
+    target: str = ""
+    """The program dispatched or compiled (``jit_sample``), or for Python the first framework call made
+    from ``where`` (``array_methods.py:116 _astype``); "" when the time is in ``where`` itself."""
+
+
+@dataclass(frozen=True, slots=True)
+class Segments:
+    """The driver thread's time cut into labelled, non-overlapping segments, sorted by start (ns)."""
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    label: np.ndarray
+    """Index into :attr:`labels`."""
+    labels: tuple[Label, ...]
+
+
+@lru_cache(maxsize=4)
+def _installed_files(prefixes: tuple[str, ...]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Base name -> (path relative to the import root, absolute path) of each file of the installed
+    frameworks and of the standard library (``("jax/_src/api.py", "/.../site-packages/jax/_src/api.py")``)."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    roots: list[tuple[str, str]] = []  # (folder, its path relative to the import root)
+    for prefix in prefixes:
+        try:
+            spec = importlib.util.find_spec(prefix)
+        except (ImportError, ValueError, AttributeError):
+            continue
+        if spec is None:
+            continue
+        rel = prefix.replace(".", "/")
+        if spec.submodule_search_locations:
+            roots.extend((folder, rel) for folder in spec.submodule_search_locations)
+        elif spec.origin:
+            name = os.path.basename(spec.origin)
+            found.setdefault(name, []).append((f"{rel.rpartition('/')[0]}/{name}".lstrip("/"), spec.origin))
+    stdlib = sysconfig.get_paths().get("stdlib", "")
+    if stdlib:
+        roots.append((stdlib, ""))
+    for root, rel_root in roots:
+        for folder, subdirs, files in os.walk(root):
+            # Installed packages are not the standard library; tests are never on a hot path.
+            subdirs[:] = [d for d in subdirs if d not in ("site-packages", "dist-packages", "test", "tests")]
+            rel = os.path.relpath(folder, root).replace(os.sep, "/")
+            base = rel_root if rel == "." else f"{rel_root}/{rel}".lstrip("/")
+            for f in files:
+                if f.endswith(".py"):
+                    found.setdefault(f, []).append((f"{base}/{f}" if base else f, os.path.join(folder, f)))
+    return {name: tuple(paths) for name, paths in found.items()}
+
+
+_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.MULTILINE)
+
+
+@lru_cache(maxsize=2048)
+def _defined_names(path: str) -> frozenset[str]:
+    """Names of the functions and classes a source file defines (empty when it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return frozenset(_DEF.findall(f.read()))
+    except OSError:
+        return frozenset()
+
+
+class FrameKinds:
+    """Tells a framework's frame from one a person edits, by the frame's base name and function.
+
+    ``paths`` maps base names to the full paths the trace's HLO metadata gives (the stacks of traced
+    ops, captured on whichever machine): a base name found there is classified by its path, a
+    framework's when :func:`hlo_doctor.hlo.frames.framework_of` says so or when the path ends with
+    the path of a file of an installed framework (``.../hlo_doctor/capture.py`` captured elsewhere).
+    Any other frame is a framework's when a file of that name in an installed framework or the
+    standard library defines a function of that name (``runner.py execute_decode`` is not pytest's
+    ``runner.py``); ``<lambda>``, ``<genexpr>``... are matched by the file name alone.
+    """
+
+    def __init__(self, paths: dict[str, str] | None = None) -> None:
+        self._installed = _installed_files(tuple(p for p in frameworks() if p != "python"))
+        self.paths = dict(paths or {})
+        self._user = {base for base, path in self.paths.items() if not self.path_is_framework(path)}
+        self._cache: dict[tuple[str, str, bool], bool] = {}
+
+    def path_is_framework(self, path: str) -> bool:
+        """True when ``path`` (a full path) is a framework's or the standard library's file."""
+        if framework_of(path):
+            return True
+        p = "/" + path.replace("\\", "/").lstrip("/")
+        return any(p.endswith("/" + rel) for rel, _ in self._installed.get(os.path.basename(p), ()))
+
+    @classmethod
+    def from_modules(cls, modules: Iterable[HloModule]) -> FrameKinds:
+        """Base name -> full path from every frame of every instruction's stack (user paths win)."""
+        files = {f.file for m in modules for inst in m.instructions() for f in inst.stack
+                 if f.file and not f.file.startswith("<")}
+        kinds = cls()
+        framework = {path: kinds.path_is_framework(path) for path in files}
+        paths: dict[str, str] = {}
+        for path in sorted(files):
+            base = os.path.basename(path)
+            if base not in paths or (framework[paths[base]] and not framework[path]):
+                paths[base] = path
+        return cls(paths)
+
+    def is_framework(self, frame: PyFrame, *, called_from_framework: bool = False) -> bool:
+        """True for a frame of a framework, the standard library, or a C function.
+
+        ``called_from_framework``: the frame runs inside a framework's call; then a file of that
+        name in a framework is enough (the installed release may not define the function the
+        captured one did).
+        """
+        if not frame.is_python_file:
+            return True
+        key = (frame.file, frame.function, called_from_framework)
+        known = self._cache.get(key)
+        if known is None:
+            if frame.file in self._user:
+                known = False
+            elif frame.file in self.paths:
+                known = True
+            else:
+                candidates = self._installed.get(frame.file, ())
+                known = bool(candidates) and (called_from_framework or frame.function.startswith("<") or any(
+                    frame.function in _defined_names(path) for _, path in candidates))
+            self._cache[key] = known
+        return known
+
+    def path(self, file: str) -> str:
+        """The full path of a base name when the HLO metadata gives it, else the base name."""
+        return self.paths.get(file, file)
+
+
+def _child(parent: Label, name: str, kinds: FrameKinds, execution_waits: bool) -> Label:
+    """The label while ``name`` is the innermost open event, inside ``parent``'s."""
+    if parent.kind == "compile" or parent.kind == "wait":
+        return parent
+    if name.startswith(_COMPILE_SPAN):
+        return Label("compile", parent.where,
+                     name[len(_COMPILE_SPAN):] or (parent.target if parent.kind == "dispatch" else ""))
+    if any(m in name for m in BACKEND_COMPILE_MARKERS) or any(m in name for m in _LOWERING):
+        return Label("compile", parent.where, parent.target if parent.kind == "dispatch" else "")
+    if parent.kind == "dispatch" and execution_waits and EXECUTE_MARKER in name:
+        return Label("wait", parent.where, parent.target)  # XLA:CPU runs it while the host waits
+    if parent.kind == "dispatch":
+        return parent  # tracing a function on a cache miss is still its dispatch
+    if name.startswith(DISPATCH_PREFIX):
+        return Label("dispatch", parent.where, module_of_function(name[len(DISPATCH_PREFIX):-1]))
+    frame = parse_frame(name)
+    if frame is None:
+        return parent
+    if frame.function in _WAIT_FUNCTIONS:
+        return Label("wait", parent.where, frame.text())
+    if not kinds.is_framework(frame, called_from_framework=bool(parent.target)):
+        return Label("python", frame.text(), "")
+    if parent.target or not frame.is_python_file:
+        return Label("python", parent.where, parent.target)
+    return Label("python", parent.where, frame.text())
+
+
+def host_segments(thread: DriverThread | None, kinds: FrameKinds, compiles: Sequence[Compile] = (), *,
+                  execution_waits: bool = False) -> Segments:
+    """The driver thread's time as labelled segments (see the module's docstring); label 0 is
+    ``untraced``.
+
+    ``execution_waits`` (XLA:CPU): the PJRT client's execution of a program inside a dispatch is the
+    host waiting for XLA:CPU's threads to run it (``wait``), not dispatch work; XLA:CPU picks the
+    program up late on a loaded machine, and that delay is no work of the host's.
+
+    ``compiles`` (of this host) are opened like events: a compile that XLA ran on another thread
+    while this one waited is compile time here too (without a driver thread, the compiles alone).
+    A child event that outlives its parent is cut at the parent's end.
+    """
+    events = [] if thread is None else [
+        (float(s), float(e), thread.names[c]) for s, e, c in
+        zip(thread.start_ns.tolist(), thread.end_ns.tolist(), thread.name_code.tolist(), strict=True)]
+    events += [(c.start_us * 1e3, (c.start_us + c.duration_us) * 1e3, _COMPILE_SPAN + c.module) for c in compiles]
+    events.sort(key=lambda ev: (ev[0], -ev[1]))
+    index: dict[Label, int] = {}
+    labels: list[Label] = []
+
+    def code(label: Label) -> int:
+        k = index.get(label)
+        if k is None:
+            k = index[label] = len(labels)
+            labels.append(label)
+        return k
+
+    untraced = code(Label("untraced"))
+    starts: list[float] = []
+    ends: list[float] = []
+    which: list[int] = []
+
+    def emit(a: float, b: float, k: int) -> None:
+        if b > a:
+            starts.append(a)
+            ends.append(b)
+            which.append(k)
+
+    stack: list[tuple[float, Label, int]] = []  # (end, label, its code)
+    t = events[0][0] if events else 0.0
+    for start, end, name in events:
+        while stack and stack[-1][0] <= start:
+            top_end, _, k = stack.pop()
+            emit(t, top_end, k)
+            t = max(t, top_end)
+        emit(t, start, stack[-1][2] if stack else untraced)
+        t = max(t, start)
+        parent = stack[-1][1] if stack else Label("python")
+        end = min(end, stack[-1][0]) if stack else end
+        label = _child(parent, name, kinds, execution_waits)
+        stack.append((end, label, code(label)))
+    while stack:
+        top_end, _, k = stack.pop()
+        emit(t, top_end, k)
+        t = max(t, top_end)
+    return Segments(np.asarray(starts, np.float64), np.asarray(ends, np.float64), np.asarray(which, np.int64),
+                    tuple(labels))

@@ -1,0 +1,170 @@
+"""The host thread that drives the devices, as the Python tracer and jax's dispatch record it.
+
+With the Python tracer on (``python_tracer_level=1``: ``jax.profiler.start_trace``'s default, and
+``hlo-doctor profile``'s), every Python call on a host thread is an event on the host plane
+(``/host:CPU``) named ``$file.py:12 function`` (the file's base name and the line where the
+function STARTS: the tracer records calls, not lines), ``$builtins isinstance`` for a C function.
+jax's dispatch of a jitted function or of an eager op is a ``PjitFunction(<name>)`` span on the same
+thread (every backend). Nested events on one line are nested calls.
+
+:func:`read_driver_threads` keeps, per host, the one thread that dispatches programs (the most
+``PjitFunction`` spans; without any, the most Python frames): the thread whose work the devices
+wait for. Other Python threads (a progress bar's refresh thread) run beside it and are left out.
+Besides Python frames it keeps the dispatch spans, compile events and the PJRT client's execution
+of a program (:data:`EXECUTE_MARKER`).
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX
+from hlo_doctor.trace.xspace import METADATA_PLANE, event_names, parse_plane, plane_name, split_planes
+
+_COMPILE = re.compile("|".join(re.escape(m) for m in BACKEND_COMPILE_MARKERS))
+EXECUTE_MARKER = "ExecuteHelper"
+"""In the name of the PJRT client's execution of a program inside a dispatch
+(``CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice``): on XLA:CPU the host thread waits
+there while XLA:CPU's threads run the program."""
+XPLANE_SUFFIX = ".xplane.pb"
+
+
+@dataclass(frozen=True, slots=True)
+class PyFrame:
+    """One Python-tracer frame name, split: ``runner.py``, 124, ``execute_decode``."""
+
+    file: str
+    """The file's base name as the tracer writes it (``runner.py``), or a C module (``builtins``)."""
+    line: int
+    """The line where the function starts; 0 for a C function."""
+    function: str
+
+    @property
+    def is_python_file(self) -> bool:
+        """True for a frame of a ``.py`` file (not a C function, not ``<string>``)."""
+        return self.line > 0 and not self.file.startswith("<")
+
+    def text(self) -> str:
+        """``runner.py:124 execute_decode``."""
+        return f"{self.file}:{self.line} {self.function}" if self.line else f"{self.file} {self.function}"
+
+
+def parse_frame(name: str) -> PyFrame | None:
+    """The frame an event name stands for (``$runner.py:124 execute_decode``); None for other events."""
+    if not name.startswith("$"):
+        return None
+    head, _, function = name[1:].partition(" ")
+    file, sep, line = head.rpartition(":")
+    if sep and line.isdigit():
+        return PyFrame(file, int(line), function.strip())
+    return PyFrame(head, 0, function.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class DriverThread:
+    """The events of one host thread that say what the host was doing: Python frames, dispatch spans
+    and compile events, as parallel columns sorted by start (longest first on a tie)."""
+
+    host: str
+    plane: str
+    line: str
+    """The line's name (``python3``, the thread's name); its id when it has none."""
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    name_code: np.ndarray
+    names: tuple[str, ...]
+    dispatches: int
+    """``PjitFunction`` spans on the thread (nested re-entries included)."""
+    frames: int
+    """Python-tracer frames of Python functions on the thread (C functions are not kept)."""
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+
+def _wanted(name: str) -> bool:
+    # C functions (``$builtins max``: most of a Python loop's events) never change what the host is
+    # doing around them: they are left out.
+    if name.startswith("$"):
+        frame = parse_frame(name)
+        return frame is not None and frame.is_python_file
+    return name.startswith(DISPATCH_PREFIX) or EXECUTE_MARKER in name or bool(_COMPILE.search(name))
+
+
+def _host_of(path: Path) -> str:
+    name = path.name
+    return name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else path.stem
+
+
+def _thread(host: str, plane: object, line: object, names: dict[int, str],
+            codes: dict[int, int]) -> DriverThread | None:
+    starts, ends, which = array("d"), array("d"), array("i")
+    base = line.timestamp_ns * 1000  # type: ignore[attr-defined]
+    for ev in line.events:  # type: ignore[attr-defined]
+        code = codes.get(ev.metadata_id)
+        if code is None:
+            continue
+        start = (base + ev.offset_ps) / 1000
+        starts.append(start)
+        ends.append(start + ev.duration_ps / 1000)
+        which.append(code)
+    if not starts:
+        return None
+    s, e = np.frombuffer(starts, np.float64), np.frombuffer(ends, np.float64)
+    c = np.frombuffer(which, np.int32)
+    order = np.lexsort((-e, s))
+    vocabulary = tuple(names[mid] for mid in sorted(codes, key=codes.__getitem__))
+    dispatch_codes = np.fromiter((n.startswith(DISPATCH_PREFIX) for n in vocabulary), bool, len(vocabulary))
+    frame_codes = np.fromiter((n.startswith("$") for n in vocabulary), bool, len(vocabulary))
+    label = str(line.name or line.display_name or line.id)  # type: ignore[attr-defined]
+    return DriverThread(host, str(plane.name), label, s[order], e[order], c[order], vocabulary,  # type: ignore[attr-defined]
+                        int(dispatch_codes[c].sum()), int(frame_codes[c].sum()))
+
+
+def driver_thread_of_plane(host: str, plane: object) -> DriverThread | None:
+    """The thread of one host plane that dispatches programs (see the module's docstring)."""
+    names = event_names(plane)
+    wanted = [mid for mid, name in names.items() if _wanted(name)]
+    if not wanted:
+        return None
+    codes = {mid: i for i, mid in enumerate(wanted)}
+    best: DriverThread | None = None
+    for line in plane.lines:  # type: ignore[attr-defined]
+        thread = _thread(host, plane, line, names, codes)
+        if thread is None:
+            continue
+        if best is None or (thread.dispatches, thread.frames) > (best.dispatches, best.frames):
+            best = thread
+    return best
+
+
+def read_driver_threads(paths: list[Path] | tuple[Path, ...]) -> dict[str, DriverThread]:
+    """host -> its driver thread, from the host planes of these xplane files (one per host).
+
+    Only host planes are parsed. A file that cannot be read, or a host without Python frames or
+    dispatch spans, yields nothing for that host.
+    """
+    out: dict[str, DriverThread] = {}
+    for path in paths:
+        if not str(path).endswith(".pb"):
+            continue
+        host = _host_of(path)
+        try:
+            planes = split_planes(path.read_bytes(), str(path))
+            host_planes = [data for data in planes
+                           if (name := plane_name(data, str(path))).startswith("/host:") and name != METADATA_PLANE]
+            del planes
+            for data in host_planes:
+                thread = driver_thread_of_plane(host, parse_plane(data, str(path)))
+                if thread is not None and (host not in out or
+                                           (thread.dispatches, thread.frames) > (out[host].dispatches, out[host].frames)):
+                    out[host] = thread
+        except (InputError, OSError):
+            continue
+    return out
