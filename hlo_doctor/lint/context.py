@@ -21,6 +21,8 @@ from hlo_doctor.trace import CompileEvent
 if TYPE_CHECKING:
     import pandas as pd
 
+    from hlo_doctor.opstats.breakdown import StepBreakdown
+
 
 @dataclass(frozen=True, slots=True)
 class OpTiming:
@@ -54,6 +56,9 @@ class Context:
     compile_events: tuple[CompileEvent, ...] = ()
     host_dispatch: tuple[HostDispatch, ...] = ()
     """Host dispatch spans per program, when the input is a trace (see :mod:`.dispatch`)."""
+    breakdown: StepBreakdown | None = None
+    """Where each step's time goes per device: busy, idle and what the host did meanwhile
+    (:mod:`hlo_doctor.opstats.breakdown`); None for an input without one."""
     source_root: Path | None = None
     backend: str = ""
     origin: str = ""

@@ -152,6 +152,7 @@ def _context_from_stats(stats: Any, modules: tuple[HloModule, ...], origin: Path
         modules=executed_modules(modules, stats.table), table=stats.table, step_time_us=float(stats.step_time_us or 0) or None,
         num_steps=int(stats.num_steps or 0),
         compile_events=tuple(_compile_event(e) for e in stats.compile_events or ()),
+        breakdown=getattr(stats, "breakdown", None),
         source_root=source_root, backend=str(stats.backend or ""), origin=str(origin), kind=kind,
     )
 
@@ -229,5 +230,13 @@ def context_from_example(example: Example, *, source_root: Path | None = None) -
     return Context(
         modules=tuple(modules), table=table, step_time_us=example.step_time_us, num_steps=example.num_steps,
         compile_events=tuple(_compile_event(dict(e)) for e in example.compile_events),
+        breakdown=_breakdown(example.breakdown),
         source_root=source_root, origin="example", kind="example",
     )
+
+
+def _breakdown(doc: Any) -> Any:
+    """A rule example's step breakdown (its JSON form) as a :class:`~hlo_doctor.opstats.breakdown.StepBreakdown`."""
+    from hlo_doctor.opstats.breakdown import breakdown_from_dict
+
+    return breakdown_from_dict(doc) if doc else None

@@ -38,6 +38,8 @@ class Example:
     step_time_us: float | None = None
     num_steps: int = 0
     compile_events: tuple[Mapping[str, Any], ...] = ()
+    breakdown: Mapping[str, Any] | None = None
+    """A step breakdown as its JSON export writes it (``hlo-doctor stats RUN --breakdown json``)."""
     source: Mapping[str, str] = field(default_factory=dict)
     expect: tuple[str, ...] = ()
     note: str = ""
