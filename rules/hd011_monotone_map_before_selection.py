@@ -293,14 +293,17 @@ class MonotoneMapBeforeSelection(Rule):
     Why it costs:
         ``argmax(softmax(x / T)) == argmax(x)``: the max, the exp, the sum and the divide over the
         whole vocabulary are work whose result the selection does not need. Recoverable: the op-stats
-        time of the ops that exist only for the map (not the selection's own reduce). Map work fused
-        into the selection's op is estimated as its share of that op's instructions per element
-        (map instructions / (map + selection instructions, reducer included)); map work fused into
-        the op computing the logits (a matmul with the softmax's max and exp) as one pass over the
-        logits per reduce and one per elementwise stage, a pass timed by the map's own sum op.
+        time of the ops that exist only for the map (not the selection's own reduce); measured on
+        XLA:CPU (softmax then argmax against the argmax alone, both in one trace, 8x32000 and
+        8x256000, f32 and bf16) the saving was 0.93-1.16x their time. Map work fused into the
+        selection's op: a transcendental (``exp``, ``log``) counts as two of the op's instructions
+        per element (reducer included), a multiply by 1/sum as nothing (measured: nothing). Map work
+        fused into the op computing the logits (a matmul with the softmax's max and exp): one pass
+        over the logits per reduce and one for the elementwise stage, a pass timed by the map's own
+        sum op (a rough figure).
     Example:
         keras-hub's greedy sampler: ``probabilities = softmax(logits / temperature)`` then
-        ``argmax(probabilities)``: 5.7 ms of an 81 ms step at vocab 256000 (XLA:CPU).
+        ``argmax(probabilities)``: 5.7 ms (7%) of an 81 ms step at vocab 256000 (XLA:CPU).
     Fix:
         Take argmax of the logits directly (``argmax(softmax(x/T)) == argmax(x)``); keep softmax
         only where probabilities are returned.
@@ -327,7 +330,7 @@ class MonotoneMapBeforeSelection(Rule):
                 ("ynn_fusion.1", 4053.156), ("ynn_fusion", 1634.355), ("wrapped_divide", 22.766),
                 ("iota_reduce_fusion", 17239.615))),
             step_time_us=81189.1, num_steps=3, expect=("HD011 ynn_fusion.1",),
-            note="with the capture's op stats: 5.71 ms measured + the divide fused into the argmax",
+            note="with the capture's op stats: the max+exp, sum and divide ops, 5.71 ms of 81.2",
         ),
     )
 

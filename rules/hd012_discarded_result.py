@@ -301,10 +301,11 @@ class ResultComputedThenDiscarded(Rule):
         slices = "; ".join(_slice_text(s) for s in read.reads[:4]) + ("; ..." if len(read.reads) > 4 else "")
         matmul = key_instruction(m, op)
         where = origin_of(m, matmul).where()
+        cut = origin_of(m, read.reads[0]).where()
         message = (f"{op.name} computes {dtype_shape(value)} and its uses read only {read.kept:,} of its "
                    f"{read.total:,} elements ({kept:.1%}, {_fraction(read)}): {slices}; "
                    f"{fmt_bytes(discarded)} of the result and {1 - kept:.1%} of its work are discarded"
-                   + (f"; the matmul is {where}" if where else "")
+                   + (f"; the matmul is {where}" if where else "") + (f", the slice {cut}" if cut else "")
                    + ". Fix: slice the input before the matmul (x[:, -1:] @ W instead of (x @ W)[:, -1])")
         stage = stage_of(m, ctx.origin)
         evidence = [op.raw, *(s.raw for s in read.reads[:4])]

@@ -28,8 +28,9 @@ __all__ = ["MONOTONE_UNARY", "MonotoneMap", "describe", "fused_share", "is_map_w
 # Elementwise maps that never decrease (float converts: narrowing ones round, which may only make
 # ties; XLA:CPU's bf16 normalisation inserts such round trips).
 MONOTONE_UNARY = frozenset({"convert", "exponential", "log", "log-plus-one", "exponential-minus-one", "logistic"})
+_TRANSCENDENTAL = frozenset({"exponential", "log", "log-plus-one", "exponential-minus-one", "logistic"})
 # The maps whose cost is worth a finding on their own when fused into the selection's op.
-_COSTLY = frozenset({"exponential", "log", "log-plus-one", "exponential-minus-one", "logistic", "reduce"})
+_COSTLY = _TRANSCENDENTAL | {"reduce"}
 _MOVE = frozenset({"bitcast", "reshape", "copy"})
 _LIMIT = 256  # bound on walks: chains are short, the bound guards against malformed input
 _CONSTANT = re.compile(r"\bconstant\(([^()]{1,200})\)")
@@ -79,12 +80,7 @@ def tuple_element_used(module: HloModule, inst: HloInstruction, index: int) -> b
                 return True  # the program's (or a loop body's) result
             stack.append(caller)
         for u in module.users_of(v):
-            if u.opcode != "get-tuple-element":
-                if u.opcode == "tuple" and comp is not None and comp.root.name == u.name and v is not inst:
-                    stack.append(u)  # a multi-output fusion's root tuple: follow the fusion
-                    continue
-                return True
-            if int(u.attribute("index", "0") or 0) == index:
+            if u.opcode != "get-tuple-element" or int(u.attribute("index", "0") or 0) == index:
                 return True
     return False
 
@@ -323,18 +319,25 @@ def is_map_work(inst: HloInstruction) -> bool:
 
 
 def fused_share(m: HloModule, mm: MonotoneMap) -> float:
-    """The map's share of the selection op's instructions per element (its reducer's included): an
-    estimate of what the map fused into the selection's op costs there."""
-    mine = [s for s in mm.fused if is_map_work(s)]
+    """An estimate of the share of the selection op's time that the map fused into it costs.
+
+    Counted per element: each transcendental map instruction (``exp``, ``log``...) as two, against
+    one for each other instruction of the op and of its reducer; row-constant arithmetic (the
+    multiply by 1/sum) as nothing. Measured on XLA:CPU's argmax over f32[8,256000] (one trace,
+    20 steps): an ``exp`` fused into it cost 12% of the op (this gives 15%), a ``log`` 16% (13%),
+    the multiply by 1/sum nothing measurable.
+    """
+    heavy = [s for s in mm.fused if s.opcode in _TRANSCENDENTAL]
     body = m.fusion_body(mm.selection_op)
-    if not mine or body is None:
+    if not heavy or body is None:
         return 0.0
-    names = {(s.computation, s.name) for s in mine}
+    names = {(s.computation, s.name) for s in heavy}
     rest = [i for i in body.instructions if real_work(i) and i.opcode not in ("broadcast", "bitcast", "constant")
             and (i.computation, i.name) not in names]
     reducer = m.computation(mm.selection.called_computations[0]) if mm.selection.called_computations else None
     rest += [i for i in reducer.instructions if real_work(i) and i.opcode != "constant"] if reducer else []
-    return len(mine) / (len(mine) + max(1, len(rest)))
+    weight = 2 * len(heavy)
+    return weight / (weight + max(1, len(rest)))
 
 
 def line_instruction(m: HloModule, mm: MonotoneMap) -> HloInstruction:
