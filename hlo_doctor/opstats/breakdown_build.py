@@ -19,7 +19,7 @@ import pandas as pd
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.opstats.breakdown import HOST_KINDS, DeviceWindow, HostLine, StepBreakdown, StepSlice
 from hlo_doctor.opstats.host_time import FrameKinds, Segments, host_segments
-from hlo_doctor.opstats.step_spans import StepSpans, step_spans
+from hlo_doctor.opstats.step_spans import StepSpans, device_index, step_spans
 from hlo_doctor.trace import Trace
 from hlo_doctor.trace.compiles import Compile, group_compiles
 from hlo_doctor.trace.python_frames import read_driver_threads
@@ -73,29 +73,34 @@ def build_breakdown(trace: Trace, ev: pd.DataFrame, step_source: str,
     if aggregated.any():
         notes.append(f"{int(aggregated.sum())} aggregated op events (num_occurrences) have no place in time: "
                      "left out of busy time")
-    spans = step_spans(trace, ev, step_source)
+    which, devices = device_index(ev)
+    spans = step_spans(trace, ev, step_source, which, devices)
     threads = read_driver_threads([Path(p) for p in trace.paths])
-    kinds = FrameKinds.from_modules(modules)
+    # Which of the Python tracer's files are a framework's: only needed when there are frames.
+    kinds = FrameKinds.from_modules(modules) if any(t.frames for t in threads.values()) else FrameKinds.empty()
     compiles = group_compiles(trace.compile_events)
     segments = {host: host_segments(threads.get(host), kinds, _compiles_of(compiles, host),
                                     execution_waits=trace.backend == "cpu")
-                for host in {h for h, _ in spans}}
-    hosts = ev["host"].astype(str).to_numpy()
-    devices = ev["device"].astype(str).to_numpy()
-    starts = ev["start_ns"].to_numpy(np.float64)
-    ends = starts + ev["duration_ns"].to_numpy(np.float64)
+                for host in {h for h, _ in devices}}
+    order = np.argsort(which, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(which, minlength=len(devices)))]
+    starts_all = ev["start_ns"].to_numpy(np.float64)[order]
+    durations_all = ev["duration_ns"].to_numpy(np.float64)[order]
+    timed_all = ev["occurrences"].to_numpy()[order] <= 1
     slices: list[StepSlice] = []
     windows: list[DeviceWindow] = []
     line_idle: dict[tuple[str, object], float] = {}
     line_host: dict[tuple[str, object], float] = {}
-    for (host, device), steps in sorted(spans.items()):
-        on = (hosts == host) & (devices == device)
-        busy = _Busy(starts[on & ~aggregated], ends[on & ~aggregated])
-        windows.append(_window(host, device, busy, starts[on], ends[on], ev.loc[on, "duration_ns"].to_numpy(),
+    for i, (host, device) in enumerate(devices):
+        part = slice(int(bounds[i]), int(bounds[i + 1]))
+        starts, durations, timed = starts_all[part], durations_all[part], timed_all[part]
+        ends = starts + durations
+        busy = _Busy(starts[timed], ends[timed])
+        steps = spans[(host, device)]
+        windows.append(_window(host, device, busy, starts, ends, durations,
                                steps if step_source == "device-steps" else None))
         seg = segments[host]
-        step_rows, piece_idle, piece_host = _attribute(host, device, busy, steps, seg, starts[on],
-                                                       ev.loc[on, "duration_ns"])
+        step_rows, piece_idle, piece_host = _attribute(host, device, busy, steps, seg, starts, durations)
         slices.extend(step_rows)
         for k, us in piece_idle.items():
             line_idle[(host, seg.labels[k])] = line_idle.get((host, seg.labels[k]), 0.0) + us
@@ -142,14 +147,14 @@ def _window(host: str, device: str, busy: _Busy, starts: np.ndarray, ends: np.nd
 
 
 def _attribute(host: str, device: str, busy: _Busy, steps: StepSpans, seg: Segments, op_starts: np.ndarray,
-               durations: pd.Series) -> tuple[list[StepSlice], dict[int, float], dict[int, float]]:
+               durations: np.ndarray) -> tuple[list[StepSlice], dict[int, float], dict[int, float]]:
     """Step rows of one device, and device idle time / host time (us) by segment label."""
     a, b = steps.start_ns, steps.end_ns
     bounds = busy(np.concatenate([a, b]))
     busy_us = (bounds[len(a):] - bounds[:len(a)]) / 1e3
     order = np.argsort(op_starts, kind="stable")
     sorted_starts = op_starts[order]
-    cum = np.r_[0.0, np.cumsum(durations.to_numpy(np.float64)[order])]
+    cum = np.r_[0.0, np.cumsum(durations[order])]
     op_us = (cum[np.searchsorted(sorted_starts, b, side="left")] - cum[np.searchsorted(sorted_starts, a, side="left")]) / 1e3
     # Pieces: the host segments cut at the step boundaries, inside a step.
     cuts = np.unique(np.concatenate([seg.start_ns, seg.end_ns, a, b]))
@@ -177,10 +182,12 @@ def _attribute(host: str, device: str, busy: _Busy, steps: StepSpans, seg: Segme
     host_by[:, untraced] += np.maximum(wall_us - host_by.sum(axis=1), 0.0)
     idle_left = np.maximum(wall_us - busy_us, 0.0) - idle_by.sum(axis=1)
     idle_by[:, untraced] += np.maximum(idle_left, 0.0)
-    rows = [StepSlice(host=host, device=device, step=int(steps.step[i]), start_us=float(a[i]) / 1e3,
-                      wall_us=float(wall_us[i]), busy_us=float(busy_us[i]), op_us=float(op_us[i]),
-                      host_us={kd: float(host_by[i, x]) for x, kd in enumerate(HOST_KINDS)},
-                      idle_by_kind={kd: float(idle_by[i, x]) for x, kd in enumerate(HOST_KINDS)})
+    # Plain lists: one StepSlice per step of every device (thousands on a long device trace).
+    host_rows, idle_rows = host_by.tolist(), idle_by.tolist()
+    starts_us, walls, busies, ops = (a / 1e3).tolist(), wall_us.tolist(), busy_us.tolist(), op_us.tolist()
+    numbers = steps.step.tolist()
+    rows = [StepSlice(host, device, numbers[i], starts_us[i], walls[i], busies[i], ops[i],
+                      dict(zip(HOST_KINDS, host_rows[i], strict=True)), dict(zip(HOST_KINDS, idle_rows[i], strict=True)))
             for i in range(n_steps)]
     n_labels = max(len(seg.labels), 1)
     idle_label = np.bincount(label, weights=idle, minlength=n_labels)

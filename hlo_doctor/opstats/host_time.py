@@ -138,6 +138,13 @@ class FrameKinds:
         return any(p.endswith("/" + rel) for rel, _ in self._installed.get(os.path.basename(p), ()))
 
     @classmethod
+    def empty(cls) -> FrameKinds:
+        """Kinds for a capture without Python frames: nothing to classify, nothing read from disk."""
+        kinds = cls.__new__(cls)
+        kinds._installed, kinds.paths, kinds._user, kinds._cache = {}, {}, set(), {}
+        return kinds
+
+    @classmethod
     def from_modules(cls, modules: Iterable[HloModule]) -> FrameKinds:
         """Base name -> full path from every frame of every instruction's stack (user paths win)."""
         files = {f.file for m in modules for inst in m.instructions() for f in inst.stack

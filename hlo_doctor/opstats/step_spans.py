@@ -35,15 +35,29 @@ def _spans(starts: list[float], ends: list[float], nums: list[int]) -> StepSpans
                      np.asarray(nums, np.int64)[order])
 
 
-def devices_of(ev: pd.DataFrame) -> list[Device]:
-    """The devices the op events ran on, sorted."""
-    pairs = ev[["host", "device"]].astype(str).drop_duplicates()
-    return sorted(zip(pairs["host"], pairs["device"], strict=True))
+def device_index(ev: pd.DataFrame) -> tuple[np.ndarray, list[Device]]:
+    """The devices the op events ran on (sorted by code) and each event's index into them.
+
+    From the categorical codes of ``host`` and ``device``: no string is built per event (a device
+    trace holds millions).
+    """
+    host = ev["host"] if isinstance(ev["host"].dtype, pd.CategoricalDtype) else ev["host"].astype("category")
+    dev = ev["device"] if isinstance(ev["device"].dtype, pd.CategoricalDtype) else ev["device"].astype("category")
+    width = len(dev.cat.categories) + 1
+    key = host.cat.codes.to_numpy(np.int64) * width + dev.cat.codes.to_numpy(np.int64)
+    if not len(key):
+        return np.zeros(0, np.int64), []
+    present = np.flatnonzero(np.bincount(key))
+    lookup = np.full(int(present[-1]) + 1, -1, np.int64)
+    lookup[present] = np.arange(len(present))
+    devices = [(str(host.cat.categories[k // width]), str(dev.cat.categories[k % width])) for k in present.tolist()]
+    return lookup[key], devices
 
 
-def step_spans(trace: Trace, ev: pd.DataFrame, source: str) -> dict[Device, StepSpans]:
-    """Each device's steps, from ``source`` (the table's ``step_source``)."""
-    devices = devices_of(ev)
+def step_spans(trace: Trace, ev: pd.DataFrame, source: str, which: np.ndarray,
+               devices: list[Device]) -> dict[Device, StepSpans]:
+    """Each device's steps, from ``source`` (the table's ``step_source``); ``which`` and ``devices``
+    from :func:`device_index`."""
     out: dict[Device, StepSpans] = {}
     if source == "annotation" and trace.steps:
         name = Counter(s.name for s in trace.steps).most_common(1)[0][0]
@@ -59,29 +73,27 @@ def step_spans(trace: Trace, ev: pd.DataFrame, source: str) -> dict[Device, Step
                 out[(host, device)] = _spans([m.start_ns for m in marks], [m.start_ns + m.duration_ns for m in marks],
                                              [m.step_num if m.step_num >= 0 else k for k, m in enumerate(marks)])
     elif source == "module-executions":
-        out = _executions(ev, devices)
-    for host, device in devices:
-        if (host, device) not in out:
-            on = (ev["host"].astype(str) == host) & (ev["device"].astype(str) == device)
-            s = ev.loc[on, "start_ns"].to_numpy()
-            e = s + ev.loc[on, "duration_ns"].to_numpy()
-            out[(host, device)] = _spans([float(s.min())], [float(e.max())], [0])
+        out = _executions(ev, which, devices)
+    starts = ev["start_ns"].to_numpy(np.float64)
+    ends = starts + ev["duration_ns"].to_numpy(np.float64)
+    for i, d in enumerate(devices):
+        if d not in out:
+            on = which == i
+            out[d] = _spans([float(starts[on].min())], [float(ends[on].max())], [0])
     return out
 
 
-def _executions(ev: pd.DataFrame, devices: list[Device]) -> dict[Device, StepSpans]:
+def _executions(ev: pd.DataFrame, which: np.ndarray, devices: list[Device]) -> dict[Device, StepSpans]:
     """One step per execution of the main module (the most op time) on each device, start to next
     start; the last ends with the device's last op (as :func:`~hlo_doctor.opstats.steps.steps_from_executions`)."""
     totals = ev.groupby(["module", "program_id"], observed=True)["duration_ns"].sum()
     main_module, main_pid = totals.idxmax()
-    is_main = (ev["module"].astype(str).to_numpy() == str(main_module)) & (ev["program_id"].to_numpy() == main_pid)
-    hosts = ev["host"].astype(str).to_numpy()
-    dev = ev["device"].astype(str).to_numpy()
-    starts = ev["start_ns"].to_numpy()
-    ends = starts + ev["duration_ns"].to_numpy()
+    is_main = (ev["module"].to_numpy() == main_module) & (ev["program_id"].to_numpy() == main_pid)
+    starts = ev["start_ns"].to_numpy(np.float64)
+    ends = starts + ev["duration_ns"].to_numpy(np.float64)
     out: dict[Device, StepSpans] = {}
-    for host, device in devices:
-        on = (hosts == host) & (dev == device)
+    for i, d in enumerate(devices):
+        on = which == i
         main = ev[on & is_main]
         if not len(main):
             continue
@@ -93,6 +105,6 @@ def _executions(ev: pd.DataFrame, devices: list[Device]) -> dict[Device, StepSpa
             exec_starts = np.sort(main[main["op"].astype(str) == first_op]["start_ns"].to_numpy())
         last = max(float(ends[on].max()), float(exec_starts[-1]))
         bounds = np.append(exec_starts, last)
-        out[(host, device)] = StepSpans(bounds[:-1].astype(np.float64), bounds[1:].astype(np.float64),
-                                        np.arange(len(exec_starts), dtype=np.int64))
+        out[d] = StepSpans(bounds[:-1].astype(np.float64), bounds[1:].astype(np.float64),
+                           np.arange(len(exec_starts), dtype=np.int64))
     return out
