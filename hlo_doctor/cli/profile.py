@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hlo_doctor.capture_guard import sigterm_as_interrupt, stdout_to_stderr
+from hlo_doctor.cli.breakdown_view import BREAKDOWN_HELP, emit_breakdown
 from hlo_doctor.cli.common import (
     console,
     examples,
@@ -268,11 +269,13 @@ def _capture(target: str | None, steps: int, warmup: int, out: Path | None, atta
     "hlo-doctor stats runs/decode --top 10",
     "hlo-doctor stats runs/decode --format csv -o ops.csv",
     "hlo-doctor stats runs/decode --group-by shape | cat    # every column, unfolded",
+    "hlo-doctor stats runs/decode --breakdown                # busy, idle, what the host ran",
 ))
 @click.argument("source", type=click.Path(path_type=Path))
 @_common
+@click.option("--breakdown", is_flag=True, help=BREAKDOWN_HELP)
 @handle_errors
-def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | None) -> None:
+def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | None, breakdown: bool) -> None:
     """Print the op-stats table of an existing capture.
 
     SOURCE: a run directory (hlo-doctor's, or an xprof/TensorBoard log directory with
@@ -280,6 +283,9 @@ def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | No
     opstats.json export.
     """
     stats = load_opstats(source)
+    if breakdown:
+        emit_breakdown(stats, fmt, output)
+        return
     _emit(stats, fmt, top, group_by, output)
 
 

@@ -26,6 +26,7 @@ from hlo_doctor.core.model import RunInfo
 from hlo_doctor.hlo import HloInstruction, HloModule, HloShape, module_text_from_proto, parse_module
 from hlo_doctor.hlo.categories import categorize, categorize_opcodes
 from hlo_doctor.hlo.navigation import key_instruction
+from hlo_doctor.opstats.breakdown_build import build_breakdown
 from hlo_doctor.opstats.keys import assign_canonical_keys, body_digest, natural
 from hlo_doctor.opstats.optext import parse_op_text
 from hlo_doctor.opstats.schema import PER_STEP_COLUMNS, OpStats, table_from_rows
@@ -119,6 +120,7 @@ def build_opstats(
         compile_events=trace.compile_events, backend=trace.backend, run=run, source_path=source_path,
         device_kind=trace.device_kind, warnings=tuple(notes), versions=trace.versions,
         num_devices=trace.num_devices,
+        breakdown=build_breakdown(trace, ev, steps.source, parsed),
     )
 
 

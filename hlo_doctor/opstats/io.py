@@ -13,6 +13,7 @@ import pandas as pd
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.format import json_safe
 from hlo_doctor.core.model import RunInfo
+from hlo_doctor.opstats.breakdown import breakdown_from_dict
 from hlo_doctor.opstats.build import build_opstats
 from hlo_doctor.opstats.schema import (
     COLUMNS,
@@ -63,6 +64,7 @@ def to_json(stats: OpStats) -> str:
         "pct_of_step_definition": "time_per_step_us / mean step wall time x 100; op times may overlap "
                                   "(XLA:CPU runs independent ops concurrently), so the column may sum "
                                   "to more than 100",
+        "breakdown": json_safe(stats.breakdown.to_dict()) if stats.breakdown is not None else None,
         "columns": [asdict(c) for c in COLUMNS],
         "rows": rows,
         "per_step": {
@@ -129,6 +131,7 @@ def _from_doc(doc: dict[str, Any], origin: str) -> OpStats:
         device_kind=str(doc.get("device_kind", "")), warnings=tuple(doc.get("warnings", [])),
         versions=tuple(sorted(dict(doc.get("versions", {})).items())),
         num_devices=int(doc.get("num_devices", 0) or 0),
+        breakdown=breakdown_from_dict(doc["breakdown"]) if isinstance(doc.get("breakdown"), dict) else None,
     )
 
 

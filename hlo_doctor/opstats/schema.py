@@ -13,6 +13,7 @@ import pandas as pd
 
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.hlo import HloModule
+from hlo_doctor.opstats.breakdown import StepBreakdown
 from hlo_doctor.trace import CompileEvent
 
 JSON_SCHEMA = "hlo-doctor.opstats/1"
@@ -97,6 +98,9 @@ class OpStats:
     num_devices: int = 0
     """Devices the trace's op events ran on (device planes, or hosts on XLA:CPU); 0 when unknown
     (an export from an earlier release)."""
+    breakdown: StepBreakdown | None = None
+    """Where each step's wall time goes per device (busy, idle, what the host did meanwhile:
+    :mod:`hlo_doctor.opstats.breakdown`); None in an export from before it."""
 
     def module(self, name: str, program_id: int | None = None) -> HloModule | None:
         """The module with this name (and program id, when given)."""

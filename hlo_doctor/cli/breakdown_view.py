@@ -1,0 +1,54 @@
+"""``stats --breakdown``: the step breakdown of a capture instead of its op table.
+
+Per device and step: busy (the union of the op intervals), idle, and what the host's driver thread
+ran while the device idled (Python, dispatch, compile, waiting), with the source lines that filled
+the idle time (:mod:`hlo_doctor.opstats.breakdown`). ``--format`` picks the rendering: ``table``
+(people, stderr), ``json`` (everything, stdout or ``-o``), ``markdown``, ``csv`` (one row per device
+and step).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from hlo_doctor.cli.common import plain_text, print_wide, write_output
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.opstats import OpStats
+from hlo_doctor.opstats.breakdown import HOST_KINDS, StepBreakdown
+from hlo_doctor.render.breakdown import to_json, to_markdown, to_terminal
+
+BREAKDOWN_HELP = ("Print the step breakdown instead of the op table: per device and step, device busy (union of "
+                  "the op intervals), idle, and what the host ran while the device idled (Python lines, dispatch, "
+                  "compile). --format table/json/markdown/csv.")
+
+
+def _csv(b: StepBreakdown) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["host", "device", "step", "start_us", "wall_us", "busy_us", "idle_us", "op_us",
+                *(f"host_{k}_us" for k in HOST_KINDS), *(f"idle_{k}_us" for k in HOST_KINDS)])
+    for s in b.steps:
+        w.writerow([s.host, s.device, s.step, *(f"{v:.3f}" for v in (s.start_us, s.wall_us, s.busy_us, s.idle_us, s.op_us)),
+                    *(f"{s.host_us.get(k, 0.0):.3f}" for k in HOST_KINDS),
+                    *(f"{s.idle_by_kind.get(k, 0.0):.3f}" for k in HOST_KINDS)])
+    return buf.getvalue()
+
+
+def emit_breakdown(stats: OpStats, fmt: str, output: Path | None) -> None:
+    """Print or write the breakdown of ``stats`` in ``fmt``; exit 2 (one line) when it has none."""
+    b = stats.breakdown
+    if b is None:
+        raise InputError(f"{stats.source_path}: no step breakdown (an opstats.json written before it)",
+                         "run 'hlo-doctor stats' on the run directory or the .xplane.pb")
+    if fmt == "json":
+        write_output(to_json(b), output)
+    elif fmt == "markdown":
+        write_output(to_markdown(b, stats.source_path), output)
+    elif fmt == "csv":
+        write_output(_csv(b), output)
+    elif output is not None:
+        write_output(plain_text(to_terminal(b, stats.source_path)), output)
+    else:
+        print_wide(to_terminal(b, stats.source_path))
