@@ -1,6 +1,7 @@
 """The hand list of the field set's wastes, and the table that puts each next to its figures.
 
     python benchmarks/field/wastes.py OUTROOT > table.md
+    python benchmarks/field/wastes.py OUTROOT --into docs/field.md   # between its table markers
 
 Each entry names a capture, the waste, the ops that carry it (chosen in the capture's op-stats CSV
 by module, by the op's jax ``op_name`` and by shape; ``copy`` ops XLA inserted carry no op_name),
@@ -189,12 +190,11 @@ def figure(root: Path, w: Waste) -> str:
             f"{'equal' if entry['tokens_equal'] else 'DIFFER'} |")
 
 
-def main() -> None:
-    """Command line: see the module docstring."""
-    root = Path(sys.argv[1])
-    print("| capture | waste | ops (op table) | line to edit | % of step (op table) | what-if "
-          "variant | saved, CPU clock [95% CI] | saved, wall clock [95% CI] | tokens |")
-    print("|---|---|---|---|---|---|---|---|---|")
+def table(root: Path) -> list[str]:
+    """The table's markdown lines."""
+    out = ["| capture | waste | ops (op table) | line to edit | % of step (op table) | what-if "
+          "variant | saved, CPU clock [95% CI] | saved, wall clock [95% CI] | tokens |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for w in WASTES:
         csv_path = root / "stats" / f"{w.capture}.csv"
         if not csv_path.exists():
@@ -206,8 +206,26 @@ def main() -> None:
             with csv_path.open() as f:
                 share, n = op_share(list(csv.DictReader(f)), w, steps)
             ops = f"{n} ops" + (f" x {w.fraction:.2f}" if w.fraction != 1 else "")
-        print(f"| {w.capture} | {w.key}: {w.what} | {ops} | {w.line} | {share:.1f} | "
-              f"{w.variant or '-'} {figure(root, w)}")
+        out.append(f"| {w.capture} | {w.key}: {w.what} | {ops} | {w.line} | {share:.1f} | "
+                   f"{w.variant or '-'} {figure(root, w)}")
+    return out
+
+
+BEGIN, END = "<!-- wastes.py table -->", "<!-- end of wastes.py table -->"
+
+
+def main() -> None:
+    """Command line: see the module docstring."""
+    root = Path(sys.argv[1])
+    lines = table(root)
+    if len(sys.argv) > 3 and sys.argv[2] == "--into":
+        doc = Path(sys.argv[3])
+        text = doc.read_text()
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        doc.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + tail)
+    else:
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":
