@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from hlo_doctor.hlo import HloComputation, HloInstruction, HloModule
 from hlo_doctor.hlo.analysis import dtype_shape
+from hlo_doctor.hlo.group_work import draws_random
 from hlo_doctor.hlo.loops import loop_rebuilds
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, stage_of
 
@@ -81,7 +82,9 @@ class LoopCarriedCopy(Rule):
         the old value of a carried buffer must outlive its in-place update: the body returns
         the buffer next to its update, or reads it after writing it. A copy that is one step of a
         rebuild of the element (cut into pieces and put back together) is left to HD013, which
-        sizes the whole rebuild: one cause, one finding. With op stats, the finding
+        sizes the whole rebuild: one cause, one finding. The hash loop of jax's PRNG (a program that
+        draws random bits) is left out: drawing them on every call is what HD014 reports. With op
+        stats, the finding
         gives the copy's time per step, how many iterations ran per step, and the time per
         iteration. Only optimized modules are read: before XLA's passes a copy that changes nothing
         (a lowered sharding constraint after SPMD partitioning) is removed by XLA's simplifier.
@@ -136,6 +139,8 @@ class LoopCarriedCopy(Rule):
                 body = _body_of(m, loop)
                 if body is None or not body.parameters:
                     continue
+                if draws_random(m, (loop, *body.instructions)):
+                    continue  # jax's PRNG hash loop: the per-call draw itself is HD014's (one cause)
                 state = body.parameters[0]
                 for inst in body.instructions:
                     if inst.opcode != "copy" or inst.shape.nbytes < MIN_BYTES:

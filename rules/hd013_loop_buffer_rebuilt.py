@@ -327,5 +327,5 @@ class LoopBufferRebuilt(Rule):
             extra=(("loop", flow.loop.name), ("tuple_index", flow.index),
                    ("bytes_written", flow.bytes_written), ("bytes_differ", flow.bytes_differ),
                    ("iterations_per_step", iterations),
-                   ("chain", tuple(o.name for o in flow.movement)), ("chain_us", chain_us)),
+                   ("ops", tuple(o.name for o in flow.movement)), ("ops_us", chain_us)),
         )

@@ -10,14 +10,8 @@ from typing import Any
 from hlo_doctor.hlo import HloInstruction, HloModule
 from hlo_doctor.hlo.analysis import dtype_shape, key_instruction
 from hlo_doctor.hlo.frames import Frame, framework_of
-from hlo_doctor.hlo.invariance import (
-    InvariantGroup,
-    dependence,
-    draws_random,
-    group_work,
-    inside,
-    invariant_groups,
-)
+from hlo_doctor.hlo.group_work import draws_random, group_work, inside, uniform_constants
+from hlo_doctor.hlo.invariance import InvariantGroup, dependence, invariant_groups
 from hlo_doctor.hlo.weights import WeightUse, weight_parameters
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, stage_of
 
@@ -208,8 +202,8 @@ def _keep(ctx: Context, m: HloModule, g: InvariantGroup) -> _Kept | None:
     does = set(group_work(m, g, MIN_BYTES))  # what its large values go through (not a loop counter's add)
     if not g.parameters:
         does -= _CHEAP_FROM_CONSTANTS
-    if not does or not g.feeds_work:
-        return None  # moves data only, too small, or a program of constants/weights alone (its output)
+    if not does or not g.feeds_work or uniform_constants(m, g):
+        return None  # moves data only, too small, a program of constants/weights alone, or one value
     if not ctx.has_opstats:
         return _Kept(g, frozenset(does), None)
     time = sum(t.time_per_step_us for i in g.timed if (t := ctx.op_timing(m, i.name)) is not None)

@@ -19,18 +19,15 @@ only on constants and weights, joined into groups of ops that feed each other.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from hlo_doctor.hlo.module import HloComputation, HloInstruction, HloModule, fused_opcodes, real_work
+from hlo_doctor.hlo.module import HloComputation, HloInstruction, HloModule, real_work
 from hlo_doctor.hlo.navigation import callers
 from hlo_doctor.hlo.shape import HloShape
 
 __all__ = [
-    "VARYING", "Dependence", "InvariantGroup", "called", "dependence", "draws_random", "flat", "group_work",
-    "inside", "invariant_groups", "loop_invariant_elements", "timed_computations",
+    "VARYING", "Dependence", "InvariantGroup", "called", "dependence", "flat", "invariant_groups", "loop_invariant_elements", "timed_computations",
 ]
 
 VARYING = -1
@@ -351,44 +348,3 @@ def invariant_groups(m: HloModule, dep: Dependence, weights: set[int] | frozense
         feeds = any((i.computation, i.name) in read for i in ops)
         out.append(InvariantGroup(tuple(ops), anchor, tuple(dict.fromkeys(params)), loops, timed, feeds))
     return out
-
-
-# jax.random's programs and ops: the threefry hash, rng-bit-generator, the samplers built on them.
-_RANDOM = re.compile(r"threefry|random_bits|rng_bit_generator|jit\(_(?:uniform|normal|truncated_normal|"
-                     r"bernoulli|randint|gamma)\)|^jit__(?:uniform|normal|truncated_normal|bernoulli|randint)$")
-
-
-def draws_random(module: HloModule, insts: Iterable[HloInstruction] | None = None) -> bool:
-    """True when ``module`` (or the given instructions of it) draws random bits: ``rng-bit-generator``,
-    or ``jax.random``'s programs and ops by name (the threefry hash, ``_uniform``, ``_normal``...)."""
-    if insts is None:
-        if _RANDOM.search(module.name):
-            return True
-        insts = module.instructions()
-    return any(i.opcode in ("rng-bit-generator", "rng") or _RANDOM.search(i.op_name) for i in insts)
-
-
-# Data movement: what a group must do more than, to be work a one-time preparation removes.
-_MOVES = frozenset({
-    "bitcast", "reshape", "slice", "dynamic-slice", "broadcast", "get-tuple-element", "tuple", "parameter",
-    "constant", "copy", "dynamic-update-slice", "pad", "while", "conditional", "call",
-})
-
-
-def inside(m: HloModule, inst: HloInstruction) -> tuple[HloInstruction, ...]:
-    """The instructions a fusion runs (its body's), or the instruction itself."""
-    body = m.fusion_body(inst)
-    return body.instructions if body is not None else (inst,)
-
-
-def group_work(m: HloModule, g: InvariantGroup, min_bytes: int = 0) -> frozenset[str]:
-    """What a group's ops of ``min_bytes`` or more do beyond moving data: their opcodes other than
-    data movement, plus ``transpose`` for a ``copy`` that changes the layout (a physical transpose).
-    (A loop counter's ``add`` beside a weight's slice is not work on the weight.)"""
-    big = [i for i in g.ops if i.shape.nbytes >= min_bytes]
-    out = {o for i in big for o in fused_opcodes(m, i) if o not in _MOVES}
-    for i in (j for op in big for j in inside(m, op)):
-        ops = m.operands_of(i)
-        if i.opcode == "copy" and ops and ops[0].shape.minor_to_major != i.shape.minor_to_major:
-            out.add("transpose")
-    return frozenset(out)

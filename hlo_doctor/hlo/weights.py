@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from hlo_doctor.hlo.invariance import called, loop_invariant_elements
 from hlo_doctor.hlo.module import HloInstruction, HloModule
 from hlo_doctor.hlo.navigation import callers
+from hlo_doctor.hlo.shape import FLOAT_DTYPES
 
 __all__ = ["WeightUse", "donated_parameters", "weight_parameters"]
 
@@ -103,6 +104,8 @@ def _uses(m: HloModule, start: HloInstruction) -> Iterator[tuple[str, HloInstruc
                 stack.extend((u, k, loop) for k, o in enumerate(u.operands) if o == v.name)
             elif u.opcode in ("fusion", "call"):
                 stack.extend(_callee_params(m, u, v, None, loop))
+            elif u.opcode in ("dot", "convolution") and u.operands[:2] == (v.name, v.name):
+                yield "input", u, loop  # both sides of one product: an activation (x @ x.T), not a weight
             elif u.opcode == "dot" and u.operands[1:2] == (v.name,) and not u.attribute("lhs_batch_dims").strip("{}"):
                 yield "dot", u, loop
             elif u.opcode == "gather" and first and _reads_rows(m, u):
@@ -128,23 +131,25 @@ _HOW = {"dot": "contracted by", "gather": "rows gathered by", "convolution": "co
 def weight_parameters(m: HloModule) -> dict[int, WeightUse]:
     """Entry parameters with evidence of being weights, by parameter number.
 
-    A parameter counts when all of these hold: it is an array (not a tuple); it is not donated
+    A parameter counts when all of these hold: it is a floating-point array (not a tuple; a ``pred``
+    mask or an integer table dequantized on every call is not widened by mistake); it is not donated
     (``input_output_alias``, ``buffer_donor``); handed on only through data movement and converts
     (``_CARRY``, tuples, fusion and call parameters), it reaches a ``dot`` without batch dimensions
     (a weight matrix is contracted; attention's ``q @ k`` carries batch dimensions), the table of
     a ``gather`` that copies whole rows (an embedding lookup), or the kernel of a ``convolution``;
-    it is never updated in place (operand 0 of a ``dynamic-update-slice`` or ``scatter``); and
+    it is never updated in place (operand 0 of a ``dynamic-update-slice`` or ``scatter``) nor read on
+    both sides of one product (``x @ x.T``, a convolution of a value with itself); and
     where it enters a ``while``, the body returns it unchanged (not loop-carried state).
     """
     donated = donated_parameters(m)
     out: dict[int, WeightUse] = {}
     for p in m.entry.parameters:
         n = p.parameter_number
-        if n is None or n in donated or p.shape.is_tuple:
-            continue
+        if n is None or n in donated or p.shape.is_tuple or p.shape.dtype not in FLOAT_DTYPES:
+            continue  # weights are floating point (a pred mask or an int8 table widened per call is by design)
         evidence: WeightUse | None = None
         for kind, reader, loop in _uses(m, p):
-            if kind in ("written", "state"):
+            if kind in ("written", "state", "input"):
                 evidence = None
                 break
             if evidence is None:
