@@ -136,3 +136,8 @@ VARIANTS: dict[str, Callable[[], Any]] = {
 def tokens(out: Any) -> np.ndarray:
     """The greedy tokens of one call's output (for the equality check)."""
     return np.concatenate([np.asarray(t) for t in out])
+
+
+def variant_step() -> Any:
+    """One call of the variant named by FIELD_VARIANT (a profile target for a what-if's op table)."""
+    return VARIANTS[os.environ.get("FIELD_VARIANT", "baseline")]()

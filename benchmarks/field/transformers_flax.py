@@ -191,3 +191,8 @@ if MODEL == "gpt2":
 def tokens(out: Any) -> np.ndarray:
     """The greedy tokens of one call's output (for the equality check)."""
     return np.asarray(jax.device_get(out))
+
+
+def variant_step() -> Any:
+    """One call of the variant named by FIELD_VARIANT (a profile target for a what-if's op table)."""
+    return VARIANTS[os.environ.get("FIELD_VARIANT", "baseline")]()
