@@ -7,14 +7,8 @@ from collections.abc import Iterator
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.hlo.analysis import dtype_shape
 from hlo_doctor.hlo.origin import origin_of
-from hlo_doctor.hlo.selection_flow import (
-    MonotoneMap,
-    describe,
-    fused_share,
-    is_map_work,
-    line_instruction,
-    monotone_maps,
-)
+from hlo_doctor.hlo.selection_cost import describe, fused_share, is_map_work, line_instruction
+from hlo_doctor.hlo.selection_flow import MonotoneMap, monotone_maps
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, stage_of
 from hlo_doctor.lint.testing import ARGMAX_F32_TOKENS
 

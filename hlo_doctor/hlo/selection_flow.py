@@ -22,15 +22,14 @@ from hlo_doctor.hlo.level_ops import level_users, only_for, ops_feeding, work_in
 from hlo_doctor.hlo.navigation import callers, entry_op
 from hlo_doctor.hlo.reductions import reduce_inputs, selection_reduce_kind
 
-__all__ = ["MONOTONE_UNARY", "MonotoneMap", "describe", "fused_share", "is_map_work", "line_instruction",
-           "monotone_maps", "tuple_element_used"]
+__all__ = ["MONOTONE_UNARY", "TRANSCENDENTAL", "MonotoneMap", "monotone_maps", "tuple_element_used"]
 
 # Elementwise maps that never decrease (float converts: narrowing ones round, which may only make
 # ties; XLA:CPU's bf16 normalisation inserts such round trips).
 MONOTONE_UNARY = frozenset({"convert", "exponential", "log", "log-plus-one", "exponential-minus-one", "logistic"})
-_TRANSCENDENTAL = frozenset({"exponential", "log", "log-plus-one", "exponential-minus-one", "logistic"})
+TRANSCENDENTAL = frozenset({"exponential", "log", "log-plus-one", "exponential-minus-one", "logistic"})
 # The maps whose cost is worth a finding on their own when fused into the selection's op.
-_COSTLY = _TRANSCENDENTAL | {"reduce"}
+_COSTLY = TRANSCENDENTAL | {"reduce"}
 _MOVE = frozenset({"bitcast", "reshape", "copy"})
 _LIMIT = 256  # bound on walks: chains are short, the bound guards against malformed input
 _CONSTANT = re.compile(r"\bconstant\(([^()]{1,200})\)")
@@ -152,16 +151,59 @@ def _broadcast_of(module: HloModule, v: HloInstruction) -> HloInstruction | None
     return None
 
 
-def _row_constant(module: HloModule, v: HloInstruction, extent: int) -> HloInstruction | None:
-    """The broadcast operand when ``v`` is constant along the selected dimension (of size ``extent``):
-    a broadcast that repeats its operand at least ``extent`` times (a per-row max, sum or scalar)."""
-    b = _broadcast_of(module, v)
-    if b is None or not b.operands:
+def _row_constant(module: HloModule, v: HloInstruction, dims: frozenset[int] | None) -> HloInstruction | None:
+    """The broadcast operand when ``v`` is constant along the selected dimensions ``dims`` (of
+    ``v``'s shape): a broadcast that maps none of its operand's dimensions onto them (a per-row max,
+    sum or scalar). Reached through data movement that keeps the shape; a scalar is constant along
+    anything, whatever moved it (``dims`` None: the selected dimensions are not known here)."""
+    b: HloInstruction | None = v
+    same_shape = True
+    for _ in range(16):
+        if b is None or b.opcode == "broadcast":
+            break
+        nxt = _up(module, b)
+        same_shape = same_shape and nxt is not None and nxt.shape.dims == b.shape.dims
+        b = nxt
+    if b is None or b.opcode != "broadcast" or not b.operands:
         return None
     src = module.instruction(b.operands[0], b.computation)
-    if src is None or src.shape.num_elements * max(extent, 1) > b.shape.num_elements:
+    if src is None:
         return None
-    return src
+    if src.shape.num_elements == 1:
+        return src
+    if dims is None or not same_shape or b.shape.dims != v.shape.dims:
+        return None
+    mapped = {int(d) for d in b.attribute("dimensions").strip("{}").split(",") if d.strip().isdigit()}
+    return None if mapped & dims else src
+
+
+def _moved_dims(src: HloInstruction, dst: HloInstruction, dims: frozenset[int] | None) -> frozenset[int] | None:
+    """The selected dimensions ``dims`` of ``src``'s shape, as dimensions of ``dst``'s (one step up
+    through data movement); None when the move does not keep them apart (a transposing bitcast)."""
+    if dims is None:
+        return None
+    a, b = src.shape, dst.shape
+    if a.dims == b.dims:
+        return dims
+    for shape in (a, b):
+        if shape.layout and shape.minor_to_major != tuple(reversed(range(len(shape.dims)))):
+            return None  # not row-major: a bitcast there may transpose
+    out: set[int] = set()
+    for d in dims:
+        prefix = 1
+        for size in a.dims[:d]:
+            prefix *= size
+        hit = None
+        acc = 1
+        for i, size in enumerate(b.dims):
+            if acc == prefix and size == a.dims[d]:
+                hit = i
+                break
+            acc *= size
+        if hit is None:
+            return None
+        out.add(hit)
+    return frozenset(out)
 
 
 def _constant_values(v: HloInstruction) -> list[float]:
@@ -227,7 +269,8 @@ def _zero_sign_fix(module: HloModule, v: HloInstruction) -> HloInstruction | Non
     return None
 
 
-def _step(module: HloModule, v: HloInstruction, extent: int) -> tuple[HloInstruction, list[HloInstruction]] | None:
+def _step(module: HloModule, v: HloInstruction,
+          dims: frozenset[int] | None) -> tuple[HloInstruction, list[HloInstruction]] | None:
     """(the value ``v`` maps, row-constant operands) when ``v`` is a monotone map of one operand."""
     ops = module.operands_of(v)
     op = v.opcode
@@ -240,7 +283,7 @@ def _step(module: HloModule, v: HloInstruction, extent: int) -> tuple[HloInstruc
         return ops[0], []
     if len(ops) != 2:
         return None
-    consts = [_row_constant(module, o, extent) for o in ops]
+    consts = [_row_constant(module, o, dims) for o in ops]
     if op in ("add", "multiply"):
         for i in (0, 1):
             c = consts[1 - i]
@@ -253,27 +296,25 @@ def _step(module: HloModule, v: HloInstruction, extent: int) -> tuple[HloInstruc
     return None
 
 
-def _extent(module: HloModule, selection: HloInstruction, data: HloInstruction) -> int:
-    """Size of the selected dimension (the last one for top-k and sort without ``dimensions``)."""
-    dims = selection.attribute("dimensions").strip("{}")
-    try:
-        d = int(dims.split(",")[0]) if dims else len(data.shape.dims) - 1
-    except ValueError:
-        return 1
-    return data.shape.dims[d] if 0 <= d < len(data.shape.dims) else 1
+def _selected_dims(selection: HloInstruction, data: HloInstruction) -> frozenset[int]:
+    """The dimensions of ``data`` a selection selects along (a top-k's last when not printed)."""
+    text = selection.attribute("dimensions").strip("{}")
+    picked = {int(d) for d in text.split(",") if d.strip().isdigit()}
+    return frozenset(picked) if picked else frozenset({len(data.shape.dims) - 1})
 
 
 def _map_of(module: HloModule, selection: HloInstruction, kind: str, data: HloInstruction) -> MonotoneMap | None:
-    extent = _extent(module, selection, data)
+    dims: frozenset[int] | None = _selected_dims(selection, data)
     steps: list[HloInstruction] = []
     aux: list[HloInstruction] = []
     cur = data
     for _ in range(_LIMIT):
         up = _up(module, cur)
         if up is not None:
+            dims = _moved_dims(cur, up, dims)
             cur = up
             continue
-        step = _step(module, cur, extent)
+        step = _step(module, cur, dims)
         if step is None:
             break
         steps.append(cur)
@@ -311,53 +352,3 @@ def monotone_maps(module: HloModule) -> Iterator[MonotoneMap]:
         found = _map_of(module, selection, kind, data)
         if found is not None:
             yield found
-
-
-def is_map_work(inst: HloInstruction) -> bool:
-    """Map work a fix removes: not a convert or keras' -0.0 tie break, which stay."""
-    return real_work(inst) and inst.opcode not in ("convert", "select", "broadcast", "bitcast", "reshape", "copy")
-
-
-def fused_share(m: HloModule, mm: MonotoneMap) -> float:
-    """An estimate of the share of the selection op's time that the map fused into it costs.
-
-    Counted per element: each transcendental map instruction (``exp``, ``log``...) as two, against
-    one for each other instruction of the op and of its reducer; row-constant arithmetic (the
-    multiply by 1/sum) as nothing. Measured on XLA:CPU's argmax over f32[8,256000] (one trace,
-    20 steps): an ``exp`` fused into it cost 12% of the op (this gives 15%), a ``log`` 16% (13%),
-    the multiply by 1/sum nothing measurable.
-    """
-    heavy = [s for s in mm.fused if s.opcode in _TRANSCENDENTAL]
-    body = m.fusion_body(mm.selection_op)
-    if not heavy or body is None:
-        return 0.0
-    names = {(s.computation, s.name) for s in heavy}
-    rest = [i for i in body.instructions if real_work(i) and i.opcode not in ("broadcast", "bitcast", "constant")
-            and (i.computation, i.name) not in names]
-    reducer = m.computation(mm.selection.called_computations[0]) if mm.selection.called_computations else None
-    rest += [i for i in reducer.instructions if real_work(i) and i.opcode != "constant"] if reducer else []
-    weight = 2 * len(heavy)
-    return weight / (weight + max(1, len(rest)))
-
-
-def line_instruction(m: HloModule, mm: MonotoneMap) -> HloInstruction:
-    """The instruction whose line the finding shows: the map's exp, else its log, divide, multiply."""
-    pool = [*mm.steps, *mm.in_source, *mm.fused]
-    for op in mm.ops:
-        body = m.fusion_body(op)
-        pool += list(body.instructions) if body is not None else [op]
-    for kinds in (("exponential",), ("log",), ("divide", "multiply", "subtract")):
-        hit = next((i for i in pool if i.opcode in kinds and i.source), None)
-        if hit is not None:
-            return hit
-    return mm.steps[0]
-
-
-def describe(mm: MonotoneMap) -> str:
-    """``softmax``-like words for the map, from what it computes."""
-    ops = {s.opcode for s in (*mm.steps, *mm.fused, *mm.in_source)}
-    if "exponential" in ops and "multiply" in ops or "divide" in ops and "exponential" in ops:
-        return "a softmax"
-    if "subtract" in ops and "exponential" not in ops:
-        return "a log-softmax" if len([s for s in mm.steps if s.opcode == "subtract"]) > 1 else "a shifted value"
-    return "a monotone map (" + ", ".join(sorted(o for o in ops if o not in ("bitcast", "reshape"))) + ")"
