@@ -3,7 +3,8 @@
 # what-if measurements, the compile counts and OUTROOT/README.md.
 #   benchmarks/field/run_all.sh OUTROOT
 # Environment: VENV (default /work/fieldvenv), HLO_DOCTOR (see capture.sh), ONLY=name,name
-# (a subset of loops.txt), SKIP_CAPTURE=1, SKIP_WHATIF=1, ROUNDS (default 12).
+# (a subset of loops.txt), SKIP_CAPTURE=1, SKIP_WHATIF=1, ROUNDS (default 12). Every what-if run
+# also times the baseline against itself (variant a/a): the noise floor of its savings.
 set -euo pipefail
 root=$(realpath -m "$1")
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,7 +24,7 @@ grep -v '^#' "$here/loops.txt" | while read -r name loop rest; do
   fi
   if [ -z "${SKIP_WHATIF:-}" ] && [ "$variants" != none ]; then
     env $settings "$venv/bin/python" "$here/whatif.py" "benchmarks/field/$loop" \
-      --rounds "${ROUNDS:-12}" --variants "$variants" --json "$root/whatif/$name.json" \
+      --rounds "${ROUNDS:-12}" --variants "$variants" --json "$root/whatif/$name.json" --aa \
       > "$root/logs/whatif-$name.log" 2>&1 < /dev/null
     grep -v -i warn "$root/logs/whatif-$name.log" | tail -n +2
   fi

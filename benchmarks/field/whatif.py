@@ -14,7 +14,8 @@ hits both sides alike. Reported per variant: the median step of each side, the s
 baseline - median variant) in ms and in % of the baseline step, and a paired bootstrap 95% CI of
 the saving, on two clocks: wall time, and the process's CPU time (all its threads; far less
 sensitive to other processes on shared cores, which stretch wall time but not the work done).
-``--clock`` picks the one printed first and used for "saved" (default: cpu).
+``--clock`` picks the one printed first (default: cpu). ``--aa`` adds the baseline timed against
+itself: the noise floor of a saving under the load of the moment.
 """
 from __future__ import annotations
 
@@ -105,10 +106,16 @@ def main() -> None:
     ap.add_argument("--variants", default="", help="comma-separated (default: all)")
     ap.add_argument("--json", default="")
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
+    ap.add_argument("--aa", action="store_true",
+                    help="also time the baseline against itself (variant 'a/a')")
     args = ap.parse_args()
     mod = load(args.loop)
     names = [n for n in (args.variants.split(",") if args.variants else mod.VARIANTS)
              if n and n != "baseline"]
+    if args.aa:
+        # The baseline against itself: the noise floor of a saving on these cores.
+        mod.VARIANTS["a/a"] = mod.VARIANTS["baseline"]
+        names.append("a/a")
     report = measure(mod, names, args.rounds)
     report["loop"] = args.loop
     report["clock"] = args.clock
