@@ -108,8 +108,8 @@ class HostBoundStep(Rule):
 
     What it flags:
         Steps in which the device runs no op for at least half of the wall time while the host's
-        driver thread runs Python or jax's dispatch (the step breakdown: ``hlo-doctor stats RUN
-        --breakdown``). One finding per source line that fills at least 1% of the step with device
+        driver thread runs Python or jax's dispatch (the step breakdown of ``stats --breakdown``).
+        One finding per source line that fills at least 1% of the step with device
         idle time (at most five, most first): the first frame outside the frameworks (the Python
         tracer names a function by the line it starts at), with what it did meanwhile (the programs
         it dispatched, the framework calls it made) and the idle time each explains per step. Time
