@@ -34,6 +34,8 @@ from hlo_doctor.core.format import fmt_bytes, fmt_source
 from hlo_doctor.core.model import ProgressFn
 from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.opstats import OpStats, group_by_shape, load_opstats, to_csv, to_json
+from hlo_doctor.opstats.roofline import peaks_line
+from hlo_doctor.render.opstats import ROOFLINE_HEADERS, roofline_cells, to_markdown
 
 _PHASES = {"warmup": "warm-up (untraced)", "precompile": "precompile (programs)", "capture": "capture (traced)",
            "analyze": "building the table"}
@@ -72,12 +74,15 @@ def pct_note(backend: str) -> str:
 
 
 def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
-    """The table people read, with its header lines and notes; ``wide`` adds n, program, bytes, source."""
+    """The table people read, with its header lines and notes; ``wide`` adds n, program, bytes, the
+    roofline (bandwidth, FLOP rate, intensity, bound-by, % of the device's peaks) and source."""
     parts: list[RenderableType] = [
         Text.from_markup(f"[bold]op stats[/] {escape(stats.source_path)}"),
         Text(header_line(stats)),
         Text(pct_note(stats.backend), style="dim"),
     ]
+    if wide:
+        parts.append(Text(peaks_line(stats.peaks, stats.backend), style="dim"))
     if group_by == "shape":
         grouped = group_by_shape(stats.table).head(top)
         t = Table(show_lines=False, header_style="bold")
@@ -95,7 +100,8 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
         columns += [("n", "right"), ("program", "right")]
     columns += [("module", "left"), ("op", "left"), ("category", "left"), ("shape", "left")]
     if wide:
-        columns += [("bytes", "right"), ("source", "left")]
+        columns += [("bytes", "right"), *((h, "left" if h == "bound" else "right") for h in ROOFLINE_HEADERS),
+                    ("source", "left")]
     t = Table(show_lines=False, header_style="bold")
     for name, justify in columns:
         t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
@@ -104,7 +110,8 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
         cells = {"#": str(r.rank), "% step": f"{r.pct_of_step:.1f}", "µs/step": f"{r.time_per_step_us:,.1f}",
                  "n": str(r.occurrences), "program": pid, "module": str(r.module), "op": str(r.op),
                  "category": str(r.category), "shape": fmt_shape(str(r.shape)),
-                 "bytes": fmt_bytes(r.bytes_accessed), "source": fmt_source("" if pd.isna(r.source) else str(r.source))}  # relative to its package root; csv/json keep the path
+                 "bytes": fmt_bytes(r.bytes_accessed), "source": fmt_source("" if pd.isna(r.source) else str(r.source)),  # relative to its package root; csv/json keep the path
+                 **(roofline_cells(r) if wide else {})}
         # Text, not str: names and paths come from the trace and are never markup.
         t.add_row(*(Text(cells[name]) for name, _ in columns))
     parts.append(t)
@@ -114,13 +121,17 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
     return Group(*parts)
 
 
-def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None) -> None:
+def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None, wide: bool = False) -> None:
     if fmt == "table" and output is not None:
         write_output(plain_text(_table(stats, top, group_by, wide=True)), output)
         return
     if fmt == "table":
         # A narrow terminal keeps the columns a person ranks by; a pipe or a log gets every column, unfolded.
-        print_wide(_table(stats, top, group_by, wide=console.width >= 140 or not people_see_a_terminal()))
+        print_wide(_table(stats, top, group_by,
+                          wide=wide or console.width >= 140 or not people_see_a_terminal()))
+        return
+    if fmt == "markdown":
+        write_output(to_markdown(stats, top), output)
         return
     if fmt == "csv":
         table = group_by_shape(stats.table) if group_by == "shape" else stats.table
@@ -132,9 +143,10 @@ def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None
 _COMMON = [
     click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
                  help="Rows of the printed table (json/csv hold every row)."),
-    click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
+    click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]), default="table",
                  show_default=True, help="table: for people on stderr (every column, unfolded, off a terminal); "
-                                         "json/csv: machine output on stdout or --output."),
+                                         "json/csv: machine output on stdout or --output; markdown: the top "
+                                         "rows with the roofline, for a pull request or a report."),
     click.option("--group-by", type=click.Choice(["op", "shape"]), default="op", show_default=True,
                  help="shape: aggregate rows that share (opcode, shape)."),
     output_option("Write the --format output to FILE ('-': stdout; table: plain text, every column)."),
@@ -273,9 +285,12 @@ def _capture(target: str | None, steps: int, warmup: int, out: Path | None, atta
 ))
 @click.argument("source", type=click.Path(path_type=Path))
 @_common
+@click.option("--wide", is_flag=True, help="Every column of the table on a terminal too (program, bytes, "
+                                           "the roofline: GiB/s, % of peak, GFLOP/s, FLOP/byte, bound-by, source).")
 @click.option("--breakdown", is_flag=True, help=BREAKDOWN_HELP)
 @handle_errors
-def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | None, breakdown: bool) -> None:
+def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | None, wide: bool,
+              breakdown: bool) -> None:
     """Print the op-stats table of an existing capture.
 
     SOURCE: a run directory (hlo-doctor's, or an xprof/TensorBoard log directory with
@@ -286,7 +301,7 @@ def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | No
     if breakdown:
         emit_breakdown(stats, fmt, output)
         return
-    _emit(stats, fmt, top, group_by, output)
+    _emit(stats, fmt, top, group_by, output, wide)
 
 
 COMMANDS = [profile_cmd, stats_cmd]

@@ -29,9 +29,11 @@ from hlo_doctor.hlo.navigation import key_instruction
 from hlo_doctor.opstats.breakdown_build import build_breakdown
 from hlo_doctor.opstats.keys import assign_canonical_keys, body_digest, natural
 from hlo_doctor.opstats.optext import parse_op_text
+from hlo_doctor.opstats.roofline import add_roofline
 from hlo_doctor.opstats.schema import PER_STEP_COLUMNS, OpStats, table_from_rows
 from hlo_doctor.opstats.steps import steps_from_executions, steps_from_marks
 from hlo_doctor.trace import Trace
+from hlo_doctor.trace.peaks import device_peaks
 
 
 def modules_from_trace(trace: Trace) -> tuple[tuple[HloModule, ...], tuple[str, ...]]:
@@ -69,6 +71,12 @@ class _Hlo:
     by_key: dict[tuple[str, int | None], HloModule]
     by_name: dict[str, HloModule]
     op_text: dict[tuple[str, int, str], str]
+
+    def module_of(self, name: str, program_id: int | None) -> HloModule | None:
+        """The module of an op of this module name and program id (None: the id is unknown), as
+        :func:`_row` finds it."""
+        found = self.by_key.get((name, program_id))
+        return found if found is not None or program_id is not None else self.by_name.get(name)
 
 
 def build_opstats(
@@ -112,6 +120,8 @@ def build_opstats(
     if missing and parsed:
         notes.append("no HLO module in the trace for " + ", ".join(f"{m}({p})" for m, p in missing[:5]))
     assign_canonical_keys(rows, digests)
+    peaks = device_peaks(trace.peaks, trace.device_kind, trace.backend)
+    add_roofline(rows, hlo.module_of, trace.op_costs, peaks)
     _rank(rows)
     table = table_from_rows(rows)
     return OpStats(
@@ -119,7 +129,7 @@ def build_opstats(
         num_steps=int(steps.count), step_source=steps.source, per_step=_per_step(ev, rows), modules=parsed,
         compile_events=trace.compile_events, backend=trace.backend, run=run, source_path=source_path,
         device_kind=trace.device_kind, warnings=tuple(notes), versions=trace.versions,
-        num_devices=trace.num_devices,
+        num_devices=trace.num_devices, peaks=peaks,
         breakdown=build_breakdown(trace, ev, steps.source, parsed),
     )
 

@@ -25,6 +25,7 @@ from hlo_doctor.opstats.schema import (
 )
 from hlo_doctor.opstats.validate import check_export, check_opstats
 from hlo_doctor.trace import CompileEvent, find_xplanes, program_id_of, read_trace, xprof_hlo_stats
+from hlo_doctor.trace.peaks import DevicePeaks
 from hlo_doctor.trace.trace_json import is_trace_json, read_trace_json
 
 
@@ -64,6 +65,7 @@ def to_json(stats: OpStats) -> str:
         "pct_of_step_definition": "time_per_step_us / mean step wall time x 100; op times may overlap "
                                   "(XLA:CPU runs independent ops concurrently), so the column may sum "
                                   "to more than 100",
+        "peaks": asdict(stats.peaks) if stats.peaks is not None else None,
         "breakdown": json_safe(stats.breakdown.to_dict()) if stats.breakdown is not None else None,
         "columns": [asdict(c) for c in COLUMNS],
         "rows": rows,
@@ -130,9 +132,21 @@ def _from_doc(doc: dict[str, Any], origin: str) -> OpStats:
         backend=str(doc.get("backend", "")), run=run, source_path=str(doc.get("source_path", origin)),
         device_kind=str(doc.get("device_kind", "")), warnings=tuple(doc.get("warnings", [])),
         versions=tuple(sorted(dict(doc.get("versions", {})).items())),
-        num_devices=int(doc.get("num_devices", 0) or 0),
+        num_devices=int(doc.get("num_devices", 0) or 0), peaks=_peaks(doc.get("peaks")),
         breakdown=breakdown_from_dict(doc["breakdown"]) if isinstance(doc.get("breakdown"), dict) else None,
     )
+
+
+def _peaks(value: Any) -> DevicePeaks | None:
+    """The ``peaks`` object of an export (null, or absent before the roofline columns)."""
+    if not isinstance(value, dict):
+        return None
+    tflops, gbps = value.get("tflops"), value.get("hbm_gbps")
+    for rate in (tflops, gbps):
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0):
+            raise ValueError(f"peaks: {value!r} is not a pair of positive rates")
+    return DevicePeaks(None if tflops is None else float(tflops), None if gbps is None else float(gbps),
+                       str(value.get("source", "")))
 
 
 def to_csv(table: pd.DataFrame) -> str:

@@ -15,6 +15,7 @@ from hlo_doctor.core.model import RunInfo
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.opstats.breakdown import StepBreakdown
 from hlo_doctor.trace import CompileEvent
+from hlo_doctor.trace.peaks import DevicePeaks
 
 JSON_SCHEMA = "hlo-doctor.opstats/1"
 """The ``schema`` tag of an opstats.json (exports before it carry the same value under ``format``)."""
@@ -29,6 +30,9 @@ class Column:
     """pandas dtype."""
     unit: str
     meaning: str
+    nullable: bool = False
+    """The value may be unknown: NaN (a number) or empty (text) in the table, null in JSON, blank in
+    CSV and tables."""
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -62,6 +66,27 @@ COLUMNS: tuple[Column, ...] = (
     Column("devices", "int64", "count", "devices (device planes, or hosts on XLA:CPU) the op ran on"),
     Column("runs_per_step", "float64", "count",
            "runs of the op per device per step: occurrences / number of steps / devices"),
+    # The roofline (hlo_doctor.opstats.roofline): unknown values stay NaN, never a guess.
+    Column("cost_bytes_per_run", "float64", "bytes",
+           "bytes one run moves as XLA's cost analysis counts them (the trace's bytes_accessed, else the "
+           "HLO: fusion inputs read as far as used, an in-place update writes only the update)", True),
+    Column("flops_per_run", "float64", "FLOP",
+           "FLOPs of one run: the trace's flops stat, else the HLO's dots and convolutions (2 per "
+           "multiply-add); unknown for an op without either", True),
+    Column("memory_bw_gibps", "float64", "GiB/s",
+           "achieved memory bandwidth: cost_bytes_per_run x occurrences / total_time_us (xprof's "
+           "measured memory BW)", True),
+    Column("flop_rate_gflops", "float64", "GFLOP/s", "flops_per_run x occurrences / total_time_us", True),
+    Column("intensity_flop_per_byte", "float64", "FLOP/byte",
+           "operational intensity: flops_per_run / cost_bytes_per_run", True),
+    Column("pct_of_peak_bw", "float64", "%",
+           "memory_bw_gibps over the device's peak HBM bandwidth, x100 (unknown peak: NaN)", True),
+    Column("pct_of_peak_flops", "float64", "%",
+           "flop_rate_gflops over the device's peak FLOP/s, x100 (unknown peak: NaN)", True),
+    Column("bound_by", "string", "",
+           "memory or compute: the resource the op uses the larger share of (intensity below or above "
+           "the device's ridge point); memory for an op without matrix FLOPs; empty when a peak is unknown",
+           True),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
@@ -98,6 +123,8 @@ class OpStats:
     num_devices: int = 0
     """Devices the trace's op events ran on (device planes, or hosts on XLA:CPU); 0 when unknown
     (an export from an earlier release)."""
+    peaks: DevicePeaks | None = None
+    """The device's peak FLOP/s and HBM bandwidth the roofline columns use; None when unknown (XLA:CPU)."""
     breakdown: StepBreakdown | None = None
     """Where each step's wall time goes per device (busy, idle, what the host did meanwhile:
     :mod:`hlo_doctor.opstats.breakdown`); None in an export from before it."""
@@ -140,12 +167,15 @@ def with_column_dtypes(table: pd.DataFrame) -> pd.DataFrame:
     for c in COLUMNS:
         if c.name not in table:
             # An export from before the column existed.
-            table[c.name] = pd.Series([None] * len(table), dtype=object) if c.dtype == "object" else 0
+            table[c.name] = (pd.Series([None] * len(table), dtype=object) if c.dtype == "object"
+                             else np.nan if c.nullable else "" if c.dtype == "string" else 0)
         if c.dtype == "object":
             table[c.name] = pd.Series([program_id_or_none(v) for v in table[c.name]], dtype=object,
                                       index=table.index)
         else:
             table[c.name] = table[c.name].astype(c.dtype)
+        if c.nullable and c.dtype == "string":
+            table[c.name] = table[c.name].fillna("")
     return table.reset_index(drop=True)
 
 

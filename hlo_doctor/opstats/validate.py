@@ -89,6 +89,8 @@ def _check_row(origin: str, i: int, row: Any) -> None:
                 raise _bad(origin, where, "missing")
             continue  # an older export without a later column: the loader fills it in
         value = row[column.name]
+        if column.nullable and value is None:
+            continue  # unknown (a roofline value without a peak or a FLOP count): null is its value
         if column.name == "program_id":
             _program_id(origin, where, value)
         elif column.dtype == "int64":
@@ -157,8 +159,9 @@ def check_opstats(stats: OpStats, origin: str) -> OpStats:
     for name, value in (("step_time_us", stats.step_time_us),
                         *((f"step_times_us[{i}]", t) for i, t in enumerate(stats.step_times_us))):
         _number(origin, name, value)
-    _check_frame(stats.table, origin, "rows", [c.name for c in COLUMNS if c.dtype != "string"])
-    _check_frame(stats.per_step, origin, "per_step.rows", ["step", "time_us"])
+    _check_frame(stats.table, origin, "rows", [c.name for c in COLUMNS if c.dtype != "string"],
+                 nullable={c.name for c in COLUMNS if c.nullable})
+    _check_frame(stats.per_step, origin, "per_step.rows", ["step", "time_us"], nullable=set())
     for frame, where in ((stats.table, "rows"), (stats.per_step, "per_step.rows")):
         for column in _REQUIRED_TEXT:
             if column in frame and len(frame):
@@ -169,15 +172,19 @@ def check_opstats(stats: OpStats, origin: str) -> OpStats:
     return stats
 
 
-def _check_frame(frame: pd.DataFrame, origin: str, where: str, columns: list[str]) -> None:
+def _check_frame(frame: pd.DataFrame, origin: str, where: str, columns: list[str], *,
+                 nullable: set[str]) -> None:
     for name in columns:
         if name not in frame or not len(frame):
             continue
         values = pd.to_numeric(frame[name], errors="coerce").astype("float64")
         nulls = frame[name].isna().to_numpy(dtype=bool)
         array = values.to_numpy(dtype=np.float64, na_value=np.nan)
-        # A null program id is "unknown" (allowed); any other null, NaN, inf or negative is not.
-        bad = (~np.isfinite(array) & ~(nulls if name == "program_id" else False)) | (array < 0)
+        # A null program id or roofline value is "unknown" (allowed); any other null, NaN, inf or
+        # negative is not.
+        known = ~(np.isnan(array) | nulls) if name in nullable else ~nulls if name == "program_id" else \
+            np.ones(len(array), bool)
+        bad = (~np.isfinite(array) & known) | (array < 0)
         if bool(bad.any()):
             row = int(np.flatnonzero(bad)[0])
             raise _bad(origin, f"{where}[{row}].{name}", f"{frame[name].iloc[row]} is not a finite number >= 0")

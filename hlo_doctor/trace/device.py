@@ -11,6 +11,8 @@
   and duration; an aggregated event counts ``num_occurrences`` runs.
 - ``XLA Modules`` events are named ``module(program_id)``: the module that ran an op when neither
   the op nor the metadata plane says; the ``Steps`` line holds the device's steps.
+- An op's cost per run, where the trace states it (``flops`` and ``bytes_accessed`` on TPU op
+  metadata, or on a GPU event), is kept per (module, program id, op) for the roofline.
 - Like xprof (``op_metrics_db_utils.cc``), an ``XLA Ops`` event whose metadata has ``symbol_id`` 0
   (the program's root, not an op) is left out, with a warning. An op event without a program id
   (which xprof also leaves out) is kept, counted without one, with a warning.
@@ -32,7 +34,8 @@ from hlo_doctor.trace.xspace import XPlane, program_id_of, stat_names, stat_valu
 _NOT_OP_LINES = frozenset({"XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code",
                            "Async XLA Ops", "XLA TraceMe"})
 # Event stats that say which op ran (read per event; the device clock stats are read apart).
-_OP_STATS = frozenset({"hlo_op", "hlo_module", "program_id", "run_id", "long_name", "group_id"})
+_OP_STATS = frozenset({"hlo_op", "hlo_module", "program_id", "run_id", "long_name", "group_id", "flops",
+                       "bytes_accessed"})
 _NO_ID = -1
 
 
@@ -90,6 +93,16 @@ class _Op:
     text: str
     module: str
     program_id: int
+    flops: float | None = None
+    """FLOPs of one run, when the trace states them."""
+    bytes_accessed: float | None = None
+
+
+def _cost(value: object) -> float | None:
+    """A ``flops`` / ``bytes_accessed`` stat as a number; None when absent or not a count."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return None
+    return float(value)
 
 
 class DevicePlaneReader:
@@ -108,6 +121,8 @@ class DevicePlaneReader:
         self.meta = {entry.key: entry.value for entry in plane.event_metadata}
         self._meta_stats: dict[int, dict[str, object]] = {}
         self._warned: set[tuple[str, object]] = set()
+        self.costs: dict[tuple[str, int, str], tuple[float | None, float | None]] = {}
+        """(module, program id, op) -> (FLOPs, bytes accessed) of one run, as the trace states them."""
 
     def _warn(self, key: tuple[str, object], text: str) -> None:
         if key not in self._warned:
@@ -162,7 +177,8 @@ class DevicePlaneReader:
         module, suffix = split_module(str(stats.get("hlo_module", "") or ""))
         if pid == _NO_ID and suffix is not None:
             pid = self._pid(suffix, f"module {module}")
-        return _Op(op, text, module or self.module_names.get(pid, ""), pid)
+        return _Op(op, text, module or self.module_names.get(pid, ""), pid,
+                   _cost(stats.get("flops")), _cost(stats.get("bytes_accessed")))
 
     def read(self, steps: list[StepMark]) -> int:
         """Add the plane's op events to the columns and its device steps to ``steps``; events added."""
@@ -272,4 +288,6 @@ class DevicePlaneReader:
         cols = self.cols
         if info.text:
             self.expressions.setdefault((module, pid, info.op), info.text)
+        if info.flops is not None or info.bytes_accessed is not None:
+            self.costs.setdefault((module, pid, info.op), (info.flops, info.bytes_accessed))
         return cols.modules.code(module), cols.program_ids.code(pid), cols.ops.code(info.op)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from hlo_doctor.trace.peaks import DevicePeaks
+
 
 @dataclass(frozen=True, slots=True)
 class OpEvents:
@@ -115,6 +117,11 @@ class Trace:
     """Devices whose op events the table counts: device planes with op events, or hosts on XLA:CPU."""
     warnings: tuple[str, ...] = ()
     """What the reader could not read as the conventions say and worked around, one line each."""
+    op_costs: tuple[tuple[str, int, str, float | None, float | None], ...] = ()
+    """(module, program id, op, FLOPs, bytes accessed) of one run of the op, as the trace states them
+    (TPU op metadata, GPU event stats ``flops`` / ``bytes_accessed``); None where it does not."""
+    peaks: DevicePeaks | None = None
+    """Peak FLOP/s and HBM bandwidth the first device plane with op events states (:mod:`.peaks`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from hlo_doctor.trace.compiles import annotate_compiles
 from hlo_doctor.trace.conventions import device_plane_backend, read_host_plane
 from hlo_doctor.trace.device import DevicePlaneReader
 from hlo_doctor.trace.model import CompileEvent, ModuleProto, StepMark, Trace
+from hlo_doctor.trace.peaks import DevicePeaks, peaks_from_plane
 from hlo_doctor.trace.xspace import (
     METADATA_PLANE,
     XPlane,
@@ -82,6 +83,8 @@ def read_trace(paths: list[Path]) -> Trace:
     device_kind = ""
     devices: set[tuple[str, str]] = set()
     named_modules: dict[int, str] = {}
+    costs: dict[tuple[str, int, str], tuple[float | None, float | None]] = {}
+    peaks: DevicePeaks | None = None
 
     for path in paths:
         origin = str(path)
@@ -114,13 +117,18 @@ def read_trace(paths: list[Path]) -> Trace:
                 continue
             plane = parse_plane(planes[i], origin)
             planes[i] = b""  # read once: free its bytes
-            added = DevicePlaneReader(plane, host, module_names, cols, expressions, warnings).read(device_steps)
+            reader = DevicePlaneReader(plane, host, module_names, cols, expressions, warnings)
+            added = reader.read(device_steps)
             if added:
                 backends.add(device_plane_backend(name))
                 devices.add((host, name))
-                for key, value in _plane_stats(plane):
+                plane_stats = _plane_stats(plane)
+                for key, value in plane_stats:
                     if key in _DEVICE_KIND_STATS and not device_kind:
                         device_kind = str(value)
+                peaks = peaks or peaks_from_plane(plane_stats)
+                for op_key, cost in reader.costs.items():
+                    costs.setdefault(op_key, cost)
             else:
                 idle.append(name)
         device_had_ops = len(cols) > device_ops_before
@@ -160,4 +168,5 @@ def read_trace(paths: list[Path]) -> Trace:
         versions=tuple(sorted(versions.items())),
         op_expressions=tuple((m, p, o, e) for (m, p, o), e in sorted(expressions.items())),
         device_steps=tuple(device_steps), num_devices=len(devices), warnings=tuple(warnings),
+        op_costs=tuple((m, p, o, f, b) for (m, p, o), (f, b) in sorted(costs.items())), peaks=peaks,
     )
