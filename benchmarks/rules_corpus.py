@@ -2,7 +2,8 @@
 
 Runs every bundled rule that needs only HLO (``requires == ("hlo",)``) over each module of a corpus
 directory of ``*.hlo`` files (one module per file, e.g. XLA's own test modules as XLA re-prints
-them; see ``benchmarks/hlo_corpus.py`` for how such a corpus is built) and counts findings per rule,
+them; see ``benchmarks/hlo_corpus.py`` for how such a corpus is built) and counts findings per rule
+(merged per file as ``diagnose`` merges them: one per cause),
 and per rule and stage (optimized or as lowered, :mod:`hlo_doctor.lint.stage`). Modules the parser
 refuses are counted apart. ``--json OUT`` writes every finding (file, rule, op, severity, message),
 which is what one reads to judge a sample of them by hand.
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from hlo_doctor.hlo import parse_modules
     from hlo_doctor.lint import Context, load_rulebook, run_rule
+    from hlo_doctor.lint.merge import merge_recompiled, merge_same_line
 
     rules = [r for r in load_rulebook().select((), ()) if tuple(r.rule.requires) == ("hlo",)]
     files = sorted(args.corpus.rglob("*.hlo"))[: args.limit or None]
@@ -59,13 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         for m in modules:
             modules_by_stage[_stage(m, str(path))] += 1
         ctx = Context(modules=tuple(modules), origin=str(path), kind="hlo")
-        for r in rules:
-            for f in run_rule(r, ctx):
-                stage = next((_stage(m, str(path)) for m in modules if m.name == f.module), "?")
-                per_rule[f.code] += 1
-                per_stage[(f.code, stage)] += 1
-                rows.append({"file": path.name, "code": f.code, "module": f.module, "op": f.op,
-                             "severity": str(f.severity), "stage": stage, "message": f.message})
+        # Merged as diagnose merges them: what a person reads (one finding per cause).
+        found = merge_same_line(merge_recompiled(f for r in rules for f in run_rule(r, ctx)))
+        for f in found:
+            stage = next((_stage(m, str(path)) for m in modules if m.name == f.module), "?")
+            per_rule[f.code] += 1
+            per_stage[(f.code, stage)] += 1
+            rows.append({"file": path.name, "code": f.code, "module": f.module, "op": f.op,
+                         "severity": str(f.severity), "stage": stage, "message": f.message})
     elapsed = time.perf_counter() - t0
     print(f"{len(files)} files, {refused} refused by the parser, modules by stage: "
           f"{dict(sorted(modules_by_stage.items()))}; rules: {', '.join(r.code for r in rules)}; {elapsed:.0f} s")

@@ -1,7 +1,8 @@
 """Running the rules: :func:`diagnose` turns a Context and a RuleBook into a :class:`Diagnosis`.
 
 One finding per cause: the same rule on the same op of a program recompiled under several program
-ids gives one finding, with the ids and the time summed over the copies (:func:`merge_recompiled`).
+ids gives one finding, with the ids and the time summed over the copies, and one rule's findings on
+one source line of one program are one finding (:mod:`hlo_doctor.lint.merge`).
 The summary's recoverable time counts each op once, even when two rules flag it (the larger
 estimate wins). Nothing here prints.
 """
@@ -9,11 +10,10 @@ estimate wins). Nothing here prints.
 from __future__ import annotations
 
 import math
-import re
 import time
 import traceback
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from hlo_doctor.core.format import fmt_duration
@@ -22,6 +22,7 @@ from hlo_doctor.hlo import HloInstruction, HloModule, fused_opcodes
 from hlo_doctor.lint.compiles import CompileAccount, compile_account
 from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.loader import LoadedRule, RuleBook
+from hlo_doctor.lint.merge import merge_recompiled, merge_same_line
 from hlo_doctor.lint.severity import with_cost_severity
 from hlo_doctor.lint.stage import stages_line
 
@@ -170,7 +171,7 @@ def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
             continue
         run.append(r.code)
         findings.extend(run_rule(r, ctx))
-    findings = [with_cost_severity(f, ctx.step_time_us, _category(ctx, f)) for f in merge_recompiled(findings)]
+    findings = [with_cost_severity(f, ctx.step_time_us, _category(ctx, f)) for f in merge_same_line(merge_recompiled(findings))]
     findings.sort(key=lambda f: (-(f.recoverable_us or 0.0), -int(f.severity), f.code, f.module, f.op))
     inserted_us, inserted_ops = compiler_inserted(ctx, findings)
     return Diagnosis(
@@ -188,52 +189,6 @@ def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
 
 # Parts of an HLO line that differ between recompiled copies of one program: metadata (stack frame
 # ids), program ids written ``module(12)``.
-_METADATA = re.compile(r",?\s*metadata=\{[^}]*\}")
-_PROGRAM_ID = re.compile(r"\(\d+\)")
-
-
-def _canonical(evidence: Iterable[str]) -> tuple[str, ...]:
-    return tuple(" ".join(_PROGRAM_ID.sub("(#)", _METADATA.sub("", line)).split()) for line in evidence)
-
-
-def merge_recompiled(findings: Iterable[Finding]) -> list[Finding]:
-    """One finding per cause: findings of one rule on the same op of the same module name, with the
-    same evidence (program ids and metadata aside), become one.
-
-    A program recompiled under several ids runs its copies in different steps: each copy's time per
-    step is its share of the window, so the cause costs their sum per step. The merged finding is the
-    first copy's, with those sums, the ids in ``extra`` (``programs``, ``program_ids``) and a note in
-    its message. Findings without an op (a module's, a source line's) and internal errors are kept as
-    they are; so is the order of first appearance.
-    """
-    groups: dict[object, list[Finding]] = {}
-    for i, f in enumerate(findings):
-        key: object = (f.code, f.module, f.op, _canonical(f.evidence)) \
-            if f.op and f.module and f.severity != Severity.ERROR else i
-        groups.setdefault(key, []).append(f)
-    return [_merged(group) if len(group) > 1 else group[0] for group in groups.values()]
-
-
-def _merged(group: list[Finding]) -> Finding:
-    copies: dict[int | None, Finding] = {}
-    for f in group:
-        copies.setdefault(f.program_id, f)  # the same op of the same program twice: one copy
-    first = group[0]
-    if len(copies) == 1:
-        return first
-    ids = sorted(p for p in copies if p is not None)
-
-    def total(name: str) -> float | None:
-        values = [getattr(f, name) for f in copies.values() if getattr(f, name) is not None]
-        return sum(values) if values else None
-
-    n = len(copies)
-    shown = ", ".join(str(p) for p in ids[:6]) + (", ..." if len(ids) > 6 else "")
-    note = (f" (the same op in {n} programs of {first.module}, recompiled as ids {shown}; "
-            f"time summed over them)")
-    return replace(first, message=first.message + note, time_per_step_us=total("time_per_step_us"),
-                   pct_of_step=total("pct_of_step"), recoverable_us=total("recoverable_us"),
-                   extra=(*first.extra, ("programs", n), ("program_ids", tuple(ids))))
 
 
 # Converts and data movement: what XLA inserts by itself (layout copies, copy insertion, bf16
