@@ -58,7 +58,7 @@ EXCERPTS = [
      "eager generate(): `transpose_copy_fusion` f32[128,50257] = the tied embedding's `.T` "
      "(modeling_flax_gpt2.py:719), run twice per call (init forward + prefill)."),
     ("loop-recompiled_kerashub-eager", "kh-gemma-eager-v32k-s32", "jit_while", "INVALID",
-     "eager generate(): the sampler's while loop (keras_hub/src/samplers/sampler.py:141 "
+     "eager generate(): the sampler's while loop (keras_hub/src/samplers/sampler.py:195 "
      "`ops.while_loop`), compiled on every call (fresh closures): the same module text under a "
      "new program id per call. What-if loop-once."),
     ("weight-transpose-in-loop_transformers-gpt2", "tf-gpt2-jit-v50k-s32", "jit_generate",
