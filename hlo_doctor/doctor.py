@@ -20,16 +20,20 @@ An existing OUT is reused only when it holds an earlier doctor run (``doctor.jso
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hlo_doctor.core import outdir
 from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.core.model import ProgressFn
+from hlo_doctor.render.diagnosis import to_json as diagnosis_json
+from hlo_doctor.render.diagnosis import to_markdown as diagnosis_md
+from hlo_doctor.render.doctor import JSON_SCHEMA
+from hlo_doctor.render.doctor import to_json as render_doctor_json
+from hlo_doctor.render.doctor import to_markdown as render_report
 from hlo_doctor.render.verify import to_json as render_json
 from hlo_doctor.render.verify import to_markdown as render_markdown
 from hlo_doctor.verify import (
@@ -43,10 +47,10 @@ from hlo_doctor.verify import (
     run_verify,
 )
 
-__all__ = ["JSON_SCHEMA", "DoctorResult", "DoctorSettings", "run_doctor"]
+if TYPE_CHECKING:
+    from hlo_doctor.lint import Diagnosis
 
-JSON_SCHEMA = "hlo-doctor.doctor/1"
-"""The ``schema`` tag of doctor.json."""
+__all__ = ["JSON_SCHEMA", "DoctorResult", "DoctorSettings", "run_doctor"]
 
 
 _ARTIFACTS = ("profile", "diagnose.json", "diagnose.md", "fix.diff", "treatment-engine", "verify", "verify.json",
@@ -77,8 +81,8 @@ class DoctorResult:
     settings: DoctorSettings
     engine_dir: str
     profile_run: Path
-    diagnosis: Any
-    """:class:`hlo_doctor.lint.Diagnosis` of the baseline's trace."""
+    diagnosis: Diagnosis
+    """The diagnosis of the baseline's trace."""
     fix_id: str | None
     fix_diff: str
     treatment_dir: Path | None
@@ -138,7 +142,7 @@ def _prepare_out(out_dir: Path) -> Path:
     return outdir.claim(out_dir, "doctor")
 
 
-def _pick_fix(diagnosis: Any) -> str | None:
+def _pick_fix(diagnosis: Diagnosis) -> str | None:
     from hlo_doctor.fixes import available_fixes
 
     known = set(available_fixes())
@@ -154,8 +158,6 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     from hlo_doctor.engines import capture_engine, load_engine
     from hlo_doctor.fixes import FixApplied, apply_fix, patched_copy
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
-    from hlo_doctor.render.diagnosis import to_json as diagnosis_json
-    from hlo_doctor.render.diagnosis import to_markdown as diagnosis_md
 
     report = progress or (lambda stage, done, total: None)
     if settings.engine is not None and not Path(settings.engine).is_dir():
@@ -215,8 +217,6 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     result = DoctorResult(settings=settings, engine_dir=str(engine_dir), profile_run=profile_run,
                           diagnosis=diagnosis, fix_id=fix_id, fix_diff=fix_diff, treatment_dir=treatment_dir,
                           verify=verify, stage_seconds=tuple(stages))
-    from hlo_doctor.render.doctor import to_markdown as render_report
-
     (out / "report.md").write_text(render_report(result))
-    (out / "doctor.json").write_text(json.dumps({"schema": JSON_SCHEMA, **result.to_dict()}, indent=2, default=str) + "\n")
+    (out / "doctor.json").write_text(render_doctor_json(result))
     return result

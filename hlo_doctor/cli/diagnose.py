@@ -26,7 +26,7 @@ from hlo_doctor.cli.config import repository_root
 from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.core.model import Severity
 from hlo_doctor.lint import diagnose, load_context, load_rulebook
-from hlo_doctor.render.diagnosis import FORMATS, to_terminal, to_text
+from hlo_doctor.render.registry import DIAGNOSIS, RenderOptions
 
 _SEVERITIES = [s.name.lower() for s in Severity]
 
@@ -45,7 +45,7 @@ def _codes(values: tuple[str, ...] | list[str]) -> list[str]:
               help="Root of the source tree, for source rules (HD006).")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(path_type=Path),
               help="A folder of your own rule files (hdNNN_<slug>.py); repeatable.")
-@click.option("--format", "fmt", type=FormatChoice(list(FORMATS), {"rich": "table"}), default=None,
+@click.option("--format", "fmt", type=FormatChoice(list(DIAGNOSIS.names), {"rich": "table"}), default=None,
               help="table: report for people on stderr (a terminal) or one line per finding (a pipe); "
                    "concise: one line per finding; github: workflow annotations (default under GITHUB_ACTIONS); "
                    "json/md/sarif: machine output on stdout or --output.  [default: table]")
@@ -81,9 +81,10 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     root = source_root or repository_root(Path.cwd())
     if fmt == "table" and (output is None or output == STDOUT) and not people_see_a_terminal():
         # A pipe or a CI log: no table folded to 80 columns; one greppable line per finding.
-        console.print(to_text(result, "concise", source_root=root), end="", soft_wrap=True, markup=False)
+        console.print(DIAGNOSIS.text("concise", result, RenderOptions(source_root=root)), end="", soft_wrap=True,
+                      markup=False)
     elif fmt == "table":
-        renderable = to_terminal(result, details=not brief)
+        renderable = DIAGNOSIS.render("table", result, RenderOptions(details=not brief))
         if output is None or output == STDOUT:
             print_wide(renderable)
         else:
@@ -92,7 +93,8 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
             write_output(buf.getvalue(), output)
     else:
         command = shlex.join(["hlo-doctor", *sys.argv[1:]])
-        write_output(to_text(result, fmt, book, source_root=root, exit_code=int(code), command_line=command), output)
+        options = RenderOptions(source_root=root, rulebook=book, exit_code=int(code), command_line=command)
+        write_output(DIAGNOSIS.text(fmt, result, options), output)
         if fmt != "concise" or output is not None:
             console.print(result.summary_line(), soft_wrap=True, markup=False)
     if any(f.extra and dict(f.extra).get("internal_error") for f in result.findings) or book.errors:

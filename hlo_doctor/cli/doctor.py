@@ -5,13 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.text import Text
 
-from hlo_doctor.cli.common import console, examples, handle_errors
+from hlo_doctor.cli.common import examples, handle_errors, print_wide
 from hlo_doctor.cli.progress import progress_bars
-from hlo_doctor.cli.verify import print_report
 from hlo_doctor.doctor import DoctorSettings, run_doctor
-from hlo_doctor.hlo.shape import fmt_shape
+from hlo_doctor.render.registry import DOCTOR
 from hlo_doctor.verify import DEFAULT_MAX_TOKENS, DEFAULT_ROUNDS, DEFAULT_TTFT_BOUND
 
 
@@ -53,19 +51,7 @@ def doctor_cmd(engine: Path | None, out_dir: Path, variant: str, rounds: int, ma
                               ttft_bound=ttft_bound)
     with progress_bars(keep=True, label_width=34) as progress:
         result = run_doctor(settings, progress=progress)
-    d = result.diagnosis
-    console.print(Text(f"found: {d.summary_line()}", style="bold"))
-    for f in d.findings:
-        tps = "-" if f.time_per_step_us is None else f"{f.time_per_step_us:,.0f} us/step"
-        console.print(f"  {f.code} {f.module}/{f.op} {fmt_shape(f.shape)}: {tps} {f.source}", soft_wrap=True, markup=False)
-    if result.fix_id is not None:
-        console.print(Text(f"fixed: {result.fix_id} ({variant}) on a copy: {result.treatment_dir}", style="bold"),
-                      soft_wrap=True)
-    if result.verify is not None:
-        print_report(result.verify)
-    colour = "green" if int(result.exit_code) == 0 else "red"
-    console.print(Text(f"doctor: {result.verdict} ({result.elapsed_s:.0f} s); report: "
-                       f"{Path(settings.out_dir) / 'report.md'}", style=f"bold {colour}"))
+    print_wide(DOCTOR.render("table", result))
     raise SystemExit(int(result.exit_code))
 
 

@@ -21,9 +21,8 @@ from hlo_doctor.cli.config import repository_root
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.gate import GateResult, Verdict, gate, resolve_policy
 from hlo_doctor.opstats import OpStats, load_opstats
-from hlo_doctor.render.gate import to_github, to_json, to_junit, to_markdown, to_text
+from hlo_doctor.render.registry import GATE, RenderOptions
 
-_RENDERERS = {"json": to_json, "md": to_markdown, "junit": to_junit, "table": to_text}
 _STYLE = {
     "regressed": "bold red", "new: fails the gate": "bold red", "inconclusive": "yellow",
     "within noise": "dim", "not slower, within noise": "dim", "improved": "green", "vanished": "green", "new": "yellow",
@@ -47,7 +46,7 @@ def _print_result(result: GateResult, max_rows: int) -> None:
     Plain fixed-width lines (no wrapping table): CI logs are not terminals and must stay greppable.
     """
     colour = {Verdict.PASS: "green", Verdict.REGRESSION: "red", Verdict.INCONCLUSIVE: "yellow"}[result.verdict]
-    lines = to_text(result, max_rows=max_rows, fit=people_see_a_terminal()).splitlines()
+    lines = GATE.text("table", result, RenderOptions(rows=max_rows, fit=people_see_a_terminal())).splitlines()
     console.print(Text(lines[0], style=f"bold {colour}"))
     for line in lines[1:]:
         style = ""
@@ -74,7 +73,7 @@ def _print_result(result: GateResult, max_rows: int) -> None:
 @click.option("--policy", "policy_file", type=click.Path(path_type=Path),
               help="TOML policy file. Default: [tool.hlo-doctor.gate] of the nearest pyproject.toml "
                    "(from the current directory up to the repository root), else built-in defaults.")
-@click.option("--format", "fmt", type=FormatChoice(["table", "github", "json", "md", "junit"], {"text": "table"}),
+@click.option("--format", "fmt", type=FormatChoice(list(GATE.names), {"text": "table"}),
               default=None, help="table: for people (stderr, or plain text to --output); github: workflow "
                                  "annotations of the violations on stdout, the table on stderr (the default "
                                  "under GITHUB_ACTIONS); json / md / junit: on stdout or --output.  [default: table]")
@@ -143,11 +142,7 @@ def gate_cmd(
     fmt = fmt or ("github" if in_github_actions() and output is None else "table")
 
     def render(kind: str) -> str:
-        if kind == "junit":
-            return to_junit(result, source_root=root)
-        if kind == "github":
-            return to_github(result, source_root=root)
-        return _RENDERERS[kind](result)
+        return GATE.text(kind, result, RenderOptions(source_root=root))
 
     for path, kind in ((md_file, "md"), (json_file, "json"), (junit_file, "junit")):
         if path is not None:
@@ -158,7 +153,7 @@ def gate_cmd(
     elif fmt == "table":
         _print_result(result, max_rows)
         if output is not None:
-            write_output(to_text(result, max_rows=max_rows), output)
+            write_output(GATE.text("table", result, RenderOptions(rows=max_rows)), output)
     else:
         write_output(render(fmt), output)
         # The verdict and its reasons still go to the log.

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from hlo_doctor.cli.common import (
@@ -19,11 +18,7 @@ from hlo_doctor.cli.common import (
 )
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode, InputError
-from hlo_doctor.core.format import fmt_ms as fmt_us
-from hlo_doctor.hlo.shape import fmt_shape
-from hlo_doctor.render.verify import metric_rows, target_to_json, target_to_markdown
-from hlo_doctor.render.verify import to_json as render_json
-from hlo_doctor.render.verify import to_markdown as render_markdown
+from hlo_doctor.render.registry import VERIFY, VERIFY_TARGET
 from hlo_doctor.verify import (
     DEFAULT_ALPHA,
     DEFAULT_MAX_TOKENS,
@@ -36,42 +31,11 @@ from hlo_doctor.verify import (
 )
 
 
-def print_report(report: VerifyReport) -> None:
-    """The people's view on stderr: checks first (they decide), then the measured table."""
-    colour = "green" if report.passed else "red"
-    status = "PASS" if report.passed else "FAIL"
-    console.print(Text(f"verify: {status} ({report.verdict})", style=f"bold {colour}"))
-    checks = Table(show_edge=False, pad_edge=False, box=None)
-    for col in ("#", "check", "result", "figure"):
-        checks.add_column(col, overflow="fold")
-    for c in report.checks:
-        checks.add_row(str(c.number), Text(c.name), Text("pass", style="green") if c.passed else Text("FAIL", style="bold red"),
-                       Text(c.figure))
-    print_wide(checks)
-    for c in report.checks:
-        if not c.passed and c.detail:
-            console.print(Text(f"  check {c.number}: {c.detail}", style="red"), soft_wrap=True)
-    # No box: the table must fit an 80-column CI log without wrapping its rows.
-    table = Table(title=None, box=None, pad_edge=False, header_style="bold")
-    for col, justify in (("median", "left"), ("baseline", "right"), ("treatment", "right"), ("ratio", "right"),
-                         ("95% CI", "left"), ("outcome", "left")):
-        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
-    for row in metric_rows(report):
-        table.add_row(*(Text(cell) for cell in row))
-    print_wide(table)
-    for op in report.removed_ops:
-        now = "" if op.status == "gone" else f" ({fmt_us(op.treatment_time_per_step_us)}/step)"
-        console.print(Text(f"  {op.code} {op.module}/{op.op} {fmt_shape(op.shape)}: {fmt_us(op.time_per_step_us)}/step in "
-                           f"baseline, {op.status} in treatment{now}", style="dim"), soft_wrap=True)
-    for note in report.notes:
-        console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
-
-
 def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
     """``verify.json`` and ``verify.md`` (and ``fix.diff`` when verify made the treatment) in ``out_dir``."""
     json_path, md_path = out_dir / "verify.json", out_dir / "verify.md"
-    write_file_atomically(json_path, render_json(report))
-    write_file_atomically(md_path, render_markdown(report))
+    write_file_atomically(json_path, VERIFY.text("json", report))
+    write_file_atomically(md_path, VERIFY.text("md", report))
     if report.fix_diff:
         write_file_atomically(out_dir / "fix.diff", report.fix_diff)
     return json_path, md_path
@@ -105,7 +69,7 @@ def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
 @click.option("--require-improvement", is_flag=True, help="Check 5 fails on 'no change' too.")
 @click.option("--baseline-run", type=click.Path(path_type=Path), help="An existing capture of the baseline at the "
               "same sizes (hlo-doctor profile): used for the removed-ops figure instead of capturing again.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(list(VERIFY.names)), default="table", show_default=True,
               help="table: for people (stderr); json / md: on stdout or --output.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the --format output to FILE.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Artifact folder: verify.json, verify.md, "
@@ -169,16 +133,13 @@ def verify_cmd(fix: str | None, variant: str, baseline: Path | None, treatment: 
     )
     with progress_bars(keep=True, label_width=34) as progress:
         report = run_verify(settings, progress=progress)
-    print_report(report)
+    print_wide(VERIFY.render("table", report))
     if out_dir is not None:
         json_path, md_path = write_artifacts(report, out_dir)
         console.print(Text(f"wrote {json_path} and {md_path}"), soft_wrap=True)
-    if fmt == "json":
-        write_output(render_json(report), output)
-    elif fmt == "md":
-        write_output(render_markdown(report), output)
-    elif output is not None:
-        write_output(render_markdown(report), output)
+    if fmt != "table" or output is not None:
+        # The table is for people: with --output alone, the file gets the Markdown.
+        write_output(VERIFY.text("md" if fmt == "table" else fmt, report), output)
     raise SystemExit(int(ExitCode.OK if report.passed else ExitCode.FINDINGS))
 
 
@@ -187,10 +148,10 @@ def _verify_tree(*, target: Path | None, fix: str | None, variant: str, baseline
                  output: Path | None, out_dir: Path | None, batch: int | None, vocab: int | None,
                  **rest: Any) -> None:
     """``--target`` and/or ``--bench``: the program and serving levels; exits."""
-    from hlo_doctor.verify.bench import parse_metrics
-    from hlo_doctor.verify.run import workspace
-    from hlo_doctor.verify.target import TargetSettings, run_target
-    from hlo_doctor.verify.variants import shipped_engine_dir
+    from hlo_doctor.verify.engine.variants import shipped_engine_dir
+    from hlo_doctor.verify.tpu_inference import TargetSettings, run_target
+    from hlo_doctor.verify.tpu_inference.bench import parse_metrics
+    from hlo_doctor.verify.workspace import workspace
 
     if target is not None and baseline is not None:
         raise InputError("--target and --baseline both given", "the target is the baseline: drop --baseline")
@@ -205,33 +166,14 @@ def _verify_tree(*, target: Path | None, fix: str | None, variant: str, baseline
         out_dir=out_dir, **rest)
     with progress_bars(keep=True, label_width=34) as progress, workspace(out_dir) as work:
         report = run_target(settings, work, progress=progress)
-        status = "PASS" if report.passed else "FAIL"
-        console.print(Text(f"verify: {status} ({report.verdict})", style=f"bold {'green' if report.passed else 'red'}"),
-                      soft_wrap=True)
-        for level in report.levels:
-            table = Table(show_edge=False, pad_edge=False, box=None, title=f"{level.level} level", title_justify="left")
-            for col in ("#", "check", "result", "figure"):
-                table.add_column(col, overflow="fold")
-            for c in level.checks:
-                result = (Text("pass", style="green") if c.passed else
-                          Text("not run", style="yellow") if c.figure.startswith("not run") else
-                          Text("FAIL", style="bold red"))
-                table.add_row(str(c.number), c.name, result, c.figure)
-            print_wide(table)
-            for c in level.checks:
-                if not c.passed and c.detail:
-                    console.print(Text(f"  check {c.number}: {c.detail}", style="red"), soft_wrap=True)
-        for note in report.notes:
-            console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
+        print_wide(VERIFY_TARGET.render("table", report))
         if out_dir is not None:
-            (out_dir / "verify.json").write_text(target_to_json(report))
-            (out_dir / "verify.md").write_text(target_to_markdown(report))
+            (out_dir / "verify.json").write_text(VERIFY_TARGET.text("json", report))
+            (out_dir / "verify.md").write_text(VERIFY_TARGET.text("md", report))
             if report.fix_diff:
                 (out_dir / "fix.diff").write_text(report.fix_diff)
-    if fmt == "json":
-        write_output(target_to_json(report), output)
-    elif fmt == "md" or output is not None:
-        write_output(target_to_markdown(report), output)
+    if fmt != "table" or output is not None:
+        write_output(VERIFY_TARGET.text("md" if fmt == "table" else fmt, report), output)
     raise SystemExit(int(ExitCode.OK if report.passed else ExitCode.FINDINGS))
 
 

@@ -1,17 +1,83 @@
-"""``report.md`` of ``hlo-doctor doctor``: what was found, what the fix changed, what it measured, the verdict."""
+"""Renderers of ``hlo-doctor doctor``'s result: ``report.md`` (what was found, what the fix changed,
+what it measured, the verdict), ``doctor.json`` and the terminal view.
+
+They read the result through :class:`DoctorOutcome`, a Protocol that
+:class:`hlo_doctor.doctor.DoctorResult` satisfies: the orchestrator imports its renderers, never the
+other way round.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.core.format import fmt_ms, fmt_source
 from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.render.verify import metric_rows
+from hlo_doctor.render.verify import to_terminal as verify_terminal
+from hlo_doctor.verify.engine.results import VerifyReport
 
 if TYPE_CHECKING:
-    from hlo_doctor.doctor import DoctorResult
+    from hlo_doctor.lint import Diagnosis
 
-__all__ = ["to_markdown"]
+__all__ = ["JSON_SCHEMA", "DoctorOutcome", "to_json", "to_markdown", "to_terminal"]
+
+JSON_SCHEMA = "hlo-doctor.doctor/1"
+"""The ``schema`` tag of doctor.json."""
+
+
+class DoctorRunSettings(Protocol):
+    """What the renderers read of the doctor's settings."""
+
+    @property
+    def out_dir(self) -> Path: ...
+
+    @property
+    def variant(self) -> str: ...
+
+
+class DoctorOutcome(Protocol):
+    """What the renderers read of a doctor run (:class:`hlo_doctor.doctor.DoctorResult` is one)."""
+
+    @property
+    def settings(self) -> DoctorRunSettings: ...
+
+    @property
+    def engine_dir(self) -> str: ...
+
+    @property
+    def diagnosis(self) -> Diagnosis: ...
+
+    @property
+    def fix_id(self) -> str | None: ...
+
+    @property
+    def fix_diff(self) -> str: ...
+
+    @property
+    def treatment_dir(self) -> Path | None: ...
+
+    @property
+    def verify(self) -> VerifyReport | None: ...
+
+    @property
+    def stage_seconds(self) -> tuple[tuple[str, float], ...]: ...
+
+    @property
+    def elapsed_s(self) -> float: ...
+
+    @property
+    def verdict(self) -> str: ...
+
+    @property
+    def exit_code(self) -> ExitCode: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 def _diff_stats(diff: str) -> list[tuple[str, int, int]]:
@@ -29,7 +95,7 @@ def _diff_stats(diff: str) -> list[tuple[str, int, int]]:
     return stats
 
 
-def to_markdown(result: DoctorResult) -> str:
+def to_markdown(result: DoctorOutcome) -> str:
     """``report.md``: what was found, what the fix changed, what it measured, the verdict."""
     d = result.diagnosis
     lines = [f"# hlo-doctor doctor: {result.verdict}", ""]
@@ -95,3 +161,26 @@ def to_markdown(result: DoctorResult) -> str:
         else:
             lines.append("**FAIL**: " + "; ".join(f"check {c.number} ({c.name}): {c.figure}" for c in failed))
     return "\n".join(lines) + "\n"
+
+
+def to_json(result: DoctorOutcome) -> str:
+    """``doctor.json``: the result as data (schema ``hlo-doctor.doctor/1``)."""
+    return json.dumps({"schema": JSON_SCHEMA, **result.to_dict()}, indent=2, default=str) + "\n"
+
+
+def to_terminal(result: DoctorOutcome) -> RenderableType:
+    """The people's view (stderr): what was found, what was fixed, verify's view, the verdict."""
+    d = result.diagnosis
+    parts: list[RenderableType] = [Text(f"found: {d.summary_line()}", style="bold")]
+    for f in d.findings:
+        tps = "-" if f.time_per_step_us is None else f"{f.time_per_step_us:,.0f} us/step"
+        parts.append(Text(f"  {f.code} {f.module}/{f.op} {fmt_shape(f.shape)}: {tps} {f.source}"))
+    if result.fix_id is not None:
+        parts.append(Text(f"fixed: {result.fix_id} ({result.settings.variant}) on a copy: {result.treatment_dir}",
+                          style="bold"))
+    if result.verify is not None:
+        parts.append(verify_terminal(result.verify))
+    colour = "green" if int(result.exit_code) == 0 else "red"
+    parts.append(Text(f"doctor: {result.verdict} ({result.elapsed_s:.0f} s); report: "
+                      f"{Path(result.settings.out_dir) / 'report.md'}", style=f"bold {colour}"))
+    return Group(*parts)

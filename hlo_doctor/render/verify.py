@@ -1,22 +1,24 @@
-"""Renderers of a verify report: JSON, Markdown, and the metric rows the terminal table shows."""
+"""Renderers of a verify report of two engine trees: the terminal view, JSON, Markdown, and the metric
+rows both tables show. (``verify --target``'s report: :mod:`hlo_doctor.render.verify_target`.)"""
 
 from __future__ import annotations
 
 import json
 import math
 
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
 from hlo_doctor.core.format import fmt_ms
 from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.checks import ratio as _ratio
-from hlo_doctor.verify.results import VerifyReport
-from hlo_doctor.verify.target import TargetReport
+from hlo_doctor.verify.engine.results import VerifyReport
 
-__all__ = ["JSON_SCHEMA", "TARGET_JSON_SCHEMA", "metric_rows", "target_to_json", "target_to_markdown", "to_json",
-           "to_markdown"]
+__all__ = ["JSON_SCHEMA", "metric_rows", "to_json", "to_markdown", "to_terminal"]
 
 JSON_SCHEMA = "hlo-doctor.verify/1"
-TARGET_JSON_SCHEMA = "hlo-doctor.verify-target/1"
 
 
 def to_json(report: VerifyReport) -> str:
@@ -105,23 +107,30 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def target_to_json(report: TargetReport) -> str:
-    """A ``verify --target`` / ``--bench`` report as JSON (schema ``hlo-doctor.verify-target/1``)."""
-    return json.dumps({"schema": TARGET_JSON_SCHEMA, **report.to_dict()}, indent=2, default=str) + "\n"
-
-
-def target_to_markdown(report: TargetReport) -> str:
-    """A ``verify --target`` / ``--bench`` report as Markdown."""
+def to_terminal(report: VerifyReport) -> RenderableType:
+    """The people's view (stderr): checks first (they decide), then the measured table."""
+    colour = "green" if report.passed else "red"
     status = "PASS" if report.passed else "FAIL"
-    lines = [f"## hlo-doctor verify --target: {status} ({report.verdict})", "",
-             f"Baseline `{report.baseline}` ({report.release}) vs treatment `{report.treatment}`; "
-             f"{report.elapsed_s:.0f} s."]
-    for level in report.levels:
-        lines += ["", f"### {level.level} level", "", "| # | check | result | figure |", "|---|---|---|---|"]
-        for c in level.checks:
-            result = "pass" if c.passed else ("not run" if c.figure.startswith("not run") else "**FAIL**")
-            lines.append(f"| {c.number} | {c.name} | {result} | {_md(c.figure)} |")
-        lines += [f"- check {c.number} ({c.name}): {_md(c.detail)}" for c in level.checks if c.detail]
-    for note in report.notes:
-        lines += ["", f"Note: {note}"]
-    return "\n".join(lines) + "\n"
+    parts: list[RenderableType] = [Text(f"verify: {status} ({report.verdict})", style=f"bold {colour}")]
+    checks = Table(show_edge=False, pad_edge=False, box=None)
+    for col in ("#", "check", "result", "figure"):
+        checks.add_column(col, overflow="fold")
+    for c in report.checks:
+        checks.add_row(str(c.number), Text(c.name), Text("pass", style="green") if c.passed else Text("FAIL", style="bold red"),
+                       Text(c.figure))
+    parts.append(checks)
+    parts += [Text(f"  check {c.number}: {c.detail}", style="red") for c in report.checks if not c.passed and c.detail]
+    # No box: the table must fit an 80-column CI log without wrapping its rows.
+    table = Table(title=None, box=None, pad_edge=False, header_style="bold")
+    for col, justify in (("median", "left"), ("baseline", "right"), ("treatment", "right"), ("ratio", "right"),
+                         ("95% CI", "left"), ("outcome", "left")):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for row in metric_rows(report):
+        table.add_row(*(Text(cell) for cell in row))
+    parts.append(table)
+    for op in report.removed_ops:
+        now = "" if op.status == "gone" else f" ({fmt_ms(op.treatment_time_per_step_us)}/step)"
+        parts.append(Text(f"  {op.code} {op.module}/{op.op} {fmt_shape(op.shape)}: {fmt_ms(op.time_per_step_us)}/step in "
+                          f"baseline, {op.status} in treatment{now}", style="dim"))
+    parts += [Text(f"note: {note}", style="dim") for note in report.notes]
+    return Group(*parts)

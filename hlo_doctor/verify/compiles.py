@@ -1,52 +1,44 @@
-"""Counting backend compiles inside measured windows with ``jax.monitoring``."""
+"""Counting the backend compiles inside a measured window: the one compile counter of verify.
+
+Every kind of target counts with it. The counting itself is the reference engine's compile log
+(:mod:`hlo_doctor.engine.recompilation`: one ``jax.monitoring`` listener for the process, and JAX's
+cache-miss explanation of each compile when asked for). It stays in the engine because the engine
+imports nothing of hlo-doctor (a patched copy of it runs on its own); verify reads it only here.
+"""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+"""The ``jax.monitoring`` event of one backend compile (one new executable)."""
 
 
-class CompileCounter:
-    """Counts backend compiles by ``jax.monitoring`` while armed (one listener for the whole verify)."""
+@dataclass(slots=True)
+class CompileWindow:
+    """The backend compiles inside one window; filled when the window closes."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._names: list[str] = []
-        self._armed = False
+    programs: tuple[str, ...] = ()
+    """The name JAX reports for each backend compile (``jit(sample)``), in order."""
+    reasons: tuple[str, ...] = ()
+    """With ``explain``: one line per compile, the program and JAX's cache-miss reason."""
 
-    def _on_duration(self, event: str, duration_secs: float, **kwargs: str | int) -> None:
-        if event == BACKEND_COMPILE_EVENT and self._armed:
-            with self._lock:
-                self._names.append(str(kwargs.get("fun_name", "?")))
 
-    @contextmanager
-    def listening(self) -> Iterator[CompileCounter]:
-        import jax
+@contextmanager
+def compile_window(*, explain: bool = False) -> Iterator[CompileWindow]:
+    """Count the backend compiles inside the block; with ``explain``, keep JAX's reason for each.
 
-        jax.monitoring.register_event_duration_secs_listener(self._on_duration)
-        try:
-            yield self
-        finally:
-            try:
-                from jax._src import monitoring as _monitoring
+    ``explain`` switches ``jax_explain_cache_misses`` on inside the block, which costs time at every
+    trace: the engine A/B leaves it off (its engine reports its own reasons); the program level of a
+    tpu-inference tree, whose ``sample()`` reports nothing, turns it on.
+    """
+    # Imported here: the engine package imports JAX, and a light command imports verify's settings.
+    from hlo_doctor.engine.recompilation import CompileWatch
 
-                _monitoring.unregister_event_duration_listener(self._on_duration)
-            except (ImportError, AttributeError, ValueError):  # older/newer JAX: a stale listener is harmless
-                pass
-
-    @contextmanager
-    def window(self) -> Iterator[list[str]]:
-        """Yield a list that holds, after the block, the names of the programs compiled inside it."""
-        seen: list[str] = []
-        with self._lock:
-            mark = len(self._names)
-            self._armed = True
-        try:
-            yield seen
-        finally:
-            with self._lock:
-                self._armed = False
-                seen.extend(self._names[mark:])
+    window = CompileWindow()
+    with CompileWatch(explain=explain) as watch:
+        yield window
+    window.programs = tuple(event.fun_name for event in watch.compiles())
+    window.reasons = watch.reasons() if explain else ()

@@ -7,8 +7,8 @@ slower; the seed's hand fix compiles ``jit(sample)`` inside the first step of ev
 
 from __future__ import annotations
 
-from hlo_doctor.verify.program import ProgramRound
-from hlo_doctor.verify.program_run import _check_first_step
+from hlo_doctor.verify.tpu_inference.program import ProgramRound
+from hlo_doctor.verify.tpu_inference.program_run import _check_first_step
 
 BOUND = 1.25
 

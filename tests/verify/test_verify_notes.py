@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import jaxlib
 
+from hlo_doctor.verify.engine.run import _slower_narrow_reads
 from hlo_doctor.verify.results import RemovedOp
-from hlo_doctor.verify.run import _slower_narrow_reads
 
 # The figures of `make doctor` on jaxlib 0.10.2's XLA:CPU (README): the argmax fusion 37.1 -> 64.9 ms/step.
 SLOWER = RemovedOp("HD004", "iota_reduce_fusion", "jit_sample", "(f32[64]{0}, s32[64]{0})", 37_091.0, "narrowed",

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from fixtures_wheels import newest_release, tree_bytes, unpack
 
 from hlo_doctor.cli import main
-from hlo_doctor.verify.sampler_tree import source_facts
-from hlo_doctor.verify.tpu_shim import needed_names
+from hlo_doctor.verify.tpu_inference.sampler_tree import source_facts
+from hlo_doctor.verify.tpu_inference.tpu_shim import needed_names
 
 ENGINE = Path(__file__).resolve().parents[2] / "hlo_doctor" / "engine"
 SMALL = ["--batch", "8", "--vocab", "1024", "--steps", "4"]

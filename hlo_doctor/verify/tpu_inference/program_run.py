@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hlo_doctor.verify.checks import ratio
-from hlo_doctor.verify.program import (
+from hlo_doctor.verify.checks import check_throughput, not_run, ratio
+from hlo_doctor.verify.results import Check
+from hlo_doctor.verify.settings import ProgressFn
+from hlo_doctor.verify.stats import compare
+from hlo_doctor.verify.tpu_inference.program import (
     HloFacts,
     ProgramRound,
+    Sampler,
     SamplerSide,
     hlo_facts,
     load_side,
     measure_rounds,
-    not_run,
     test_logits,
 )
-from hlo_doctor.verify.results import Check
-from hlo_doctor.verify.settings import ProgressFn
+from hlo_doctor.verify.tpu_inference.results import LevelResult
+from hlo_doctor.verify.tpu_inference.settings import TargetSettings
+
+if TYPE_CHECKING:
+    from hlo_doctor.fixes.targets import Target
 
 NAMES = {1: "steady-state compiles", 2: "cold first-step ratio", 3: "greedy tokens identical",
          4: "treatment HLO", 5: "throughput verdict", 6: "precompile key (HD006)"}
@@ -73,7 +79,7 @@ def _check_first_step(rounds: dict[str, list[ProgramRound]], bound: float) -> Ch
                  f"{t:.2f} vs {b:.2f}; fails when both exceed the bound")
 
 
-def _check_tokens(base: Any, treat: Any, settings: Any) -> tuple[Check, dict[str, Any]]:
+def _check_tokens(base: Sampler, treat: Sampler, settings: TargetSettings) -> tuple[Check, dict[str, Any]]:
     import jax.numpy as jnp
 
     checked = 0
@@ -115,11 +121,9 @@ def _check_hlo(treat_side: SamplerSide, facts: HloFacts, logprobs: bool) -> Chec
     return Check(4, NAMES[4], True, figure, "no aliasing copy, no standalone convert, argmax reads bf16")
 
 
-def program_level(settings: Any, target: Any, treatment: Any, report: ProgressFn) -> Any:
-    """Run the program-level checks; a :class:`~hlo_doctor.verify.target.LevelResult`."""
+def program_level(settings: TargetSettings, target: Target, treatment: Target, report: ProgressFn) -> LevelResult:
+    """Run the program-level checks of two tpu-inference trees."""
     import jax.numpy as jnp
-
-    from hlo_doctor.verify.target import LevelResult, compare
 
     shape = (settings.batch, settings.vocab)
     report("load trees", 0, 2)
@@ -161,8 +165,6 @@ def program_level(settings: Any, target: Any, treatment: Any, report: ProgressFn
     figures["rounds"] = {k: [{"first_step_ms": r.first_step_ms, "step_times_ms": list(r.step_times_ms),
                               "throughput_rows_s": r.throughput_rows_s, "compiles": list(r.compiles)} for r in v]
                          for k, v in rounds.items()}
-    from hlo_doctor.verify.checks import check_throughput
-
     checks = (_check_compiles(rounds), _check_first_step(rounds, settings.ttft_bound), tokens,
               _check_hlo(treat_side, treat_hlo, settings.logprobs),
               check_throughput(throughput, steps, False), hd006)

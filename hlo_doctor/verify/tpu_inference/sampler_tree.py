@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import ast
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from hlo_doctor.core.errors import InputError
+
+if TYPE_CHECKING:
+    import jax
+    from jax.sharding import Mesh
 
 MODEL_DTYPE = "bfloat16"
 """The logits dtype of the model (Gemma's, and what every bf16 checkpoint gives the runner)."""
@@ -17,6 +23,22 @@ MODEL_DTYPE = "bfloat16"
 MESH_AXES = ("data", "attn_dp", "attn_dp_expert", "expert", "model", "dcp")
 RUNNER_FUNCTION = "_sample_from_logits"
 MENU_FUNCTION = "_precompile_sampling"
+
+
+SampleOutput: TypeAlias = tuple["jax.Array", "jax.Array | None"]
+"""What a greedy ``sample()`` returns: the tokens, and the float32 logits when logprobs are on."""
+
+
+class JittedSample(Protocol):
+    """A release's jitted ``sample()``, as verify uses it: called, lowered, its cache cleared."""
+
+    __wrapped__: Callable[..., object]
+
+    def __call__(self, *args: object) -> SampleOutput: ...
+
+    def lower(self, *args: object) -> jax.stages.Lowered: ...
+
+    def clear_cache(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +116,7 @@ def source_facts(runner: Path, precompile: Path) -> SourceFacts:
                        menu_dtype, menu_site)
 
 
-def mesh() -> Any:
+def mesh() -> Mesh:
     """A one-device mesh with every axis name the releases use."""
     import jax
     import numpy as np
@@ -103,8 +125,11 @@ def mesh() -> Any:
     return Mesh(np.array(jax.devices()[:1]).reshape((1,) * len(MESH_AXES)), MESH_AXES)
 
 
-def metadata(metadata_module: Any, logprobs: bool) -> Any:
-    """Greedy sampling metadata as the precompile pass builds it (a collision dummy per logprobs flag)."""
+def metadata(metadata_module: ModuleType, logprobs: bool) -> object:
+    """Greedy sampling metadata as the precompile pass builds it (a collision dummy per logprobs flag).
+
+    An instance of the tree's own ``TPUSupportedSamplingMetadata``: verify only passes it to ``sample()``.
+    """
     import jax.numpy as jnp
 
     cls = metadata_module.TPUSupportedSamplingMetadata
@@ -112,7 +137,7 @@ def metadata(metadata_module: Any, logprobs: bool) -> Any:
                _cache_collision_dummy=jnp.zeros((1 if logprobs else 2,), jnp.int32))
 
 
-def lower_error(sample: Any, args: tuple[Any, ...]) -> str | None:
+def lower_error(sample: JittedSample, args: tuple[object, ...]) -> str | None:
     """Why ``sample`` (as the release jits it) cannot be lowered and compiled here; None when it can."""
     try:
         sample.lower(*args).compile()
@@ -122,7 +147,7 @@ def lower_error(sample: Any, args: tuple[Any, ...]) -> str | None:
     return None
 
 
-def static_argnames(sample: Any) -> tuple[str, ...]:
+def static_argnames(sample: JittedSample) -> tuple[str, ...]:
     """The static arguments of a jitted ``sample`` (by the names its releases use)."""
     wrapped = getattr(sample, "__wrapped__", sample)
     params = inspect.signature(wrapped).parameters

@@ -19,14 +19,22 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.checks import check_throughput, ratio
 from hlo_doctor.verify.results import Check
+from hlo_doctor.verify.rounds import interleaved
 from hlo_doctor.verify.settings import ProgressFn
+from hlo_doctor.verify.stats import compare
+from hlo_doctor.verify.tpu_inference.results import LevelResult
+from hlo_doctor.verify.tpu_inference.settings import TargetSettings
+
+if TYPE_CHECKING:
+    from hlo_doctor.fixes.targets import Target
 
 # Metric -> JSON fields tried in order: vllm bench serve / throughput first, then the reference engine's.
 DEFAULT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -72,8 +80,8 @@ def _fields(mapping: tuple[tuple[str, str], ...]) -> dict[str, tuple[str, ...]]:
     return fields
 
 
-def _lookup(doc: dict[str, Any], key: str) -> Any:
-    value: Any = doc
+def _lookup(doc: dict[str, Any], key: str) -> object:
+    value: object = doc
     for part in key.split("."):
         if not isinstance(value, dict) or part not in value:
             return None
@@ -81,7 +89,7 @@ def _lookup(doc: dict[str, Any], key: str) -> Any:
     return value
 
 
-def run_round(command: str, tree: Any, out: Path, *, label: str, index: int, timeout: float,
+def run_round(command: str, tree: Target, out: Path, *, label: str, index: int, timeout: float,
               fields: dict[str, tuple[str, ...]]) -> BenchRound:
     """Run the bench command once on ``tree``; an :class:`InputError` naming the round when it cannot be read."""
     where = f"--bench round {index + 1} ({label})"
@@ -132,34 +140,33 @@ def run_round(command: str, tree: Any, out: Path, *, label: str, index: int, tim
     return BenchRound(label, index, seconds, metrics, compile_note)
 
 
-def _is_tpu_tree(tree: Any) -> bool:
+def _is_tpu_tree(tree: Target) -> bool:
+    # Imported here: fixes loads libcst, which a light command never needs.
     from hlo_doctor.fixes.targets import TPU_INFERENCE
 
     return bool(tree.project == TPU_INFERENCE)
 
 
-def bench_rounds(settings: Any, trees: dict[str, Any], work: Path, report: ProgressFn) -> dict[str, list[BenchRound]]:
+def bench_rounds(settings: TargetSettings, trees: dict[str, Target], work: Path,
+                 report: ProgressFn) -> dict[str, list[BenchRound]]:
     """Interleaved rounds (AB BA AB...) of the bench command on both trees (detected targets)."""
     fields = _fields(settings.bench_metrics)
     rounds_n = settings.bench_rounds or settings.rounds
     out: dict[str, list[BenchRound]] = {"baseline": [], "treatment": []}
     folder = work / "bench"
     folder.mkdir(parents=True, exist_ok=True)
-    done = 0
-    for r in range(rounds_n):
-        for label in (("baseline", "treatment") if r % 2 == 0 else ("treatment", "baseline")):
-            index = len(out[label])
-            out[label].append(run_round(settings.bench, trees[label], folder / f"{label}-{index + 1}.json",
-                                        label=label, index=index, timeout=settings.bench_timeout, fields=fields))
-            done += 1
-            report("bench rounds", done, 2 * rounds_n)
+    assert settings.bench is not None, "the serving level runs only with --bench"
+    for done, label in enumerate(interleaved(rounds_n), start=1):
+        index = len(out[label])
+        out[label].append(run_round(settings.bench, trees[label], folder / f"{label}-{index + 1}.json",
+                                    label=label, index=index, timeout=settings.bench_timeout, fields=fields))
+        report("bench rounds", done, 2 * rounds_n)
     return out
 
 
-def serving_checks(settings: Any, rounds: dict[str, list[BenchRound]]) -> tuple[tuple[Check, ...], Any]:
+def serving_checks(settings: TargetSettings,
+                   rounds: dict[str, list[BenchRound]]) -> tuple[tuple[Check, ...], SampleComparison | None]:
     """Checks 1, 2, 3 (when the JSON carries tokens) and 5 from the bench rounds; and the throughput comparison."""
-    from hlo_doctor.verify.target import compare
-
     b, t = rounds["baseline"], rounds["treatment"]
     checks: list[Check] = []
     if all("compiles" in r.metrics for r in b + t):
@@ -200,11 +207,10 @@ def serving_checks(settings: Any, rounds: dict[str, list[BenchRound]]) -> tuple[
     return tuple(checks), throughput
 
 
-def serving_level(settings: Any, baseline: Any, treatment: Any, work: Path, report: ProgressFn) -> Any:
-    """The serving level as a :class:`~hlo_doctor.verify.target.LevelResult` (its HLO check is the
-    program level's, which runs first in the same report)."""
-    from hlo_doctor.verify.target import LevelResult
-
+def serving_level(settings: TargetSettings, baseline: Target, treatment: Target, work: Path,
+                  report: ProgressFn) -> LevelResult:
+    """The serving level as a :class:`LevelResult` (its HLO check is the program level's, which runs
+    first in the same report)."""
     rounds = bench_rounds(settings, {"baseline": baseline, "treatment": treatment}, work, report)
     checks, throughput = serving_checks(settings, rounds)
     figures: dict[str, Any] = {k: [{"seconds": r.seconds, **r.metrics, "compile_note": r.compile_note} for r in v]

@@ -1,6 +1,6 @@
 """Program level of ``verify --target``: the real ``sample()`` of two tpu-inference trees, side by side.
 
-Each tree's ``sample()`` is imported (:mod:`hlo_doctor.verify.tpu_shim`), fed what the tree's own
+Each tree's ``sample()`` is imported (:mod:`~hlo_doctor.verify.tpu_inference.tpu_shim`), fed what the tree's own
 runner feeds it (float32 when ``_sample_from_logits`` widens eagerly, else the model's bf16) and
 warmed with the dtype the tree's own precompile menu is keyed on, as at an engine start. Measured
 rounds run interleaved (AB BA AB...), each starting cold (the jitted ``sample`` cache cleared and
@@ -14,12 +14,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from hlo_doctor.verify.results import Check
-from hlo_doctor.verify.sampler_tree import (
+from hlo_doctor.verify.compiles import compile_window
+from hlo_doctor.verify.rounds import interleaved
+from hlo_doctor.verify.settings import ProgressFn
+from hlo_doctor.verify.tpu_inference.sampler_tree import (
+    JittedSample,
+    SampleOutput,
     SourceFacts,
     lower_error,
     mesh,
@@ -27,8 +32,10 @@ from hlo_doctor.verify.sampler_tree import (
     source_facts,
     static_argnames,
 )
-from hlo_doctor.verify.settings import ProgressFn
-from hlo_doctor.verify.tpu_shim import import_sampler
+from hlo_doctor.verify.tpu_inference.tpu_shim import import_sampler
+
+if TYPE_CHECKING:
+    import jax
 
 PROGRAM_RULES = ("HD001", "HD002", "HD004")
 
@@ -80,10 +87,10 @@ class HloFacts:
                 "logits_output": self.logits_output, "findings": list(self.findings)}
 
 
-class _Sampler:
+class Sampler:
     """A tree's ``sample()`` driven as its runner drives it."""
 
-    def __init__(self, side: SamplerSide, sample: Any, metadata_module: Any, logprobs: bool) -> None:
+    def __init__(self, side: SamplerSide, sample: JittedSample, metadata_module: ModuleType, logprobs: bool) -> None:
         import jax
 
         self.side = side
@@ -92,13 +99,14 @@ class _Sampler:
         self.meta = metadata(metadata_module, logprobs)
         self.key = jax.random.key(0)
 
-    def step(self, logits_bf16: Any) -> Any:
+    def step(self, logits_bf16: jax.Array) -> SampleOutput:
+        """One sampling step as the tree's runner takes it: its widening (if any), then ``sample()``."""
         import jax.numpy as jnp
 
         x = logits_bf16.astype(jnp.float32) if self.side.facts.runner_widens else logits_bf16
         return self.sample(self.key, self.mesh, x, self.meta)
 
-    def warm_menu(self, shape: tuple[int, int]) -> None:
+    def warm_menu(self, shape: tuple[int, ...]) -> None:
         """Cold start: the jitted cache cleared, then the precompile menu's entry built for ``shape``."""
         import jax
         import jax.numpy as jnp
@@ -110,7 +118,8 @@ class _Sampler:
             # The runner's eager widening is its own program, compiled by any earlier step.
             jax.block_until_ready(jnp.zeros(shape, jnp.bfloat16).astype(jnp.float32))
 
-    def compiled_text(self, logits_bf16: Any) -> str:
+    def compiled_text(self, logits_bf16: jax.Array) -> str:
+        """The optimized HLO of the program one step runs."""
         import jax.numpy as jnp
 
         x = logits_bf16.astype(jnp.float32) if self.side.facts.runner_widens else logits_bf16
@@ -118,7 +127,7 @@ class _Sampler:
 
 
 def load_side(label: str, package_dir: Path, release: str, logprobs: bool, shape: tuple[int, int], *,
-              without_compiler_options: bool = False) -> tuple[SamplerSide, _Sampler | None]:
+              without_compiler_options: bool = False) -> tuple[SamplerSide, Sampler | None]:
     """Import ``package_dir``'s sampler, read its source facts, and try lowering it here.
 
     ``without_compiler_options``: when the release's ``jax.jit`` carries compiler options this backend
@@ -134,13 +143,13 @@ def load_side(label: str, package_dir: Path, release: str, logprobs: bool, shape
         meta_module = imported.metadata
         stood_in = imported.stood_in
         dtype = jnp.float32 if facts.runner_dtype == "float32" else jnp.bfloat16
-        probe = _Sampler(SamplerSide(label, str(package_dir), release, facts, stood_in, None), sample, meta_module,
+        probe = Sampler(SamplerSide(label, str(package_dir), release, facts, stood_in, None), sample, meta_module,
                          logprobs)
         args = (probe.key, probe.mesh, jnp.zeros(shape, dtype), probe.meta)
         error = lower_error(sample, args)
         dropped = None
         if error is not None and without_compiler_options and "compile option" in error:
-            bare = jax.jit(sample.__wrapped__, static_argnames=static_argnames(sample))
+            bare = cast(JittedSample, jax.jit(sample.__wrapped__, static_argnames=static_argnames(sample)))
             if lower_error(bare, args) is None:
                 probe.sample, dropped, error = bare, error, None
     side = SamplerSide(label, str(package_dir), release, facts, stood_in, error, dropped)
@@ -203,36 +212,26 @@ def hlo_facts(text: str, batch: int, vocab: int) -> HloFacts:
                     logits_out[0].shape.text(with_layout=False) if logits_out else None, findings)
 
 
-def measure_rounds(base: _Sampler, treat: _Sampler, logits: Any, rounds: int, steps: int,
+def measure_rounds(base: Sampler, treat: Sampler, logits: jax.Array, rounds: int, steps: int,
                    progress: ProgressFn) -> dict[str, list[ProgramRound]]:
     """Interleaved cold rounds (AB BA AB...) of ``steps`` sampling steps each."""
     import jax
 
-    # The bundled engine's compile watch: backend compiles with JAX's cache-miss explanation.
-    from hlo_doctor.engine.recompilation import CompileWatch
-
     out: dict[str, list[ProgramRound]] = {"baseline": [], "treatment": []}
     pair = {"baseline": base, "treatment": treat}
-    done = 0
-    for r in range(rounds):
-        for label in (("baseline", "treatment") if r % 2 == 0 else ("treatment", "baseline")):
-            s = pair[label]
-            s.warm_menu(tuple(logits.shape))
-            times: list[float] = []
-            with CompileWatch() as watch:
-                start = time.perf_counter()
-                for _ in range(steps):
-                    t0 = time.perf_counter()
-                    jax.block_until_ready(s.step(logits))
-                    times.append((time.perf_counter() - t0) * 1000)
-                total = time.perf_counter() - start
-            out[label].append(ProgramRound(label, times[0], tuple(times), logits.shape[0] * steps / total,
-                                           watch.reasons()))
-            done += 1
-            progress("rounds", done, 2 * rounds)
+    for done, label in enumerate(interleaved(rounds), start=1):
+        s = pair[label]
+        s.warm_menu(tuple(logits.shape))
+        times: list[float] = []
+        # Backend compiles with JAX's cache-miss explanation: sample() reports none of its own.
+        with compile_window(explain=True) as window:
+            start = time.perf_counter()
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                jax.block_until_ready(s.step(logits))
+                times.append((time.perf_counter() - t0) * 1000)
+            total = time.perf_counter() - start
+        out[label].append(ProgramRound(label, times[0], tuple(times), logits.shape[0] * steps / total,
+                                       window.reasons))
+        progress("rounds", done, 2 * rounds)
     return out
-
-
-def not_run(number: int, name: str, why: str) -> Check:
-    """A check that could not run: never a pass."""
-    return Check(number, name, False, f"not run: {why}", "")

@@ -8,25 +8,27 @@ import shutil
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 
+from hlo_doctor.engines import load_engine
 from hlo_doctor.engines.session import call_with_progress
-from hlo_doctor.verify.compiles import CompileCounter
-from hlo_doctor.verify.results import RoundResult
-from hlo_doctor.verify.settings import ProgressFn, VerifySettings, engine_config
+from hlo_doctor.verify.compiles import compile_window
+from hlo_doctor.verify.engine.driver import BatchResult, EngineConfig, OfflineEngine
+from hlo_doctor.verify.engine.results import RoundResult
+from hlo_doctor.verify.engine.settings import VerifySettings, engine_config
+from hlo_doctor.verify.settings import ProgressFn
 
 
 class Variant:
     """One loaded, warmed engine tree."""
 
-    def __init__(self, label: str, source: str, module: ModuleType, config: Any) -> None:
+    def __init__(self, label: str, source: str, module: ModuleType, config: EngineConfig) -> None:
         self.label = label
         self.source = source
         self.module = module
         self.config = config
-        self.engine: Any = None
+        self.engine: OfflineEngine | None = None
         self.warmup_s = 0.0
         self.tokens: list[np.ndarray] = []
         self.logprobs: list[np.ndarray | None] = []
@@ -58,18 +60,21 @@ class Variant:
         if restart is not None:
             restart()
 
-    def run_batch(self) -> Any:
+    def run_batch(self) -> BatchResult:
+        """One offline batch of the tree (the measured part of a round)."""
         if self.rewarms:
-            return self.module.run_offline_batch(self.config)
+            result: BatchResult = self.module.run_offline_batch(self.config)
+            return result
+        assert self.engine is not None, "warmup() starts the engine before any round"
         return self.engine.run_batch()
 
-
-    def measure_round(self, counter: CompileCounter, index: int, order: int) -> RoundResult:
-        """One measured offline batch, with the backend compiles inside it counted by ``counter``."""
+    def measure_round(self, index: int, order: int) -> RoundResult:
+        """One measured offline batch, with the backend compiles inside it counted."""
         self.before_round()
         gc.collect()
-        with counter.window() as compiled:
+        with compile_window() as window:
             result = self.run_batch()
+        compiled = window.programs
         tokens = np.asarray(result.tokens)
         self.tokens.append(tokens)
         lp = getattr(result, "logprobs", None)
@@ -92,8 +97,6 @@ def load_variant(label: str, source: Path, settings: VerifySettings, *, bundled:
 
     ``bundled``: ``source`` is the installed reference engine, used as the package it is.
     """
-    from hlo_doctor.engines import load_engine
-
     module = load_engine(None if bundled else source)
     return Variant(label, str(source), module, engine_config(module, settings))
 

@@ -3,30 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from hlo_doctor.core import outdir
 from hlo_doctor.core.errors import HloDoctorError
 from hlo_doctor.core.format import json_safe
-from hlo_doctor.statistics import SampleComparison, compare_samples
-from hlo_doctor.verify.checks import (
-    check_compiles,
-    check_hlo,
-    check_throughput,
-    check_tokens,
-    check_ttft,
-    removed_ops,
-)
-from hlo_doctor.verify.compiles import CompileCounter
-from hlo_doctor.verify.evidence import capture_variant, hlo_evidence
-from hlo_doctor.verify.results import HloEvidence, RemovedOp, RoundResult, VariantSummary, VerifyReport
-from hlo_doctor.verify.settings import ProgressFn, VerifySettings, validate_settings
-from hlo_doctor.verify.variants import Variant, load_variant, make_treatment, shipped_engine_dir
+from hlo_doctor.verify.checks import check_throughput
+from hlo_doctor.verify.engine.capture import capture_variant
+from hlo_doctor.verify.engine.checks import check_compiles, check_hlo, check_tokens, check_ttft, removed_ops
+from hlo_doctor.verify.engine.results import RoundResult, VariantSummary, VerifyReport
+from hlo_doctor.verify.engine.settings import VerifySettings, validate_settings
+from hlo_doctor.verify.engine.variants import Variant, load_variant, make_treatment, shipped_engine_dir
+from hlo_doctor.verify.evidence import hlo_evidence
+from hlo_doctor.verify.results import HloEvidence, RemovedOp
+from hlo_doctor.verify.rounds import interleaved
+from hlo_doctor.verify.settings import ProgressFn
+from hlo_doctor.verify.stats import compare
+from hlo_doctor.verify.workspace import workspace
 
 
 def run_verify(settings: VerifySettings, progress: ProgressFn | None = None) -> VerifyReport:
@@ -52,52 +45,31 @@ def run_verify(settings: VerifySettings, progress: ProgressFn | None = None) -> 
         return _measure(settings, base, treat, work, fix_diff, report, started)
 
 
-@contextmanager
-def workspace(out_dir: Path | None) -> Iterator[Path]:
-    """``out_dir`` (created), or a temporary folder removed at the end."""
-    if out_dir is not None:
-        # Only a folder verify wrote before (or a new/empty one): the workspace is cleaned inside it.
-        yield outdir.claim(Path(out_dir), "verify")
-        return
-    tmp = Path(tempfile.mkdtemp(prefix="hlo-doctor-verify-"))
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _warm_and_measure(settings: VerifySettings, base: Variant, treat: Variant,
                       report: ProgressFn) -> tuple[dict[str, list[RoundResult]], list[str], bool]:
     """Warm both variants, then ``settings.rounds`` pairs of rounds: AB, BA, AB...
 
     Returns the rounds per label, the notes on how they ran, and whether every round started cold.
     """
-    counter = CompileCounter()
     rounds: dict[str, list[RoundResult]] = {"baseline": [], "treatment": []}
     variants = {"baseline": base, "treatment": treat}
     notes: list[str] = []
-    with counter.listening():
-        for v in (base, treat):
-            report(f"warm-up {v.label}", 0, 1)
-            v.warmup(_only_precompile(report, f"precompile {v.label}"))
-            report(f"warm-up {v.label}", 1, 1)
-        if base.rewarms or treat.rewarms:
-            notes.append("an engine without OfflineEngine was driven by run_offline_batch: it re-warmed each round "
-                         "(outside the measured window)")
-        cold = base.cold_rounds and treat.cold_rounds
-        if not cold:
-            notes.append("the engine cannot restart its sampler cold between rounds (no restart_sampler): a menu miss "
-                         "compiles in the first round only, and check 2 compares worst rounds")
-        total = 2 * settings.rounds
-        order = 0
-        report("rounds", 0, total)
-        for pair in range(settings.rounds):
-            # AB, BA, AB...: neither variant always runs right after the other one.
-            labels = ("baseline", "treatment") if pair % 2 == 0 else ("treatment", "baseline")
-            for label in labels:
-                rounds[label].append(variants[label].measure_round(counter, len(rounds[label]), order))
-                order += 1
-                report("rounds", order, total)
+    for v in (base, treat):
+        report(f"warm-up {v.label}", 0, 1)
+        v.warmup(_only_precompile(report, f"precompile {v.label}"))
+        report(f"warm-up {v.label}", 1, 1)
+    if base.rewarms or treat.rewarms:
+        notes.append("an engine without OfflineEngine was driven by run_offline_batch: it re-warmed each round "
+                     "(outside the measured window)")
+    cold = base.cold_rounds and treat.cold_rounds
+    if not cold:
+        notes.append("the engine cannot restart its sampler cold between rounds (no restart_sampler): a menu miss "
+                     "compiles in the first round only, and check 2 compares worst rounds")
+    total = 2 * settings.rounds
+    report("rounds", 0, total)
+    for order, label in enumerate(interleaved(settings.rounds)):
+        rounds[label].append(variants[label].measure_round(len(rounds[label]), order))
+        report("rounds", order + 1, total)
     return rounds, notes, cold
 
 
@@ -120,13 +92,10 @@ def _measure(settings: VerifySettings, base: Variant, treat: Variant, work: Path
     else:
         base_hlo = capture_variant(base, settings, work / "baseline-run", report)
 
-    def compare(baseline: list[float], treatment: list[float], lower_is_better: bool = True) -> SampleComparison:
-        return compare_samples(baseline, treatment, min_effect=settings.min_effect, alpha=settings.alpha,
-                               lower_is_better=lower_is_better, seed=settings.seed)
-
-    throughput = compare([r.throughput_tok_s for r in b.rounds], [r.throughput_tok_s for r in t.rounds], False)
-    step_time = compare(b.step_times_ms, t.step_times_ms)
-    ttft = compare([r.batch_ttft_ms for r in b.rounds], [r.batch_ttft_ms for r in t.rounds])
+    throughput = compare(settings, [r.throughput_tok_s for r in b.rounds], [r.throughput_tok_s for r in t.rounds],
+                         lower_is_better=False)
+    step_time = compare(settings, b.step_times_ms, t.step_times_ms)
+    ttft = compare(settings, [r.batch_ttft_ms for r in b.rounds], [r.batch_ttft_ms for r in t.rounds])
     checks = (
         check_compiles(b, t),
         check_ttft(b, t, settings.ttft_bound, cold=cold),
