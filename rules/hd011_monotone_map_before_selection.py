@@ -7,13 +7,10 @@ from collections.abc import Iterator
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.hlo.analysis import dtype_shape
 from hlo_doctor.hlo.origin import origin_of
-from hlo_doctor.hlo.selection_cost import describe, fused_share, is_map_work, line_instruction
+from hlo_doctor.hlo.selection_cost import describe, fix_text, fused_share, is_map_work, line_instruction
 from hlo_doctor.hlo.selection_flow import MonotoneMap, monotone_maps
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, stage_of
 from hlo_doctor.lint.testing import ARGMAX_F32_TOKENS
-
-FIX = ("take argmax of the logits directly (argmax(softmax(x/T)) == argmax(x)); keep softmax only where "
-       "probabilities are returned")
 
 # keras-hub 0.32.0's GemmaCausalLM.generate (GreedySampler, vocab 256000, XLA:CPU): the sampler's
 # softmax(logits / temperature) and keras' argmax, cut from the while body of the optimized module
@@ -278,29 +275,32 @@ class MonotoneMapBeforeSelection(Rule):
     What it flags:
         An argmax/argmin (XLA's variadic reduce over (value, iota)), a top-k or a sort-based top-k
         whose selected values are not read (only the indices), reading a strictly increasing map
-        of a value, row by row: softmax, log-softmax, ``exp``, ``log``, a widening convert,
-        subtracting a row's max, multiplying or dividing by a positive row constant (``x / T``;
-        a temperature parameter is taken as positive). The finding names the ops that exist
-        only for the map (the max-reduce, the exp+sum fusion, the divide) and the line of its
-        ``exp`` (else its divide). Not flagged: a map whose values are also read elsewhere
-        (probabilities returned or sampled from), a scale fused into the argmax alone.
+        of a value, row by row: softmax, log-softmax, ``exp``, ``log``, a ``tanh`` soft cap
+        (``c * tanh(x / c)``), a float convert, subtracting a row's max, multiplying or dividing
+        by a positive row constant (``x / T``; a temperature parameter is taken as positive), and
+        keras' -0.0 tie break before its CPU argmax. The finding names the ops that exist only for
+        the map (the max-reduce, the exp+sum fusion, the divide) and the line of its ``exp``
+        (else its log, tanh, divide). Not flagged: a map whose values are also read elsewhere
+        (probabilities returned or sampled from), a scale fused into the argmax alone, row
+        constants that vary along the selected dimension.
     Why it costs:
         ``argmax(softmax(x / T)) == argmax(x)``: the max, the exp, the sum and the divide over the
         whole vocabulary are work whose result the selection does not need. Recoverable: the op-stats
         time of the ops that exist only for the map (not the selection's own reduce); measured on
         XLA:CPU (softmax then argmax against the argmax alone, both in one trace, 8x32000 and
         8x256000, f32 and bf16) the saving was 0.93-1.16x their time. Map work fused into the
-        selection's op: a transcendental (``exp``, ``log``) counts as two of the op's instructions
-        per element (reducer included), a multiply by 1/sum as nothing (measured: nothing). Map work
-        fused into the op computing the logits (a matmul with the softmax's max and exp): one pass
-        over the logits per reduce and one for the elementwise stage, a pass timed by the map's own
-        sum op (a rough figure).
+        selection's op is its share of the op's instructions per element, reducer included: a
+        transcendental (``exp``, ``log``, ``tanh``) counts two, a rounding convert one, a multiply by
+        1/sum or by a cap nothing (``hlo_doctor.hlo.selection_cost.fused_share`` has the figures it
+        was set from). Map work fused into the op computing the logits (a matmul with the
+        softmax's max and exp): one pass over the logits per reduce and one for the elementwise
+        stage, a pass timed by the map's own sum op (a rough figure).
     Example:
         keras-hub's greedy sampler: ``probabilities = softmax(logits / temperature)`` then
         ``argmax(probabilities)``: 5.7 ms (7%) of an 81 ms step at vocab 256000 (XLA:CPU).
     Fix:
         Take argmax of the logits directly (``argmax(softmax(x/T)) == argmax(x)``); keep softmax
-        only where probabilities are returned.
+        only where probabilities are returned (likewise a soft cap or log-softmax).
     """
 
     code = "HD011"
@@ -356,7 +356,7 @@ class MonotoneMapBeforeSelection(Rule):
         message = (f"{mm.kind} in {mm.selection_op.name} reads {describe(mm)} of {mm.source_op.name} "
                    f"({dtype_shape(mm.source.shape)}); the selection does not depend on it. Ops that exist "
                    f"only for it: {what}" + (f"; also {' and '.join(inside)}" if inside else "")
-                   + (f"; the map is {where}" if where else "") + f". Fix: {FIX}")
+                   + (f"; the map is {where}" if where else "") + f". Fix: {fix_text(mm)}")
         stage = stage_of(m, ctx.origin)
         evidence = [s.raw for s in mm.steps[:4]] + [mm.selection.raw]
         if not stage.optimized:

@@ -25,9 +25,11 @@ from hlo_doctor.hlo.reductions import reduce_inputs, selection_reduce_kind
 __all__ = ["MONOTONE_UNARY", "TRANSCENDENTAL", "MonotoneMap", "monotone_maps", "tuple_element_used"]
 
 # Elementwise maps that never decrease (float converts: narrowing ones round, which may only make
-# ties; XLA:CPU's bf16 normalisation inserts such round trips).
-MONOTONE_UNARY = frozenset({"convert", "exponential", "log", "log-plus-one", "exponential-minus-one", "logistic"})
-TRANSCENDENTAL = frozenset({"exponential", "log", "log-plus-one", "exponential-minus-one", "logistic"})
+# ties; XLA:CPU's bf16 normalisation inserts such round trips; tanh saturates only past |x| ~ 9,
+# far beyond a soft cap's x / c).
+MONOTONE_UNARY = frozenset({"convert", "exponential", "log", "log-plus-one", "exponential-minus-one", "logistic",
+                            "tanh"})
+TRANSCENDENTAL = frozenset({"exponential", "log", "log-plus-one", "exponential-minus-one", "logistic", "tanh"})
 # The maps whose cost is worth a finding on their own when fused into the selection's op.
 _COSTLY = TRANSCENDENTAL | {"reduce"}
 _MOVE = frozenset({"bitcast", "reshape", "copy"})

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from hlo_doctor.cli import main
 from hlo_doctor.hlo import parse_module
 from hlo_doctor.hlo.result_slices import is_matmul_op, partial_read
-from hlo_doctor.hlo.selection_cost import fused_share
+from hlo_doctor.hlo.selection_cost import fix_text, fused_share
 from hlo_doctor.hlo.selection_flow import monotone_maps
 from hlo_doctor.lint import Context, load_rulebook, run_rule
 
@@ -147,6 +147,16 @@ def test_an_exp_fused_into_the_argmax_is_a_share_of_it() -> None:
     [found] = list(monotone_maps(m))
     assert not found.ops and [i.opcode for i in found.fused] == ["exponential"]
     assert fused_share(m, found) == pytest.approx(2 / 13)
+
+
+def test_a_soft_cap_fused_into_the_argmax() -> None:
+    # recurrentgemma's 30 * tanh(x / 30) before its greedy argmax, all fused into the argmax: the
+    # tanh counts two, the multiplies by the cap nothing, against the iota, reduce and reducer.
+    m = _compiled(lambda x: jnp.argmax(30.0 * jnp.tanh(x / 30.0), -1), _LOGITS)
+    [found] = list(monotone_maps(m))
+    assert {i.opcode for i in found.fused} == {"tanh", "multiply"} and not found.ops
+    assert fused_share(m, found) == pytest.approx(2 / 13)
+    assert fix_text(found).startswith("take argmax of the logits directly (argmax(c*tanh(x/c)) == argmax(x))")
 
 
 def test_a_column_shift_is_not_part_of_the_map() -> None:
