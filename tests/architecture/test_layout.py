@@ -119,8 +119,8 @@ def _module_name(path: Path) -> str:
 
 
 def _modules() -> dict[str, Path]:
-    """Every module of the package but the bundled engine's (it imports nothing of ours)."""
-    return {_module_name(p): p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] != "engine"}
+    """Every module of the package, the bundled engine's included."""
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
 def _import_nodes(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
@@ -209,9 +209,19 @@ def module_cycles(graph: dict[str, dict[str, bool]]) -> list[list[str]]:
     return groups
 
 
+ENGINE = "hlo_doctor.engine"
+
+
 def test_no_import_cycle_between_modules() -> None:
     graph = module_graph()
-    assert {"hlo_doctor.verify.settings", "hlo_doctor.render.registry", "hlo_doctor.doctor"} <= set(graph)
+    assert {"hlo_doctor.verify.settings", "hlo_doctor.render.registry", "hlo_doctor.doctor",
+            "hlo_doctor.engine.runner"} <= set(graph)
+    # The bundled engine copies tpu-inference's files on purpose (the fix must apply to it as to
+    # tpu-inference), and its compilation manager annotates the runner that owns it as tpu-inference's
+    # does: a type-only arrow back. Its run-time imports are held like everyone's.
+    for module, edges in graph.items():
+        if module.startswith(ENGINE + "."):
+            graph[module] = {target: False for target, type_only in edges.items() if not type_only}
     described = []
     for group in module_cycles(graph):
         arrows = [f"{a} -> {b}" + (" (type only)" if graph[a][b] else "")
@@ -263,6 +273,8 @@ def test_one_compile_counter() -> None:
     """Outside the bundled engine, only verify/compiles.py counts compiles (through the engine's log)."""
     counters = []
     for module, path in _modules().items():
+        if module == ENGINE or module.startswith(ENGINE + "."):
+            continue
         text = path.read_text(encoding="utf-8")
         if "register_event_duration" in text or "recompilation import" in text or "CompileWatch(" in text:
             counters.append(module)
