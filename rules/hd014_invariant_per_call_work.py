@@ -113,7 +113,8 @@ class InvariantPerCallWork(Rule):
         reaches through data movement and converts only the right operand of a ``dot`` without
         batch dimensions (``x @ W``, flax/keras ``Dense``), the table of a ``gather`` copying
         whole rows (an embedding lookup) or a convolution's kernel, is never updated in place
-        (``dynamic-update-slice``/``scatter``), and where it enters a ``while`` the body returns it
+        (``dynamic-update-slice``/``scatter``) nor read on both sides of one product, is floating
+        point (a ``pred`` mask or an integer table dequantized per call is by design), and where it enters a ``while`` the body returns it
         unchanged (not loop-carried state). The finding names the program, the op, the parameters
         (number, name, shape) and whether the work runs per call or per loop iteration.
         (2) Across eager programs (op stats and HLO stack frames): programs run on every step whose

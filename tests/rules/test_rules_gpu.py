@@ -43,12 +43,16 @@ def _by_code(findings: tuple[Finding, ...]) -> dict[str, Finding]:
 def test_gpu_original_flags_copy_convert_program_and_wide_read_only(original: Context) -> None:
     result = diagnose(original, BOOK)
     got = {(f.code, f.op) for f in result.findings}
-    assert got == {("HD002", "copy.1"), ("HD003", "wrapped_convert"), ("HD004", "input_reduce_fusion")}, got
+    # HLO waste: the copy, the standalone convert, the wide read; and the step is host-bound (HD015:
+    # 0.18 ms of kernels in a 1.9 ms step), which the sampler fix does not change.
+    assert got == {("HD002", "copy.1"), ("HD003", "wrapped_convert"), ("HD004", "input_reduce_fusion"),
+                   ("HD015", "")}, got
 
 
-def test_gpu_fixed_has_no_findings(fixed: Context) -> None:
+def test_gpu_fixed_has_no_hlo_findings(fixed: Context) -> None:
     result = diagnose(fixed, BOOK)
-    assert result.findings == (), [f.message for f in result.findings]
+    assert {f.code for f in result.findings} == {"HD015"}, [f.message for f in result.findings]
+    assert result.findings[0].source.endswith("runner.py:124")
 
 
 def test_hd002_follows_tuple_and_get_tuple_element_to_the_parameter(original: Context) -> None:
@@ -83,7 +87,7 @@ def test_severity_follows_share_of_step(original: Context) -> None:
     for f in result.findings:
         share = 100.0 * (f.recoverable_us or 0.0) / step
         assert f.severity == severity_for(share, _category(original, f)), (f.code, share)
-    got = {f.code: f.severity for f in result.findings}
+    got = {f.code: f.severity for f in result.findings if f.code != "HD015"}
     # 67 us (3.6%) and 30 us (1.6%, a copy: within 75% of the 2% edge) are high; 11 us (0.6%) medium.
     assert got == {"HD003": Severity.HIGH, "HD002": Severity.HIGH, "HD004": Severity.MEDIUM}
 
