@@ -18,17 +18,11 @@ DEFAULT_ALPHA = 0.05
 
 
 class MeasureSettings(Protocol):
-    """The settings every kind of target has: how many rounds, and what the statistics call a change.
+    """What the statistics call a change, as every kind of target's settings say it.
 
     :class:`~hlo_doctor.verify.engine.settings.VerifySettings` and
     :class:`~hlo_doctor.verify.tpu_inference.settings.TargetSettings` both are one.
     """
-
-    @property
-    def rounds(self) -> int: ...
-
-    @property
-    def ttft_bound(self) -> float: ...
 
     @property
     def min_effect(self) -> float: ...

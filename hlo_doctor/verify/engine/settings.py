@@ -11,15 +11,8 @@ from typing import Any
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.engines.session import engine_config as configure
+from hlo_doctor.verify import settings as shared
 from hlo_doctor.verify.engine.driver import EngineConfig
-from hlo_doctor.verify.settings import (
-    DEFAULT_ALPHA,
-    DEFAULT_MIN_EFFECT,
-    DEFAULT_ROUNDS,
-    DEFAULT_TTFT_BOUND,
-    check_rounds,
-    check_ttft_bound,
-)
 
 DEFAULT_MAX_TOKENS = 16
 DEFAULT_PROFILE_STEPS = 3
@@ -35,15 +28,15 @@ class VerifySettings:
     baseline: Path | None = None
     """Engine source tree of the baseline; None = the bundled reference engine as shipped."""
     treatment: Path | None = None
-    rounds: int = DEFAULT_ROUNDS
+    rounds: int = shared.DEFAULT_ROUNDS
     """Measured rounds per variant."""
     batch: int | None = None
     max_tokens: int = DEFAULT_MAX_TOKENS
     vocab: int | None = None
     logprobs: bool = False
-    ttft_bound: float = DEFAULT_TTFT_BOUND
-    min_effect: float = DEFAULT_MIN_EFFECT
-    alpha: float = DEFAULT_ALPHA
+    ttft_bound: float = shared.DEFAULT_TTFT_BOUND
+    min_effect: float = shared.DEFAULT_MIN_EFFECT
+    alpha: float = shared.DEFAULT_ALPHA
     require_improvement: bool = False
     profile_steps: int = DEFAULT_PROFILE_STEPS
     """Decode steps captured for check 4 (and for the baseline's removed ops)."""
@@ -79,7 +72,7 @@ def engine_config(module: ModuleType, settings: VerifySettings) -> EngineConfig:
 
 def validate_settings(settings: VerifySettings) -> None:
     """Raise :class:`InputError` for settings that cannot be measured (before anything is loaded)."""
-    check_rounds(settings.rounds)
+    shared.check_rounds(settings.rounds)
     if settings.max_tokens < 2:
         raise InputError(f"--max-tokens {settings.max_tokens}: need at least 2 (one prefill, one decode step)",
                          "pass --max-tokens 16")
@@ -87,7 +80,7 @@ def validate_settings(settings: VerifySettings) -> None:
         raise InputError(f"--batch {settings.batch}: must be positive", "pass --batch 64")
     if settings.vocab is not None and settings.vocab < 2:
         raise InputError(f"--vocab {settings.vocab}: must be at least 2", "pass --vocab 256000")
-    check_ttft_bound(settings.ttft_bound)
+    shared.check_ttft_bound(settings.ttft_bound)
     if settings.fix is None and settings.treatment is None:
         raise InputError("nothing to verify: no --fix and no --treatment",
                          "pass --fix bf16-greedy-sampler, or --treatment PATH (and --baseline PATH)")

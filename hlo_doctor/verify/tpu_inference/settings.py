@@ -8,14 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.verify.settings import (
-    DEFAULT_ALPHA,
-    DEFAULT_MIN_EFFECT,
-    DEFAULT_ROUNDS,
-    DEFAULT_TTFT_BOUND,
-    check_rounds,
-    check_ttft_bound,
-)
+from hlo_doctor.verify import settings as shared
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,15 +19,15 @@ class TargetSettings:
     treatment: Path | None = None
     fix: str = "bf16-greedy-sampler"
     variant: str = "full"
-    rounds: int = DEFAULT_ROUNDS
+    rounds: int = shared.DEFAULT_ROUNDS
     steps: int = 8
     """Sampling steps per program-level round."""
     batch: int = 16
     vocab: int = 2048
     logprobs: bool = False
-    ttft_bound: float = DEFAULT_TTFT_BOUND
-    min_effect: float = DEFAULT_MIN_EFFECT
-    alpha: float = DEFAULT_ALPHA
+    ttft_bound: float = shared.DEFAULT_TTFT_BOUND
+    min_effect: float = shared.DEFAULT_MIN_EFFECT
+    alpha: float = shared.DEFAULT_ALPHA
     seed: int = 0
     out_dir: Path | None = None
     bench: str | None = None
@@ -55,10 +48,10 @@ class TargetSettings:
 
 def validate_target_settings(settings: TargetSettings) -> None:
     """Raise :class:`InputError` for settings that cannot be measured."""
-    check_rounds(settings.rounds)
+    shared.check_rounds(settings.rounds)
     if settings.batch < 1 or settings.vocab < 2:
         raise InputError(f"--batch {settings.batch} --vocab {settings.vocab}: too small", "pass --batch 16 --vocab 2048")
-    check_ttft_bound(settings.ttft_bound)
+    shared.check_ttft_bound(settings.ttft_bound)
     if settings.bench is not None and ("{tree}" not in settings.bench or "{out}" not in settings.bench):
         raise InputError(f"--bench {settings.bench!r} lacks the {{tree}} or {{out}} placeholder",
                          "write the command with {tree} (the tree to run) and {out} (the JSON it writes)")
