@@ -230,6 +230,44 @@ ENTRY %main.3 (h.1: f32[4,16,128], w.1: f32[128,32000]) -> (s32[4], f32[4,16,320
 """
 
 
+# XLA's latency_hiding_scheduler_test.cc (openxla/xla 9a77a882, as XLA re-prints it): a convolution
+# with no metadata in a while body, sliced to a quarter: hand-written HLO, no line to change.
+_NO_METADATA = """\
+HloModule module, is_scheduled=true, entry_computation_layout={(f32[256,1024]{1,0}, f32[16,64,256]{2,1,0}, f32[16,64,256]{2,1,0}, pred[])->(f32[16,64,256]{2,1,0}, f32[16,256,256]{2,1,0}, f32[1024,1024]{1,0})}
+
+%while_body (param.1: (f32[16,64,256], f32[16,64,256], pred[])) -> (f32[16,64,256], f32[16,64,256], pred[]) {
+  %param.1 = (f32[16,64,256]{2,1,0}, f32[16,64,256]{2,1,0}, pred[]) parameter(0)
+  %gte0 = f32[16,64,256]{2,1,0} get-tuple-element(%param.1), index=0
+  %gte1 = f32[16,64,256]{2,1,0} get-tuple-element(%param.1), index=1
+  %gte2 = pred[] get-tuple-element(%param.1), index=2
+  %cps1 = (f32[16,64,256]{2,1,0}, f32[16,64,256]{2,1,0}, u32[], u32[]) collective-permute-start(%gte1), source_target_pairs={{0,1},{1,2},{2,3},{3,0}}, frontend_attributes={_scheduling_group_id="1"}
+  %cpd1 = f32[16,64,256]{2,1,0} collective-permute-done(%cps1), frontend_attributes={_scheduling_group_id="1"}
+  %c1 = f32[16,256,256]{2,1,0} convolution(%gte0, %gte0), window={size=16 stride=15 lhs_dilate=16}, dim_labels=0fb_0io->0fb, frontend_attributes={_scheduling_group_id="1"}
+  %slice = f32[16,64,256]{2,1,0} slice(%c1), slice={[0:16], [0:64], [0:256]}
+  %add = f32[16,64,256]{2,1,0} add(%gte0, %slice)
+  ROOT %tuple = (f32[16,64,256]{2,1,0}, f32[16,64,256]{2,1,0}, pred[]) tuple(%add, %cpd1, %gte2)
+}
+
+%while_cond (param: (f32[16,64,256], f32[16,64,256], pred[])) -> pred[] {
+  %param = (f32[16,64,256]{2,1,0}, f32[16,64,256]{2,1,0}, pred[]) parameter(0)
+  ROOT %gte = pred[] get-tuple-element(%param), index=2
+}
+
+ENTRY %entry (p0: f32[256,1024], p1: f32[16,64,256], p2: f32[16,64,256], p3: pred[]) -> (f32[16,64,256], f32[16,256,256], f32[1024,1024]) {
+  %p0 = f32[256,1024]{1,0} parameter(0)
+  %p1 = f32[16,64,256]{2,1,0} parameter(1)
+  %p2 = f32[16,64,256]{2,1,0} parameter(2)
+  %p3 = pred[] parameter(3)
+  %c0 = f32[16,256,256]{2,1,0} convolution(%p1, %p2), window={size=16 stride=15 lhs_dilate=16}, dim_labels=0fb_0io->0fb, frontend_attributes={_scheduling_group_id="1"}
+  %ags0 = (f32[256,1024]{1,0}, f32[1024,1024]{1,0}) all-gather-start(%p0), replica_groups={{0,1,2,3}}, dimensions={0}, frontend_attributes={_scheduling_group_id="1"}
+  %tuple.1 = (f32[16,64,256]{2,1,0}, f32[16,64,256]{2,1,0}, pred[]) tuple(%p1, %p2, %p3)
+  %while = (f32[16,64,256]{2,1,0}, f32[16,64,256]{2,1,0}, pred[]) while(%tuple.1), condition=%while_cond, body=%while_body
+  %agd0 = f32[1024,1024]{1,0} all-gather-done(%ags0), frontend_attributes={_scheduling_group_id="1"}
+  %gte.1 = f32[16,64,256]{2,1,0} get-tuple-element(%while), index=0
+  ROOT %tuple1 = (f32[16,64,256]{2,1,0}, f32[16,256,256]{2,1,0}, f32[1024,1024]{1,0}) tuple(%gte.1, %c0, %agd0)
+}
+"""
+
 class ResultComputedThenDiscarded(Rule):
     """A matmul computed for every row and then sliced to a few: ``(x @ W)[:, -1]``.
 
@@ -239,8 +277,10 @@ class ResultComputedThenDiscarded(Rule):
         fusion, reads only a ``slice``, ``dynamic-slice`` or ``gather`` of it, together less than
         half of its elements (threshold 0.5). Typically a prefill applying the LM head to every
         prompt position and keeping the last one, the slice fused into the argmax that reads it.
-        Not flagged: a result used whole anywhere (returned, reduced, fed to another matmul), or
-        slices that together keep half of it or more.
+        Not flagged: a result used whole anywhere (returned, reduced, fed to another matmul),
+        slices that together keep half of it or more, a matmul without metadata (hand-written HLO
+        or XLA's own: no line to change). Only optimized modules are read: before XLA's passes its
+        algebraic simplifier can still move a slice into the dot (its slice-dot reorder).
     Why it costs:
         The matmul's time is spent on every row, the program reads a few of them. Recoverable:
         (1 - kept fraction) x the producer's op-stats time. Where the remaining matmul is bound by
@@ -263,6 +303,7 @@ class ResultComputedThenDiscarded(Rule):
     VALID = (
         Example(hlo=(_HALF_KEPT,), note="half of the positions kept: at the threshold"),
         Example(hlo=(_ALL_RETURNED,), note="the logits of every position are returned"),
+        Example(hlo=(_NO_METADATA,), note="XLA's scheduler test: a convolution without metadata"),
     )
     INVALID = (
         Example(hlo=(_LM_HEAD_EVERY_POSITION,), expect=("HD012 ynn_fusion",),
@@ -278,13 +319,15 @@ class ResultComputedThenDiscarded(Rule):
 
     def check(self, ctx: Context) -> Iterator[Finding]:
         for m in ctx.modules:
+            if not stage_of(m, ctx.origin).optimized:
+                continue  # XLA's algebraic simplifier can still move the slice into the dot (its slice-dot reorder)
             by_comp = callers(m)
             for op in m.instructions():
                 caller = by_comp.get(op.computation)
                 if op.computation != m.entry_name and (caller is None or caller.opcode not in _LEVEL_CALLERS):
                     continue  # not run op by op: inside a fusion, a reducer or a comparator
-                if not is_matmul_op(m, op):
-                    continue
+                if not is_matmul_op(m, op) or not key_instruction(m, op).op_name:
+                    continue  # a matmul without metadata was not traced from a program: no line to change
                 read = partial_read(m, op)
                 if read is None or read.kept_fraction >= THRESHOLD:
                     continue
@@ -307,13 +350,8 @@ class ResultComputedThenDiscarded(Rule):
                    f"{fmt_bytes(discarded)} of the result and {1 - kept:.1%} of its work are discarded"
                    + (f"; the matmul is {where}" if where else "") + (f", the slice {cut}" if cut else "")
                    + ". Fix: slice the input before the matmul (x[:, -1:] @ W instead of (x @ W)[:, -1])")
-        stage = stage_of(m, ctx.origin)
-        evidence = [op.raw, *(s.raw for s in read.reads[:4])]
-        if not stage.optimized:
-            evidence.append(stage.evidence())
         return ctx.finding(
-            self, m, op, message, recoverable_fraction=1.0 - kept, evidence=tuple(evidence),
-            severity=None if stage.optimized else Severity.LOW,
+            self, m, op, message, recoverable_fraction=1.0 - kept, evidence=(op.raw, *(s.raw for s in read.reads[:4])),
             extra=(("kept_fraction", round(kept, 6)), ("kept_elements", read.kept), ("total_elements", read.total),
                    ("producer_shape", dtype_shape(value)), ("slices", [_slice_text(s) for s in read.reads])),
         )
