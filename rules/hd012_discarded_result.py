@@ -285,7 +285,9 @@ class ResultComputedThenDiscarded(Rule):
         The matmul's time is spent on every row, the program reads a few of them. Recoverable:
         (1 - kept fraction) x the producer's op-stats time. Where the remaining matmul is bound by
         reading its weights (one row against a large matrix), slicing first saves less than that:
-        the estimate is then an upper bound.
+        measured on XLA:CPU (both programs in one trace), the estimate was 1.05x and 1.13x the
+        saving on transformers' Flax GPT-2 and Gemma prefills, 1.10x and 1.20x on
+        ``(h @ W)[:, -1]`` at 8x16x256 by 32000 and 256000.
     Example:
         transformers' Flax Gemma ``generate``: the prefill's ``lm_head`` over 16 positions, f32[16,256000],
         of which the argmax reads ``logits[:, -1]``: 15/16 of the matmul discarded.
@@ -349,12 +351,20 @@ class ResultComputedThenDiscarded(Rule):
                    f"{read.total:,} elements ({kept:.1%}, {_fraction(read)}): {slices}; "
                    f"{fmt_bytes(discarded)} of the result and {1 - kept:.1%} of its work are discarded"
                    + (f"; the matmul is {where}" if where else "") + (f", the slice {cut}" if cut else "")
-                   + ". Fix: slice the input before the matmul (x[:, -1:] @ W instead of (x @ W)[:, -1])")
+                   + f". Fix: {_fix(matmul)}")
         return ctx.finding(
             self, m, op, message, recoverable_fraction=1.0 - kept, evidence=(op.raw, *(s.raw for s in read.reads[:4])),
             extra=(("kept_fraction", round(kept, 6)), ("kept_elements", read.kept), ("total_elements", read.total),
                    ("producer_shape", dtype_shape(value)), ("slices", [_slice_text(s) for s in read.reads])),
         )
+
+
+def _fix(matmul: HloInstruction) -> str:
+    """What to change, for a matmul or a convolution."""
+    if matmul.opcode == "convolution":
+        return ("slice the convolution's input (or its kernel's output features) to the part kept, before "
+                "the convolution")
+    return "slice the input before the matmul (x[:, -1:] @ W instead of (x @ W)[:, -1])"
 
 
 def _slice_text(inst: HloInstruction) -> str:
