@@ -186,8 +186,25 @@ def figure(root: Path, w: Waste) -> str:
         lo, hi = c["ci95_pct"]  # type: ignore[misc]
         return f"{c['saving_pct']:.1f}% [{lo:.1f}, {hi:.1f}] ({c['saving_ms']:.1f} ms)"
 
-    return (f"| {cell(entry['cpu'])} | {cell(entry['wall'])} | "
+    return (f"| {cell(entry['cpu'])}{earlier(root, w, path)} | {cell(entry['wall'])} | "
             f"{'equal' if entry['tokens_equal'] else 'DIFFER'} |")
+
+
+def earlier(root: Path, w: Waste, latest: Path) -> str:
+    """The same what-if's CPU-clock saving in earlier runs kept beside OUTROOT/whatif
+    (OUTROOT/whatif-*/), as "; earlier runs: 6.2% (12 rounds), ...": the spread between runs
+    under a changing load is wider than one run's CI."""
+    seen = {latest.read_bytes()}
+    found = []
+    for path in sorted(root.glob(f"whatif-*/{w.capture}.json")):
+        if path.read_bytes() in seen:
+            continue
+        seen.add(path.read_bytes())
+        report = json.loads(path.read_text())
+        entry = report["variants"].get(w.variant)
+        if entry and "cpu" in entry:
+            found.append(f"{entry['cpu']['saving_pct']:.1f}% ({report['rounds']} rounds)")
+    return f"; earlier runs: {', '.join(found)}" if found else ""
 
 
 def table(root: Path) -> list[str]:
