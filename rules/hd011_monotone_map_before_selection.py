@@ -7,7 +7,14 @@ from collections.abc import Iterator
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.hlo.analysis import dtype_shape
 from hlo_doctor.hlo.origin import origin_of
-from hlo_doctor.hlo.selection_cost import describe, fix_text, fused_share, is_map_work, line_instruction
+from hlo_doctor.hlo.selection_cost import (
+    describe,
+    fix_text,
+    fused_share,
+    is_map_work,
+    line_instruction,
+    source_share,
+)
 from hlo_doctor.hlo.selection_flow import MonotoneMap, monotone_maps
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, stage_of
 from hlo_doctor.lint.testing import ARGMAX_F32_TOKENS
@@ -293,8 +300,9 @@ class MonotoneMapBeforeSelection(Rule):
         transcendental (``exp``, ``log``, ``tanh``) counts two, a rounding convert one, a multiply by
         1/sum or by a cap nothing (``hlo_doctor.hlo.selection_cost.fused_share`` has the figures it
         was set from). Map work fused into the op computing the logits (a matmul with the
-        softmax's max and exp): one pass over the logits per reduce and one for the elementwise
-        stage, a pass timed by the map's own sum op (a rough figure).
+        softmax's max and exp) is weighted the same way, per element, against the selection's
+        instructions, with the selection op's time as the unit (a rough figure: the selection
+        reads every element once as well).
     Example:
         keras-hub's greedy sampler: ``probabilities = softmax(logits / temperature)`` then
         ``argmax(probabilities)``: 5.7 ms (7%) of an 81 ms step at vocab 256000 (XLA:CPU).
@@ -339,7 +347,7 @@ class MonotoneMapBeforeSelection(Rule):
         share = fused_share(m, mm)
         sel = ctx.op_timing(m, mm.selection_op.name)
         fused_us = share * sel.time_per_step_us if sel is not None else 0.0
-        source_us = _in_source_us(ctx, m, mm)
+        source_us = source_share(m, mm) * sel.time_per_step_us if sel is not None else 0.0
         # The op shown: the costliest op that exists only for the map; else the op holding it.
         ops = sorted(mm.ops, key=lambda o: (timed.get(o.name, 0.0), o.shape.nbytes), reverse=True)
         inst = ops[0] if ops else (mm.source_op if mm.in_source else mm.selection_op)
@@ -371,20 +379,3 @@ class MonotoneMapBeforeSelection(Rule):
                    ("fused_in_selection_share", round(share, 4)), ("fused_in_selection_us", round(fused_us, 3)),
                    ("fused_in_source_us", round(source_us, 3)), ("input", dtype_shape(mm.source.shape))),
         )
-
-
-def _in_source_us(ctx: Context, m: HloModule, mm: MonotoneMap) -> float:
-    """Map work fused into the op computing the input: one pass over the input per reduce and one
-    per elementwise stage, a pass timed by the map's own op that reads the most (its sum)."""
-    if not mm.in_source:
-        return 0.0
-    passes = sum(1 for i in mm.in_source if i.opcode == "reduce") + (
-        1 if any(i.opcode != "reduce" and is_map_work(i) for i in mm.in_source) else 0)
-    unit = 0.0
-    reads = 0
-    for op in mm.ops:
-        t = ctx.op_timing(m, op.name)
-        n = max((o.shape.num_elements for o in m.operands_of(op)), default=0)
-        if t is not None and n > reads:
-            unit, reads = t.time_per_step_us, n
-    return passes * unit if reads >= mm.source.shape.num_elements // 2 else 0.0
