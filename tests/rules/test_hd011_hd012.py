@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from hlo_doctor.cli import main
 from hlo_doctor.hlo import parse_module
 from hlo_doctor.hlo.result_slices import is_matmul_op, partial_read
-from hlo_doctor.hlo.selection_cost import fix_text, fused_share
+from hlo_doctor.hlo.selection_cost import fix_text, fused_share, source_share
 from hlo_doctor.hlo.selection_flow import monotone_maps
 from hlo_doctor.lint import Context, load_rulebook, run_rule
 
@@ -157,6 +157,20 @@ def test_a_soft_cap_fused_into_the_argmax() -> None:
     assert {i.opcode for i in found.fused} == {"tanh", "multiply"} and not found.ops
     assert fused_share(m, found) == pytest.approx(2 / 13)
     assert fix_text(found).startswith("take argmax of the logits directly (argmax(c*tanh(x/c)) == argmax(x))")
+
+
+def test_a_softmax_fused_into_the_matmul() -> None:
+    # XLA:CPU fuses the logits matmul with the softmax's max, subtract and exp: that op computes the
+    # input too, so it is not an op of the map's own; its exp (two) and max (one) per element are
+    # weighed against the argmax fusion's twelve instructions (multiply, iota, reduce, reducer).
+    def sample(h: jax.Array, w: jax.Array) -> jax.Array:
+        return jnp.argmax(jax.nn.softmax((h @ w) / 0.7, axis=-1), axis=-1)
+    m = _compiled(sample, ((8, 64), jnp.float32), ((64, 4096), jnp.float32))
+    [found] = list(monotone_maps(m))
+    assert found.source.opcode == "dot" and found.source_op.opcode == "fusion"
+    assert found.source_op not in found.ops
+    assert {i.opcode for i in found.in_source} >= {"exponential", "reduce"}
+    assert source_share(m, found) == pytest.approx(3 / 12)
 
 
 def test_a_column_shift_is_not_part_of_the_map() -> None:
