@@ -1,0 +1,145 @@
+"""``donate-state``'s examples: code it must leave alone (VALID) and code with its fixed text (INVALID).
+
+Each is a test (tests/fixes/test_catalog_examples.py) run through the real codemod; the INVALID
+ones are also compiled and run by tests/fixes/test_catalog_programs.py where they are whole programs.
+"""
+
+from __future__ import annotations
+
+from hlo_doctor.fixes.source.base import Hint, SourceExample
+
+# gemma's sampler loop (gemma/gm/text/_sampler_loop.py), cut down: a jitted method whose while_loop
+# carries the state; the caller rebinds the state from the result.
+_GEMMA_STYLE = '''\
+import functools
+
+import jax
+
+
+class SamplerLoop:
+    @functools.partial(jax.jit, static_argnames=('self',))
+    def _sample_loop(self, *, params, state):
+        state = jax.lax.while_loop(self.cond, self.body, state)
+        return state
+
+    def sample(self, params, state):
+        state = self._sample_loop(params=params, state=state)
+        return state.tokens
+
+
+def run(loop, params, state):
+    return loop.sample(params, state)
+'''
+
+_DECORATED = '''\
+import jax
+
+
+@jax.jit
+def step(params, state):
+    return jax.lax.fori_loop(0, 8, lambda i, s: s + params, state)
+
+
+def generate(params, n):
+    state = jax.numpy.zeros(4)
+    for _ in range(n):
+        state = step(params, state)
+    return state
+'''
+
+_CALLED = '''\
+import jax
+
+
+def _loop(state):
+    return jax.lax.while_loop(lambda s: s.pos < 8, _body, state)
+
+
+generate = jax.jit(_loop)
+
+
+def run(n):
+    state = init()
+    for _ in range(n):
+        state = generate(state)
+    return state
+'''
+
+_ARGNUMS = '''\
+import jax
+from functools import partial
+
+
+@partial(jax.jit, donate_argnums=(0,))
+def step(cache, state):
+    return cache, state + 1
+
+
+def run(cache):
+    state = jax.numpy.zeros(4)
+    cache, state = step(cache, state)
+    return cache, state
+'''
+
+VALID = (
+    SourceExample(code=_CALLED.replace("        state = generate(state)\n",
+                                       "        out = generate(state)\n        print(state.pos)\n"),
+                  line=5, hint=Hint(argument="state"), reason="read after the call",
+                  note="the state is read after the call"),
+    SourceExample(code=_CALLED.replace("        state = generate(state)\n",
+                                       "        prev = state\n        state = generate(state)\n        print(prev)\n"),
+                  line=5, hint=Hint(argument="state"), reason="prev (line 14) holds state",
+                  note="an alias of the state is read after the call"),
+    SourceExample(code='''\
+import jax
+
+generate = jax.jit(lambda s: s + 1)
+_state = jax.numpy.zeros(4)
+
+
+def _loop(state):
+    return state + 1
+
+
+step_fn = jax.jit(_loop)
+
+
+def step():
+    return step_fn(_state)
+''', line=8, hint=Hint(argument="state"), reason="module-level name",
+                  note="a global read on every call (the profiled step's own shape)"),
+    SourceExample(code=_CALLED.replace("generate = jax.jit(_loop)", "generate = _loop"), line=5,
+                  hint=Hint(argument="state"), kind="no-pattern", reason="not in a function wrapped by jax.jit",
+                  note="the function is not jitted"),
+    SourceExample(code=_CALLED.replace("jax.jit(_loop)", "jax.jit(_loop, static_argnames='state')"), line=5,
+                  hint=Hint(argument="state"), reason="static",
+                  note="a static argument has no buffer"),
+    SourceExample(code=_CALLED.replace("state = generate(state)", "state = generate(state, state)").replace(
+                  "def _loop(state):", "def _loop(state, other):"), line=5, hint=Hint(argument="state"),
+                  reason="more than once", note="the state passed twice (aliased)"),
+    SourceExample(code=_CALLED.replace("jax.jit(_loop)", 'jax.jit(_loop, donate_argnames="state")'), line=5,
+                  hint=Hint(argument="state"), kind="already-applied", reason="already donated",
+                  note="already donated"),
+    SourceExample(code=_CALLED.replace("        state = generate(state)\n    return state",
+                                       "        out = generate(state)\n    return out"),
+                  line=5, hint=Hint(argument="state"), reason="next iteration",
+                  note="called in a loop without rebinding the state"),
+    SourceExample(code=_CALLED, line=5, hint=Hint(argument="cache"), reason="not an argument of _loop()",
+                  note="the finding's parameter is not an argument of the jitted function"),
+)
+
+INVALID = (
+    SourceExample(code=_GEMMA_STYLE, line=9, hint=Hint(argument="state"), fixed=_GEMMA_STYLE.replace(
+        "static_argnames=('self',))", "static_argnames=('self',), donate_argnames='state')"), safe=False,
+        note="gemma's shape: partial(jax.jit) on a method, the state from sample()'s parameter; run() passes a "
+             "parameter of its own whose callers are outside the file: unsafe"),
+    SourceExample(code=_DECORATED, fixed=_DECORATED.replace("import jax\n", "import functools\nimport jax\n").replace(
+        "@jax.jit\n", '@functools.partial(jax.jit, donate_argnames="state")\n'),
+        note="a bare @jax.jit, whole file: the state rebound in a loop; functools imported"),
+    SourceExample(code=_CALLED, line=5, hint=Hint(argument="state_cache_0_.1"),
+                  fixed=_CALLED.replace("jax.jit(_loop)", 'jax.jit(_loop, donate_argnames="state")'),
+                  note="jax.jit(f) called at module level; the argument named by the HLO parameter"),
+    SourceExample(code=_ARGNUMS, line=7, hint=Hint(argument="state"),
+                  fixed=_ARGNUMS.replace("donate_argnums=(0,)", "donate_argnums=(0, 1)"),
+                  note="donate_argnums already there: the position is added to it"),
+)
