@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 from hlo_doctor.hlo.analysis import (
     ConvertProgram,
-    convert_programs,
     dtype_shape,
     only_reaches_selection,
     value_uses,
 )
 from hlo_doctor.hlo.origin import OpOrigin, origin_of
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes
+from hlo_doctor.lint.host_cost import PerStepProgram, call_cost, per_step_convert_programs
 from hlo_doctor.lint.testing import eager_convert
 
 _EAGER_CONVERT = eager_convert("runner.py:210")
@@ -50,11 +50,15 @@ class StandaloneConvertProgram(Rule):
         outside ``jit`` on the per-step path.
     Why it costs:
         The convert reads the narrow tensor and writes a wide copy to memory as a separate launch;
-        the next program then reads the wide copy. As its own program it also costs a host
-        dispatch (``PjitFunction(convert_element_type)`` in the trace's host events): the estimate
-        counts the longer of its device time and its host dispatch span per step. Inside the
-        consuming jitted program XLA could fuse the convert into its consumer, or drop it when the
-        consumer does not need the width.
+        the next program then reads the wide copy. As its own program it also costs the host its
+        call: jax's dispatch (``PjitFunction(convert_element_type)``) and the Python frames around
+        it that exist only for it (an eager astype's ``array_methods.py _astype`` down to
+        ``apply_primitive``). The estimate is read from the trace: the device's idle time inside
+        those calls plus the program's device time the host waited for (on a host-bound step the
+        call's host time, on a device-bound one the convert's device time); without host events,
+        the longer of its device time and its dispatch spans. Inside the consuming jitted program
+        XLA could fuse the convert into its consumer, or drop it when the consumer does not need
+        the width.
     Example:
         ``logits = logits.astype(jnp.float32)`` in the runner, before calling a jitted
         ``sample(logits)``: 1.2 ms per step for bf16 -> f32[512,256000] on TPU v5e.
@@ -85,23 +89,13 @@ class StandaloneConvertProgram(Rule):
     )
 
     def check(self, ctx: Context) -> Iterator[Finding]:
-        for prog in convert_programs(ctx.modules):
-            timing = ctx.op_timing(prog.module, prog.op.name)
-            if timing is None or not ctx.num_steps:
-                continue
-            # Runs per step on one device: the table sums occurrences over devices.
-            per_step = timing.occurrences_per_device / ctx.num_steps
-            if per_step < 0.5:
-                continue
-            # A standalone program costs the step its device time or its host dispatch, whichever
-            # is longer (the host waits to launch it; the device waits for its launch).
-            dispatch = ctx.dispatch(prog.module)
-            host_per_step = dispatch.per_call_us * per_step if dispatch is not None else 0.0
-            recoverable = max(timing.time_per_step_us, host_per_step)
+        for p in per_step_convert_programs(ctx):
+            prog, per_step = p.prog, p.per_step
+            recoverable, host_extra = _recoverable(ctx, p)
             consumers = _consumers(ctx, prog)
             feeds_argmax = any(only for _, _, only in consumers)
             into = "; result matches " + ", ".join(
-                f"parameter {p} of {m}" for m, p, _ in consumers) if consumers else ""
+                f"parameter {n} of {m}" for m, n, _ in consumers) if consumers else ""
             origin = origin_of(prog.module, prog.convert)
             yield ctx.finding(
                 self, prog.module, prog.op,
@@ -114,9 +108,32 @@ class StandaloneConvertProgram(Rule):
                 evidence=(prog.convert.raw,
                           "(the source line is where this cached eager program was first traced)"),
                 fix="bf16-greedy-sampler" if feeds_argmax and not origin.framework else "",
-                extra=(("launches_per_step", round(per_step, 2)), ("narrow_dtype", prog.narrow),
-                       *((("host_dispatch_us_per_step", round(host_per_step, 1)),) if dispatch else ())),
+                extra=(("launches_per_step", round(per_step, 2)), ("narrow_dtype", prog.narrow), *host_extra),
             )
+
+
+def _recoverable(ctx: Context, p: PerStepProgram) -> tuple[float, tuple[tuple[str, object], ...]]:
+    """What removing the program gives the step back per step, and the host figures behind it.
+
+    From the trace (hlo_doctor.lint.host_cost): the device's idle time inside the calls that issue it
+    (its dispatch and the framework frames around it that exist only for it, e.g. an eager astype's)
+    plus its device time the host waited for. Without a driver thread in the input: the longer of
+    its device time and its dispatch spans (the host waits to launch it; the device waits for the
+    launch).
+    """
+    cost = call_cost(ctx, p.prog.module)
+    if cost is not None and cost.calls:
+        return cost.recoverable_us, (
+            ("host_us_per_step", round(cost.per_step(cost.host_us), 1)),
+            ("host_dispatch_us_per_step", round(cost.per_step(cost.dispatch_us), 1)),
+            ("host_python_us_per_step", round(cost.per_step(cost.python_us), 1)),
+            ("idle_us_per_step", round(cost.per_step(cost.idle_us), 1)),
+            ("device_waited_us_per_step", round(cost.per_step(cost.device_waited_us), 1)),
+            ("host_calls", tuple(cost.frames)))
+    dispatch = ctx.dispatch(p.prog.module)
+    host_per_step = dispatch.per_call_us * p.per_step if dispatch is not None else 0.0
+    extra = (("host_dispatch_us_per_step", round(host_per_step, 1)),) if dispatch else ()
+    return max(p.timing.time_per_step_us, host_per_step), extra
 
 
 def _consumers(ctx: Context, prog: ConvertProgram) -> list[tuple[str, int | None, bool]]:

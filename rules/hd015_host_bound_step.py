@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity
+from hlo_doctor.lint.host_cost import Held, held_by_removed_programs
 
 HOST_BOUND_PCT = 50.0
 """The step is host-bound from this share (%) of its wall time in which the device runs no op while
@@ -130,7 +131,8 @@ class HostBoundStep(Rule):
         device array mid-step); put the eager ops and the small programs of a step into one jitted
         function (one dispatch instead of several); and let the host run ahead (block only on what
         the next step needs). The recoverable time counts the Python a fix moves out of the step;
-        a dispatch that must remain is left out of it.
+        a dispatch that must remain is left out of it, and so is the call of a standalone program
+        HD003 reports (an eager astype's frames: HD003 counts them, once).
     """
 
     code = "HD015"
@@ -169,14 +171,21 @@ class HostBoundStep(Rule):
             if line.kind in _HOST and line.where:
                 groups.setdefault(line.where, []).append(line)
         ranked = sorted(groups.items(), key=lambda kv: (-sum(x.idle_us for x in kv[1]), kv[0]))
+        held: dict[str, list[Held]] | None = None
         for where, lines in ranked[:MAX_FINDINGS]:
             explained = sum(x.idle_us for x in lines)
             if 100.0 * explained / wall < LINE_FLOOR_PCT:
                 break
-            yield self._finding(b, where, lines, explained, wall, host_pct)
+            if held is None:
+                # The calls of the standalone programs HD003 flags are HD003's host time (one owner per
+                # interval): read from the trace once, only for a step that is host-bound.
+                held = {}
+                for h in held_by_removed_programs(ctx):
+                    held.setdefault(h.where, []).append(h)
+            yield self._finding(b, where, lines, explained, wall, host_pct, held.get(where, []))
 
     def _finding(self, b: Any, where: str, lines: list[Any], explained: float, wall: float,
-                 host_pct: float) -> Finding:
+                 host_pct: float, held: list[Held]) -> Finding:
         lines = sorted(lines, key=lambda x: -x.idle_us)
         parts = [(f"dispatch of {x.target}" if x.kind == "dispatch" else
                   f"Python in {x.target}" if x.target else "its own Python") + f" {_us(x.idle_us)}"
@@ -187,17 +196,26 @@ class HostBoundStep(Rule):
                    + f"; the device idles {b.idle_pct:.0f}% of the step, {host_pct:.0f}% while the host "
                      "runs Python or dispatches programs")
         python_us = sum(x.idle_us for x in lines if x.kind == "python")
+        # The Python of a removed program's call (an eager astype's frames) is HD003's estimate.
+        held_total = sum(h.python_us for h in held)
+        held_python = min(held_total, python_us)
+        scale = held_python / held_total if held_total > 0 else 0.0
         source = lines[0].source
         file, _, line_no = source.rpartition(":")
         function = where.split(" ", 1)[1] if " " in where else ""
         evidence = tuple(f"{x.kind} {x.target or x.where}: {_us(x.idle_us)} of device idle, {_us(x.host_us)} "
                          "on the host per step" for x in lines)
+        if held_python > 0:
+            evidence = (*(f"{h.code} counts {_us(h.python_us)} of this Python per step: the calls that issue "
+                          f"{h.module}" for h in held), *evidence)
         return Finding(
             code=self.code, name=self.name, severity=self.severity, message=message,
-            time_per_step_us=explained, pct_of_step=pct, recoverable_us=python_us or None, source=source,
+            time_per_step_us=explained, pct_of_step=pct, recoverable_us=(python_us - held_python) or None,
+            source=source,
             evidence=evidence[:8],
             extra=(("device_idle_pct", b.idle_pct), ("host_bound_pct", host_pct), ("python_idle_us", python_us),
                    ("dispatch_idle_us", explained - python_us), ("where", where),
-                   ("targets", tuple(x.target for x in lines if x.target))),
+                   ("targets", tuple(x.target for x in lines if x.target)),
+                   *((("held_by", tuple((h.code, h.module, round(h.python_us * scale, 1)) for h in held)),) if held else ())),
             stack=((file, int(line_no), function),) if line_no.isdigit() else (),
         )

@@ -51,6 +51,9 @@ class Diagnosis:
     """Which modules are unoptimized HLO (as lowered), empty when all are optimized (see :mod:`.stage`)."""
     compiles: CompileAccount | None = None
     """Programs compiled inside the window and eager ops compiled apart (see :mod:`.compiles`)."""
+    step_basis: str = ""
+    """What the step divided by is (``mean of 5 traced step annotations``); "" when the input says
+    nothing of its steps (an ``opstats.json`` export, HLO text)."""
 
     def compile_line(self) -> str:
         """``compiles in the window: jit_f 3 (on every call); 27 eager ops compiled (1.2 s)``, or ""."""
@@ -85,13 +88,14 @@ class Diagnosis:
         if self.recoverable_us is None or not self.step_time_us:
             return f"{head} (no op stats: no time estimate)"
         pct = self.recoverable_pct or 0.0
+        basis = f"; step: {self.step_basis}" if self.step_basis else ""
         return (f"{head}: ~{fmt_duration(self.recoverable_us)} of ~{fmt_duration(self.step_time_us)} per step "
-                f"(~{pct:.0f}%) is recoverable")
+                f"(~{pct:.0f}%{basis}) is recoverable")
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "input": self.origin, "input_kind": self.kind, "backend": self.backend,
-            "step_time_us": self.step_time_us, "num_steps": self.num_steps,
+            "step_time_us": self.step_time_us, "step_basis": self.step_basis, "num_steps": self.num_steps,
             "recoverable_us": self.recoverable_us, "recoverable_pct": self.recoverable_pct,
             "summary": self.summary_line(), "rules_run": list(self.rules_run),
             "rules_skipped": [{"code": c, "reason": r} for c, r in self.rules_skipped],
@@ -184,7 +188,23 @@ def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
         compiler_inserted_us=inserted_us if ctx.has_opstats else None, compiler_inserted_ops=inserted_ops,
         stage_line=stages_line(ctx.modules, ctx.origin),
         compiles=compile_account(ctx) if ctx.compile_events else None,
+        step_basis=step_basis(ctx),
     )
+
+
+_STEP_SOURCES = {
+    "annotation": "mean of {n} traced step annotations",
+    "device-steps": "mean of {n} traced device steps (the devices' Steps line)",
+    "module-executions": "mean of {n} traced executions of the main program per device, start to next start",
+}
+
+
+def step_basis(ctx: Context) -> str:
+    """What the step time divides by, for the summary: the trace's steps as the profile marked them
+    (under the profiler; verify's decode step is timed without it), or "" when the input does not say."""
+    source = ctx.breakdown.step_source if ctx.breakdown is not None else ""
+    words = _STEP_SOURCES.get(source)
+    return words.format(n=ctx.num_steps) if words and ctx.num_steps else ""
 
 
 # Parts of an HLO line that differ between recompiled copies of one program: metadata (stack frame
@@ -243,11 +263,21 @@ _REQUIREMENT_WORDS = {"opstats": "op stats (a trace)", "hlo": "HLO modules", "so
 
 
 def total_recoverable(findings: Iterable[Finding]) -> float:
-    """Sum of recoverable time, counting each (module, program id, op) once with its largest estimate."""
+    """Sum of recoverable time, counting each (module, program id, op) once with its largest estimate.
+
+    Host time has one owner: a finding that leaves out host time another rule counts says so in
+    ``extra["held_by"]`` ((code, module, us) per step: HD015 leaves an eager call's Python to HD003);
+    that time is added back when no finding of that code on that module is in ``findings`` (the owner
+    was not selected or did not fire), so it is counted exactly once either way.
+    """
+    findings = list(findings)
     best: dict[tuple[str, int | None, str], float] = {}
     for f in findings:
         if f.recoverable_us is None:
             continue
         key = (f.module, f.program_id, f.op) if f.op else (f.code, None, f.message)
         best[key] = max(best.get(key, 0.0), f.recoverable_us)
-    return sum(best.values())
+    owners = {(f.code, f.module) for f in findings}
+    orphaned = sum(float(us) for f in findings for k, v in f.extra if k == "held_by"
+                   for code, module, us in v if (code, module) not in owners)
+    return sum(best.values()) + orphaned

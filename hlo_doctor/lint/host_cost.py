@@ -1,0 +1,399 @@
+"""The host time a fix removes: a removed program's dispatch and the Python frames of its call.
+
+A standalone program launched from Python (an eager ``x.astype(...)``: ``jit_convert_element_type``)
+costs the step more than its device time. The trace shows, on the host's driver thread
+(:mod:`hlo_doctor.trace.python_frames`), jax's dispatch of it (``PjitFunction(convert_element_type)``)
+inside the Python frames of the call that exists only to issue it (``$array_methods.py:116 _astype``
+-> ``lax_numpy.py astype`` -> ``_convert_element_type`` -> ``bind`` -> ``apply_primitive``).
+Removing the call removes all of them. This module reads them from the trace, never a constant:
+
+- **The call's span.** From each outermost ``PjitFunction(<name>)`` span of the program, climb the
+  enclosing Python frames while they are a framework's (jax, numpy...: the frames a person does not
+  edit) and hold no other dispatch and no compile: the outermost of them is the call the fix
+  removes (its caller is the user's line). Without the Python tracer the span is the dispatch alone.
+  ``host_us`` sums these spans; ``dispatch_us`` is the ``PjitFunction`` part, ``python_us`` the rest.
+- **What the step gets back** (critical path, per step): the device's idle time inside those spans
+  (host work the device waited for) plus the program's own device time during which the host waited
+  for it (inside the call's span, as on XLA:CPU, which runs it inside its dispatch; in
+  ``block_until_ready``; in XLA:CPU's execution of a program). On a host-bound GPU step the convert's
+  kernel runs while the host is busy elsewhere: only the host part counts; on XLA:CPU both count.
+
+**One owner per interval of host time.** HD003 owns the spans of the standalone programs it flags;
+HD015 (the host-bound step) counts only the Python outside them, and its finding says how much of
+its line's idle time HD003 holds (``extra.held_by``) so that the summary never counts it twice.
+
+Only steps inside the trace's step spans count; figures are per step (the mean over the steps of
+each host's first device). Inputs without an xplane (an ``opstats.json`` export, HLO text, a rule
+example) have no driver thread: :func:`call_cost` returns None and rules fall back to device time
+and the dispatch spans of :mod:`hlo_doctor.lint.dispatch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.hlo import HloModule
+from hlo_doctor.hlo.analysis import ConvertProgram, convert_programs
+from hlo_doctor.lint.context import Context, OpTiming
+from hlo_doctor.opstats.host_time import FrameKinds, host_segments
+from hlo_doctor.trace import find_xplanes, read_trace
+from hlo_doctor.trace.compiles import module_of_function
+from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX
+from hlo_doctor.trace.python_frames import EXECUTE_MARKER, DriverThread, parse_frame, read_driver_threads
+
+PER_STEP_FLOOR = 0.5
+"""A program runs "per step" from this many launches per step on one device (HD003's bar)."""
+_WAIT_FUNCTIONS = frozenset({"block_until_ready"})
+_TRACE_KINDS = ("run", "xplane")
+
+
+@dataclass(frozen=True, slots=True)
+class PerStepProgram:
+    """A program that only converts a dtype and runs about once per step (what HD003 flags)."""
+
+    prog: ConvertProgram
+    timing: OpTiming
+    per_step: float
+    """Launches per step on one device."""
+
+
+def per_step_convert_programs(ctx: Context) -> Iterator[PerStepProgram]:
+    """The convert-only programs launched at least :data:`PER_STEP_FLOOR` times per step."""
+    if not ctx.num_steps:
+        return
+    for prog in convert_programs(ctx.modules):
+        timing = ctx.op_timing(prog.module, prog.op.name)
+        if timing is None:
+            continue
+        # Runs per step on one device: the table sums occurrences over devices.
+        per_step = timing.occurrences_per_device / ctx.num_steps
+        if per_step >= PER_STEP_FLOOR:
+            yield PerStepProgram(prog, timing, per_step)
+
+
+@dataclass(frozen=True, slots=True)
+class CallCost:
+    """What removing every call of one program saves, read from the trace (see the module's docstring).
+
+    Totals over the traced steps; ``*_per_step`` divide by :attr:`steps`.
+    """
+
+    module: str
+    calls: int
+    """Outermost dispatches of the program inside the steps."""
+    steps: int
+    host_us: float
+    """The calls' spans (dispatch and the framework frames that exist only for it), summed."""
+    dispatch_us: float
+    """Of which inside ``PjitFunction(<name>)`` (on XLA:CPU this holds the program's execution)."""
+    idle_us: float
+    """Device idle time inside the calls' spans: host work the device waited for."""
+    device_us: float
+    """The program's op time on the device."""
+    device_waited_us: float
+    """Of which the host waited for (inside the calls' spans, ``block_until_ready``, XLA:CPU's execution)."""
+    frames: tuple[str, ...] = ()
+    """The outermost frame of each kind of call (``array_methods.py:116 _astype``), or the dispatch."""
+    callers: tuple[str, ...] = ()
+    """The frames that made the calls (``runner.py:135 _sample_from_logits``)."""
+    idle_by_line: tuple[tuple[str, str, float], ...] = field(default=())
+    """(kind, where, device idle us in total) inside the spans, by the step breakdown's labels
+    (``python``/``dispatch``/``wait``, the first frame outside the frameworks)."""
+
+    @property
+    def python_us(self) -> float:
+        """Host time in the calls' framework frames outside the dispatch."""
+        return max(self.host_us - self.dispatch_us, 0.0)
+
+    def per_step(self, us: float) -> float:
+        """``us`` over the steps."""
+        return us / self.steps if self.steps else 0.0
+
+    @property
+    def recoverable_us(self) -> float:
+        """Per step: idle time inside the spans plus the device time the host waited for."""
+        return self.per_step(self.idle_us + self.device_waited_us)
+
+
+# -- reading the trace (once per capture) --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Capture:
+    threads: dict[str, DriverThread]
+    ops: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    """host -> (start_ns, end_ns, module name per op) of the ops with a place in time."""
+    backend: str
+
+
+@lru_cache(maxsize=4)
+def _read(paths: tuple[str, ...], stamp: tuple[float, ...]) -> _Capture | None:
+    """Driver threads and op intervals of one capture (``stamp``: the files' mtimes, for the cache)."""
+    del stamp
+    files = [Path(p) for p in paths]
+    threads = read_driver_threads(files)
+    if not threads:
+        return None
+    try:
+        trace = read_trace(files)
+    except InputError:
+        return None
+    ev = trace.ops
+    timed = ev.occurrences <= 1  # an aggregated event has no place in time
+    hosts = np.asarray(ev.host)[timed]
+    starts = ev.start_ns[timed].astype(np.float64)
+    ends = starts + ev.duration_ns[timed].astype(np.float64)
+    modules = np.asarray(ev.module, dtype=object)[timed]
+    ops = {str(h): (starts[hosts == h], ends[hosts == h], modules[hosts == h]) for h in set(hosts.tolist())}
+    return _Capture(threads, ops, trace.backend)
+
+
+def _capture(ctx: Context) -> _Capture | None:
+    if ctx.kind not in _TRACE_KINDS or not ctx.origin:
+        return None
+    try:
+        paths = find_xplanes(Path(ctx.origin))
+        stamp = tuple(p.stat().st_mtime for p in paths)
+    except (InputError, OSError):
+        return None
+    return _read(tuple(str(p) for p in paths), stamp)
+
+
+# -- intervals -------------------------------------------------------------------------------------------
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals covering the given ones."""
+    if not len(starts):
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    heads = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
+    return s[heads], reach[np.r_[heads[1:] - 1, len(s) - 1]]
+
+
+def _covered(a: tuple[np.ndarray, np.ndarray], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """For each [lo, hi): its length covered by the disjoint sorted intervals ``a``."""
+    s, e = a
+    if not len(s) or not len(lo):
+        return np.zeros(len(lo))
+    before = np.r_[0.0, np.cumsum(e - s)]
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(s, t, side="right") - 1
+        kk = np.maximum(k, 0)
+        return np.where(k >= 0, before[kk] + np.clip(t - s[kk], 0.0, e[kk] - s[kk]), 0.0)
+
+    return np.maximum(upto(hi) - upto(lo), 0.0)
+
+
+def _step_spans(ctx: Context, host: str) -> tuple[np.ndarray, np.ndarray]:
+    """The step spans (ns) of ``host``'s first device, from the step breakdown; empty without one."""
+    b = ctx.breakdown
+    if b is None:
+        return np.zeros(0), np.zeros(0)
+    devices = sorted({s.device for s in b.steps if s.host == host})
+    slices = [s for s in b.steps if s.host == host and devices and s.device == devices[0]]
+    return (np.asarray([s.start_us * 1e3 for s in slices]),
+            np.asarray([(s.start_us + s.wall_us) * 1e3 for s in slices]))
+
+
+# -- the calls of one program ---------------------------------------------------------------------------
+
+
+def _parents(thread: DriverThread) -> np.ndarray:
+    """Index of each event's enclosing event on the thread (-1 at the top)."""
+    parent = np.full(len(thread), -1, np.int64)
+    stack: list[int] = []
+    ends = thread.end_ns
+    for i, start in enumerate(thread.start_ns.tolist()):
+        while stack and ends[stack[-1]] <= start:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return parent
+
+
+def _calls(thread: DriverThread, parent: np.ndarray, module: str, kinds: FrameKinds) -> list[tuple[int, int]]:
+    """(call event, dispatch event) for each outermost dispatch of ``module`` on the thread."""
+    names = thread.names
+    is_dispatch = np.fromiter((n.startswith(DISPATCH_PREFIX) for n in names), bool, len(names))[thread.name_code]
+    is_compile = np.fromiter((any(m in n for m in BACKEND_COMPILE_MARKERS) for n in names), bool,
+                             len(names))[thread.name_code]
+    # Outermost dispatches (of any program) and compiles, to tell whether a frame holds only one call.
+    outer = np.flatnonzero(is_dispatch & ~_inside(parent, is_dispatch))
+    outer_starts = thread.start_ns[outer]
+    compile_starts = thread.start_ns[np.flatnonzero(is_compile)]
+    calls = []
+    for d in outer.tolist():
+        name = names[thread.name_code[d]]
+        if module_of_function(name[len(DISPATCH_PREFIX):-1]) != module:
+            continue
+        call = d
+        while (p := int(parent[call])) >= 0:
+            frame = parse_frame(names[thread.name_code[p]])
+            if frame is None or frame.function in _WAIT_FUNCTIONS or \
+                    not kinds.is_framework(frame, called_from_framework=True):
+                break  # the caller's own line (or not a Python frame): the call ends below it
+            a, b = thread.start_ns[p], thread.end_ns[p]
+            held = np.searchsorted(outer_starts, b, side="left") - np.searchsorted(outer_starts, a, side="left")
+            compiling = np.searchsorted(compile_starts, b) - np.searchsorted(compile_starts, a)
+            if held != 1 or compiling:
+                break  # the frame also issues other programs (or compiles): it outlives the fix
+            call = p
+        calls.append((call, d))
+    return calls
+
+
+def _inside(parent: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """True for events with an ancestor for which ``flag`` holds."""
+    out = np.zeros(len(parent), bool)
+    for i in range(len(parent)):
+        p = parent[i]
+        out[i] = p >= 0 and (flag[p] or out[p])
+    return out
+
+
+def _waits(thread: DriverThread, cpu: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Spans in which the host waits for the device: ``block_until_ready``; on XLA:CPU also the
+    client's execution of a program (its threads run it while the host waits)."""
+    names = thread.names
+    wanted = np.fromiter(((f := parse_frame(n)) is not None and f.function in _WAIT_FUNCTIONS
+                          or (cpu and EXECUTE_MARKER in n) for n in names), bool, len(names))[thread.name_code]
+    return _union(thread.start_ns[wanted], thread.end_ns[wanted])
+
+
+def call_cost(ctx: Context, module: HloModule | str) -> CallCost | None:
+    """What removing ``module``'s calls saves per step, from the trace; None without a driver
+    thread (no xplane, no Python tracer and no dispatch spans) or without a call of it in the steps."""
+    return _call_cost(ctx, module if isinstance(module, str) else module.name)
+
+
+@lru_cache(maxsize=8)
+def _call_cost(ctx: Context, name: str) -> CallCost | None:
+    # A Context hashes by identity: HD003 and HD015 ask for the same program of the same input.
+    cap = _capture(ctx)
+    if cap is None:
+        return None
+    kinds = FrameKinds.from_modules(ctx.modules)
+    totals = {"calls": 0, "steps": 0, "host": 0.0, "dispatch": 0.0, "idle": 0.0, "device": 0.0, "waited": 0.0}
+    frames: dict[str, None] = {}
+    callers: dict[str, None] = {}
+    by_line: dict[tuple[str, str], float] = {}
+    for host, thread in sorted(cap.threads.items()):
+        step_lo, step_hi = _step_spans(ctx, host)
+        steps = _union(step_lo, step_hi) if len(step_lo) else None
+        parent = _parents(thread)
+        calls = _calls(thread, parent, name, kinds)
+        calls = [c for c, keep in zip(calls, _in_steps(steps, np.asarray([thread.start_ns[c] for c, _ in calls])),
+                                      strict=True) if keep]
+        lo = np.asarray([thread.start_ns[c] for c, _ in calls], np.float64)
+        hi = np.asarray([thread.end_ns[c] for c, _ in calls], np.float64)
+        dlo = np.asarray([thread.start_ns[d] for _, d in calls], np.float64)
+        dhi = np.asarray([thread.end_ns[d] for _, d in calls], np.float64)
+        starts, ends, mods = cap.ops.get(host, (np.zeros(0), np.zeros(0), np.zeros(0, object)))
+        busy = _union(starts, ends)
+        mine = mods == name
+        p_lo, p_hi = starts[mine], ends[mine]
+        if steps is not None:
+            p_keep = _in_steps(steps, p_lo)
+            p_lo, p_hi = p_lo[p_keep], p_hi[p_keep]
+        totals["steps"] += len(step_lo) if len(step_lo) else ctx.num_steps
+        totals["calls"] += len(lo)
+        totals["host"] += float((hi - lo).sum()) / 1e3
+        totals["dispatch"] += float((dhi - dlo).sum()) / 1e3
+        totals["idle"] += float(((hi - lo) - _covered(busy, lo, hi)).sum()) / 1e3
+        totals["device"] += float((p_hi - p_lo).sum()) / 1e3
+        waits = _waits(thread, cap.backend == "cpu")
+        held = _union(np.r_[lo, waits[0]], np.r_[hi, waits[1]])
+        totals["waited"] += float(_covered(held, p_lo, p_hi).sum()) / 1e3
+        for c, _ in calls:
+            frames[_text(thread, c)] = None
+            if (p := int(parent[c])) >= 0:
+                callers[_text(thread, p)] = None
+        for (kind, where), us in _idle_by_label(thread, kinds, busy, lo, hi, cap.backend == "cpu").items():
+            by_line[(kind, where)] = by_line.get((kind, where), 0.0) + us
+    if not totals["calls"] and not totals["device"]:
+        return None
+    return CallCost(
+        module=name, calls=int(totals["calls"]), steps=int(totals["steps"]) or ctx.num_steps,
+        host_us=totals["host"], dispatch_us=totals["dispatch"], idle_us=totals["idle"],
+        device_us=totals["device"], device_waited_us=totals["waited"], frames=tuple(frames),
+        callers=tuple(callers), idle_by_line=tuple((k, w, us) for (k, w), us in sorted(by_line.items())))
+
+
+def _in_steps(steps: tuple[np.ndarray, np.ndarray] | None, lo: np.ndarray) -> np.ndarray:
+    """Intervals that start inside a step (all of them without steps)."""
+    if steps is None:
+        return np.ones(len(lo), bool)
+    k = np.searchsorted(steps[0], lo, side="right") - 1
+    return (k >= 0) & (lo < steps[1][np.maximum(k, 0)])
+
+
+def _text(thread: DriverThread, i: int) -> str:
+    name = thread.names[thread.name_code[i]]
+    frame = parse_frame(name)
+    return frame.text() if frame is not None else name
+
+
+def _idle_by_label(thread: DriverThread, kinds: FrameKinds, busy: tuple[np.ndarray, np.ndarray],
+                   lo: np.ndarray, hi: np.ndarray, cpu: bool) -> dict[tuple[str, str], float]:
+    """Device idle time (us) inside the spans [lo, hi) by the breakdown's (kind, where) labels."""
+    if not len(lo):
+        return {}
+    seg = host_segments(thread, kinds, execution_waits=cpu)
+    spans = _union(lo, hi)
+    # Pieces: the segments cut at the spans' edges; each lies in one segment and in or out of a span.
+    cuts = np.unique(np.concatenate([seg.start_ns, seg.end_ns, spans[0], spans[1]]))
+    a, b = cuts[:-1], cuts[1:]
+    mid = (a + b) / 2
+    j = np.searchsorted(spans[0], mid, side="right") - 1
+    k = np.searchsorted(seg.start_ns, mid, side="right") - 1
+    keep = (j >= 0) & (mid < spans[1][np.maximum(j, 0)]) & (k >= 0) & (mid < seg.end_ns[np.maximum(k, 0)])
+    a, b, k = a[keep], b[keep], k[keep]
+    idle = (b - a) - _covered(busy, a, b)
+    out: dict[tuple[str, str], float] = {}
+    for label_code, us in zip(seg.label[k].tolist(), idle.tolist(), strict=True):
+        label = seg.labels[label_code]
+        out[(label.kind, label.where)] = out.get((label.kind, label.where), 0.0) + us / 1e3
+    return out
+
+
+# -- HD003's spans as HD015 sees them -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Device idle time per step inside the spans of one program HD003 flags, at one source line."""
+
+    code: str
+    module: str
+    where: str
+    python_us: float
+    dispatch_us: float
+
+
+def held_by_removed_programs(ctx: Context, owner: str = "HD003") -> tuple[Held, ...]:
+    """Per (program, line): the idle time per step inside the calls of each per-step convert program
+    (HD003's spans), split into Python and dispatch as the step breakdown labels it."""
+    out: list[Held] = []
+    for p in per_step_convert_programs(ctx):
+        cost = call_cost(ctx, p.prog.module)
+        if cost is None or not cost.steps:
+            continue
+        lines: dict[str, dict[str, float]] = {}
+        for kind, where, us in cost.idle_by_line:
+            lines.setdefault(where, {}).setdefault(kind, 0.0)
+            lines[where][kind] += us
+        for where, kinds in sorted(lines.items()):
+            out.append(Held(owner, p.prog.module.name, where, cost.per_step(kinds.get("python", 0.0)),
+                            cost.per_step(kinds.get("dispatch", 0.0))))
+    return tuple(out)
