@@ -1,0 +1,201 @@
+"""CLI: ``hlo-doctor report INPUT -o FILE.html``: one self-contained page with charts (or Markdown
+with the charts as images) of a capture, a diagnosis, a ``verify --out`` or ``doctor --out`` folder,
+or a gate verdict.
+
+Pages are built from the JSON documents the other commands write (:mod:`hlo_doctor.render.html`);
+a capture is read once (op stats) and diagnosed from that same table.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hlo_doctor.cli.common import console, examples, handle_errors, write_output
+from hlo_doctor.core.errors import InputError, NotAvailableError
+
+__all__ = ["COMMANDS", "EXPECTED", "build_page", "report_cmd"]
+
+EXPECTED = ("a capture (run directory, xprof log directory, .xplane.pb, trace JSON or opstats.json), "
+            "a diagnosis JSON (diagnose --format json), a verify --out folder (verify.json), a doctor --out "
+            "folder (doctor.json) or a gate JSON (gate --format json)")
+"""What ``report`` reads, for its help and its error line."""
+
+_SCHEMAS = ("opstats", "diagnosis", "verify", "verify-target", "doctor", "gate")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable JSON file ({exc})", f"pass {EXPECTED}") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: a JSON {type(doc).__name__}, not an object", f"pass {EXPECTED}")
+    return doc
+
+
+def _kind(doc: Mapping[str, Any]) -> str | None:
+    """The subject of an hlo-doctor JSON document, from its schema tag (or, untagged, its keys)."""
+    schema = str(doc.get("schema", doc.get("format", "")))
+    for name in sorted(_SCHEMAS, key=len, reverse=True):
+        if schema.startswith(f"hlo-doctor.{name}/"):
+            return name
+    # Untagged documents of older releases: verify.json and opstats.json before their schema tags.
+    if "checks" in doc and isinstance(doc.get("baseline"), Mapping) and "rounds" in doc["baseline"]:
+        return "verify"
+    if "rows" in doc and "step_time_us" in doc:
+        return "opstats"
+    return None
+
+
+def _capture_docs(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(op stats JSON, diagnosis JSON) of a capture, from one read of it."""
+    from hlo_doctor.lint import Context, diagnose, executed_modules, load_context, load_rulebook
+    from hlo_doctor.opstats import load_opstats, to_json
+    from hlo_doctor.render.diagnosis import to_json as diagnosis_json
+
+    export = path / "opstats.json"
+    if path.is_dir() and export.is_file() and not any(path.rglob("*.xplane.pb")):
+        # A table export with the run's modules as *.hlo.txt beside it (the sample traces).
+        return json.loads(to_json(load_opstats(export))), json.loads(diagnosis_json(
+            diagnose(load_context(path), load_rulebook())))
+    stats = load_opstats(path)
+    if stats.modules:
+        # The modules came with the table: diagnose that same read instead of reading the trace again.
+        ctx = Context(modules=executed_modules(stats.modules, stats.table), table=stats.table,
+                      step_time_us=float(stats.step_time_us or 0) or None, num_steps=int(stats.num_steps or 0),
+                      compile_events=tuple(stats.compile_events), breakdown=stats.breakdown, backend=stats.backend,
+                      origin=str(path), kind="run" if path.is_dir() else "xplane")
+        if not path.name.endswith(".json"):
+            from hlo_doctor.lint.dispatch import read_host_dispatch
+            from hlo_doctor.trace import find_xplanes
+
+            ctx = replace(ctx, host_dispatch=read_host_dispatch(find_xplanes(path)))
+    else:
+        ctx = load_context(path)
+    diagnosis = diagnose(ctx, load_rulebook())
+    return json.loads(to_json(stats)), json.loads(diagnosis_json(diagnosis))
+
+
+def _stats_beside(diagnosis: Mapping[str, Any], origin: Path) -> tuple[dict[str, Any] | None, str]:
+    """The op stats of the capture a diagnosis names, when it is at hand: (doc, why not)."""
+    from hlo_doctor.opstats import load_opstats, to_json
+
+    given = Path(str(diagnosis.get("input", "")))
+    for candidate in (given, origin.parent / given.name):
+        if str(given) and candidate.exists():
+            export = candidate / "opstats.json" if candidate.is_dir() else candidate
+            stats = load_opstats(export if export.exists() else candidate)
+            return json.loads(to_json(stats)), ""
+    return None, f"its capture ({given}) is not at hand"
+
+
+def _doctor_page(folder: Path) -> Any:
+    from hlo_doctor.render.html import doctor_page
+
+    missing: list[str] = []
+    docs: dict[str, dict[str, Any] | None] = {}
+    for name, rel in (("diagnosis", "diagnose.json"), ("stats", "profile/opstats.json"), ("verify", "verify.json")):
+        p = folder / rel
+        docs[name] = _read_json(p) if p.is_file() else None
+        if docs[name] is None:
+            missing.append(f"what {rel} draws: the folder has no {rel}")
+    return doctor_page(_read_json(folder / "doctor.json"), docs["diagnosis"], docs["stats"], docs["verify"],
+                       tuple(missing))
+
+
+def build_page(path: Path) -> Any:
+    """The :class:`~hlo_doctor.render.html.Page` of INPUT; :class:`InputError` naming what was expected."""
+    from hlo_doctor.render.html import capture_page, diagnosis_page, gate_page, verify_page
+
+    if not path.exists():
+        raise InputError(f"{path} does not exist", f"pass {EXPECTED}")
+    if path.is_dir():
+        if (path / "doctor.json").is_file():
+            return _doctor_page(path)
+        if (path / "verify.json").is_file():
+            return verify_page(_read_json(path / "verify.json"))
+        has_capture = (path / "opstats.json").is_file() or any(path.rglob("*.xplane.pb"))
+        if not has_capture:
+            raise InputError(f"{path}: none of the inputs report reads is in this folder", f"expected {EXPECTED}")
+        return capture_page(*_capture_docs(path))
+    if path.suffix != ".json" or path.name.endswith((".trace.json", ".json.gz")):
+        return capture_page(*_capture_docs(path))
+    doc = _read_json(path)
+    kind = _kind(doc)
+    if kind == "opstats":
+        return capture_page(*_capture_docs(path))
+    if kind == "diagnosis":
+        stats, why = _stats_beside(doc, path)
+        return diagnosis_page(doc, stats, why)
+    if kind in ("verify", "verify-target"):
+        return verify_page(doc)
+    if kind == "doctor":
+        return _doctor_page(path.parent)
+    if kind == "gate":
+        return gate_page(doc)
+    raise InputError(f"{path}: not a JSON document hlo-doctor wrote (no known 'schema')", f"expected {EXPECTED}")
+
+
+@click.command("report", epilog=examples(
+    "hlo-doctor report runs/decode -o decode.html            # a capture: the step, the top ops, findings",
+    "hlo-doctor report runs/doctor -o doctor.html            # a doctor --out folder: found, fixed, measured",
+    "hlo-doctor report gate.json --format md -o gate.md      # Markdown, charts as SVG files in gate-charts/",
+))
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("--output", "-o", "output", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="The page (or Markdown) to write [default: report.html, or report.md with --format md].")
+@click.option("--format", "fmt", type=click.Choice(["html", "md"]), default="html", show_default=True,
+              help="html: one self-contained page (charts drawn in the browser, nothing fetched); md: "
+                   "Markdown with the charts as image files in a folder beside it.")
+@click.option("--images", "image_format", type=click.Choice(["svg", "png"]), default="svg", show_default=True,
+              help="md: the charts' image format.")
+@handle_errors
+def report_cmd(source: Path, output: Path | None, fmt: str, image_format: str) -> None:
+    """Write one page people look at: the charts and tables of SOURCE.
+
+    \b
+    SOURCE: a capture (run directory, xprof log directory, .xplane.pb, opstats.json), a diagnosis
+    JSON, a 'verify --out' folder, a 'doctor --out' folder, or a gate JSON verdict. The page is one
+    file that works offline and from file:// (light and dark, printable, sortable tables); every
+    charted figure is also in a table. Charts need the 'report' extra (vl-convert-python).
+
+    \b
+    Exit codes: 0 written, 2 bad input (or the 'report' extra missing), 3 internal error.
+    """
+    from hlo_doctor.render.html import INSTALL_HINT, available, to_html
+    from hlo_doctor.render.html.markdown import to_markdown
+
+    if not available():
+        raise NotAvailableError("report draws charts with vl-convert-python, which is not installed",
+                                INSTALL_HINT)
+    t0 = time.perf_counter()
+    page = build_page(source)
+    t1 = time.perf_counter()
+    out = output or Path(f"report.{fmt}")
+    if fmt == "html":
+        write_output(to_html(page, charts=True), out)
+    else:
+        image_dir = f"{out.stem}-charts"
+        text, images = to_markdown(page, image_dir=image_dir, image_format=image_format, charts=True)
+        for name, data in images.items():
+            target = out.parent / image_dir / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        write_output(text, out)
+        if images:
+            console.print(f"wrote {len(images)} chart image(s) to {out.parent / image_dir}", soft_wrap=True,
+                          markup=False)
+    for line in page.missing:
+        console.print(f"not drawn: {line}", soft_wrap=True, markup=False)
+    console.print(f"{page.kind} page: {len(page.charts)} chart(s), {len(page.tables)} table(s); "
+                  f"read {t1 - t0:.1f} s, written {time.perf_counter() - t1:.1f} s", soft_wrap=True, markup=False)
+
+
+COMMANDS = [report_cmd]

@@ -1,0 +1,201 @@
+"""The step section of a capture's page: time per step by category and by program (stacked, one bar per
+traced step, the step's wall time marked), and the step breakdown (device busy, idle, and what the
+host did while the device idled) when the capture has one.
+
+Everything is read from the op-stats JSON (``hlo-doctor.opstats/1``, what ``stats --format json``
+prints), so a page of a run directory and a page of its ``opstats.json`` are the same page.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hlo_doctor.render.html import charts
+from hlo_doctor.render.html.model import Cell, Chart, Column, Section, num_cell, table, text_cell
+
+__all__ = ["BREAKDOWN_PARTS", "TOP_PROGRAMS", "mean_totals", "per_step_totals", "step_section", "time_cell"]
+
+TOP_PROGRAMS = 7
+"""Programs drawn by name; the rest are summed as ``other``."""
+
+BREAKDOWN_PARTS: tuple[str, ...] = ("busy", "idle: python", "idle: dispatch", "idle: compile", "idle: wait",
+                                    "idle: untraced")
+"""The parts of a step in the breakdown chart, in stacking order (busy first)."""
+
+_MAX_BREAKDOWN_ROWS = 48
+
+
+def time_cell(us: Any, div: float) -> Cell:
+    """A time cell: the text in the table's unit, the value the JSON's microseconds."""
+    return num_cell(us, lambda v: f"{v / div:,.3f}" if div > 1 else f"{v:,.1f}")
+
+
+def _program_names(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, Any], str]:
+    """(module, program id) -> the name people read: the module, with the id where a name repeats."""
+    ids: dict[str, set[Any]] = defaultdict(set)
+    for r in rows:
+        ids[str(r.get("module", ""))].add(r.get("program_id"))
+    return {(m, p): (f"{m}({p})" if len(ps) > 1 and p is not None else m) for m, ps in ids.items() for p in ps}
+
+
+def per_step_totals(doc: Mapping[str, Any], by: str) -> tuple[list[int], dict[str, dict[int, float]]]:
+    """(steps, {group: {step: us}}) from the per-step samples, ``by`` ``category`` or ``program``.
+
+    ``time_us`` of a sample is the op's time in that step on one device; the groups sum it.
+    """
+    rows = doc.get("rows") or []
+    per_step = doc.get("per_step") or {}
+    cols = list(per_step.get("columns") or [])
+    if not cols or not per_step.get("rows"):
+        return [], {}
+    i_step, i_mod, i_pid, i_op, i_t = (cols.index(c) for c in ("step", "module", "program_id", "op", "time_us"))
+    names = _program_names(rows)
+    category = {(str(r.get("module")), r.get("program_id"), str(r.get("op"))): str(r.get("category") or "other")
+                for r in rows}
+    sums: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    steps: set[int] = set()
+    for s in per_step["rows"]:
+        step, module, pid, op, t = int(s[i_step]), str(s[i_mod]), s[i_pid], str(s[i_op]), float(s[i_t] or 0.0)
+        steps.add(step)
+        group = (category.get((module, pid, op), "other") if by == "category"
+                 else names.get((module, pid), module))
+        sums[group][step] += t
+    return sorted(steps), {g: dict(v) for g, v in sums.items()}
+
+
+def mean_totals(doc: Mapping[str, Any], by: str) -> dict[str, float]:
+    """{group: us per step}: the table's mean time per step summed by ``category`` or ``program``
+    (what a table export without per-step samples still says)."""
+    rows = doc.get("rows") or []
+    names = _program_names(rows)
+    sums: dict[str, float] = defaultdict(float)
+    for r in rows:
+        group = (str(r.get("category") or "other") if by == "category"
+                 else names.get((str(r.get("module", "")), r.get("program_id")), str(r.get("module", ""))))
+        sums[group] += float(r.get("time_per_step_us") or 0.0)
+    return dict(sums)
+
+
+def _ordered_groups(sums: Mapping[str, Mapping[int, float]], keep: int | None) -> tuple[list[str], dict[str, str]]:
+    """Groups by total time, largest first; past ``keep`` they fold into ``other``."""
+    order = sorted(sums, key=lambda g: (-sum(sums[g].values()), g))
+    if keep is None or len(order) <= keep + 1:
+        return order, {g: g for g in order}
+    kept = order[:keep]
+    return kept + ["other"], {g: (g if g in kept else "other") for g in order}
+
+
+def _stack_chart(doc: Mapping[str, Any], by: str, title: str) -> Chart | None:
+    steps, sums = per_step_totals(doc, by)
+    mean = not steps
+    if mean:
+        # No per-step samples (an export without them): one bar of the mean step.
+        means = mean_totals(doc, by)
+        if not means:
+            return None
+        steps, sums = [0], {g: {0: us} for g, us in means.items()}
+    groups, fold = _ordered_groups(sums, TOP_PROGRAMS if by == "program" else None)
+    folded: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for g, per in sums.items():
+        for step, us in per.items():
+            folded[fold[g]][step] += us
+    walls = list(doc.get("step_times_us") or [])
+    wall_of = {step: walls[i] for i, step in enumerate(steps)} if len(walls) == len(steps) and not mean else {}
+    if mean and doc.get("step_time_us"):
+        wall_of = {0: float(doc["step_time_us"])}
+    name = (lambda s: "mean step") if mean else (lambda s: f"step {s}")
+    unit, div = charts.unit_of([sum(folded[g].get(s, 0.0) for g in groups) for s in steps] + list(wall_of.values()))
+    values = [{"step": name(s), by: g, "time": folded[g].get(s, 0.0) / div} for s in steps for g in groups]
+    marks = [{"step": name(s), "wall": wall_of[s] / div} for s in steps if s in wall_of]
+    word = "category" if by == "category" else "program"
+    top = max(groups, key=lambda g: sum(folded[g].values()))
+    bars = ("one bar of the mean step (the capture's export holds no per-step samples)" if mean
+            else f"one per traced step ({len(steps)})")
+    alt = (f"Stacked bars, {bars}, of the op time on one device by {word}; "
+           f"{len(groups)} {'categories' if by == 'category' else 'programs'}, the largest {top}. "
+           + ("A tick marks each step's wall time. " if marks else "")
+           + "The table below holds every bar's numbers.")
+    spec = charts.stacked_bars(values, x="step", x_title="traced step", y="time", y_title=f"op time ({unit})",
+                               color=by, color_title=word, order=groups, description=alt, marks=marks,
+                               mark_field="wall", mark_title=f"step wall time ({unit})")
+    columns = [Column("step", not mean), *(Column(f"{g} ({unit})", True) for g in groups),
+               Column(f"sum ({unit})", True), Column(f"wall ({unit})", True, "step_times_us")]
+    rows = [[text_cell("mean") if mean else num_cell(s, "d"), *(time_cell(folded[g].get(s, 0.0), div) for g in groups),
+             time_cell(sum(folded[g].get(s, 0.0) for g in groups), div), time_cell(wall_of.get(s), div)]
+            for s in steps]
+    note = ("op times overlap on XLA:CPU (ops run concurrently), so a step's sum can pass its wall time"
+            if doc.get("backend") == "cpu" else "")
+    return Chart(f"step-by-{by}", title, alt, spec,
+                 table(f"table-step-by-{by}", f"{title} ({unit})", columns, rows, note))
+
+
+def _breakdown_chart(bd: Mapping[str, Any]) -> Chart | None:
+    steps = list(bd.get("steps") or [])
+    if not steps:
+        return None
+    devices = list(dict.fromkeys(f"{s.get('host', '')} {s.get('device', '')}".strip() for s in steps))
+    shown = steps[:_MAX_BREAKDOWN_ROWS]
+
+    def label(s: Mapping[str, Any]) -> str:
+        dev = f"{s.get('host', '')} {s.get('device', '')}".strip()
+        return f"step {s.get('step')}" if len(devices) == 1 else f"{dev} · step {s.get('step')}"
+
+    def parts(s: Mapping[str, Any]) -> dict[str, float]:
+        idle = s.get("idle_by_kind") or {}
+        out = {"busy": float(s.get("busy_us") or 0.0)}
+        out.update({p: float(idle.get(p.removeprefix("idle: "), 0.0) or 0.0) for p in BREAKDOWN_PARTS[1:]})
+        return out
+
+    unit, div = charts.unit_of([float(s.get("wall_us") or 0.0) for s in shown])
+    values = [{"row": label(s), "part": p, "time": v / div} for s in shown for p, v in parts(s).items()]
+    summary = bd.get("summary") or {}
+    alt = (f"Stacked horizontal bars, one per device and step ({len(shown)} of {len(steps)}): the device busy "
+           f"(union of its op intervals) and the idle time split by what the host did meanwhile (Python, "
+           f"dispatch, compile, waiting, untraced). Over the window the device idled "
+           f"{float(summary.get('idle_pct') or 0.0):.1f}% of the step.")
+    spec = charts.stacked_bars(values, x="row", x_title="device and step", y="time", y_title=f"time ({unit})",
+                               color="part", color_title="part of the step", order=BREAKDOWN_PARTS,
+                               description=alt, horizontal=True)
+    columns = [Column("device"), Column("step", True), Column(f"wall ({unit})", True, "wall_us"),
+               Column(f"busy ({unit})", True, "busy_us"),
+               *(Column(f"{p} ({unit})", True, f"idle_by_kind.{p.removeprefix('idle: ')}") for p in BREAKDOWN_PARTS[1:]),
+               Column("idle %", True)]
+    rows = []
+    for s in steps:
+        p = parts(s)
+        wall = float(s.get("wall_us") or 0.0)
+        rows.append([text_cell(f"{s.get('host', '')} {s.get('device', '')}".strip()), num_cell(s.get("step"), "d"),
+                     time_cell(s.get("wall_us"), div), time_cell(s.get("busy_us"), div),
+                     *(time_cell((s.get("idle_by_kind") or {}).get(k.removeprefix("idle: ")), div)
+                       for k in BREAKDOWN_PARTS[1:]),
+                     num_cell(100.0 * (wall - p["busy"]) / wall if wall else None, ".1f")])
+    note = "" if len(shown) == len(steps) else f"the chart shows the first {len(shown)} rows"
+    return Chart("step-breakdown", "Step breakdown: device busy, idle and what the host did", alt, spec,
+                 table("table-step-breakdown", f"Step breakdown per device and step ({unit})", columns, rows,
+                       "; ".join(x for x in (note, str(bd.get("busy_definition") or "")) if x)))
+
+
+def step_section(doc: Mapping[str, Any]) -> Section:
+    """Where a step's time goes: by category, by program, and the breakdown."""
+    items: list[Any] = []
+    missing: list[str] = []
+    for by, title in (("category", "Time per step by category"), ("program", "Time per step by program")):
+        chart = _stack_chart(doc, by, title)
+        if chart is None:
+            missing.append(f"{title.lower()}: the op stats hold no op")
+            continue
+        items.append(chart)
+        if chart.table.rows and chart.table.rows[0][0].text == "mean":
+            missing.append(f"{title.lower()} per traced step: the op stats hold no per-step samples (an export "
+                           "without them); the chart shows the mean step")
+    bd = doc.get("breakdown")
+    chart = _breakdown_chart(bd) if isinstance(bd, Mapping) else None
+    if chart is None:
+        missing.append("step breakdown (device busy / idle / compile / host): the op stats have none "
+                       "(written by an hlo-doctor from before the breakdown, or a table export); "
+                       "'hlo-doctor stats RUN --breakdown' on the capture has it")
+    else:
+        items.append(chart)
+    return Section("step", "The step", tuple(items), tuple(missing))

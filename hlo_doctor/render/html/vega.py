@@ -1,0 +1,123 @@
+"""Vega-Lite through vl-convert: the specs compiled to Vega, the Vega runtime inlined in pages, and the
+same charts as static SVG/PNG without a browser.
+
+vl-convert-python (the ``report`` extra) carries Vega, Vega-Lite and a JavaScript runtime in one
+wheel; nothing is fetched at run time. Charts are compiled to Vega here (the Vega-Lite compiler runs
+here, once per chart); the page draws them with vega-embed (about 0.9 MB inlined, once per page).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EXTRA", "INSTALL_HINT", "PAGE_CONFIG", "STATIC_CONFIG", "available", "bundle", "to_png", "to_svg",
+           "to_vega", "versions"]
+
+EXTRA = "report"
+INSTALL_HINT = "pip install 'hlo-doctor[report]'   (vl-convert-python: Vega-Lite charts without a browser)"
+"""What to install for charts: the one line commands print when it is missing."""
+
+_FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
+
+# In a page every neutral colour is the page's text colour (``currentColor``), so one drawing reads
+# in light and dark schemes and in print: the page's CSS sets ``color`` on each chart.
+_NEUTRAL = "currentColor"
+PAGE_CONFIG: dict[str, Any] = {
+    "background": "transparent",
+    "font": _FONT,
+    "view": {"stroke": None},
+    "title": {"color": _NEUTRAL, "subtitleColor": _NEUTRAL, "anchor": "start", "fontSize": 13},
+    "axis": {"labelColor": _NEUTRAL, "titleColor": _NEUTRAL, "domainColor": _NEUTRAL, "tickColor": _NEUTRAL,
+             "gridColor": _NEUTRAL, "gridOpacity": 0.15, "labelFontSize": 11, "titleFontSize": 11,
+             "labelLimit": 260},
+    "legend": {"labelColor": _NEUTRAL, "titleColor": _NEUTRAL, "labelFontSize": 11, "titleFontSize": 11,
+               "orient": "bottom", "direction": "horizontal", "labelLimit": 220},
+    "text": {"color": _NEUTRAL},
+    "rule": {"color": _NEUTRAL},
+}
+"""Vega-Lite ``config`` of charts drawn in a page (light, dark and print alike)."""
+
+STATIC_CONFIG: dict[str, Any] = {
+    **{k: v for k, v in PAGE_CONFIG.items() if k not in ("title", "axis", "legend", "text", "rule")},
+    "background": "#ffffff",
+    "title": {"color": "#1f2328", "subtitleColor": "#1f2328", "anchor": "start", "fontSize": 13},
+    "axis": {**PAGE_CONFIG["axis"], "labelColor": "#1f2328", "titleColor": "#1f2328", "domainColor": "#57606a",
+             "tickColor": "#57606a", "gridColor": "#57606a"},
+    "legend": {**PAGE_CONFIG["legend"], "labelColor": "#1f2328", "titleColor": "#1f2328"},
+    "text": {"color": "#1f2328"},
+    "rule": {"color": "#1f2328"},
+}
+"""Vega-Lite ``config`` of static images: concrete colours on white (an image has no page around it)."""
+
+
+def available() -> bool:
+    """Whether vl-convert is installed (charts can be drawn)."""
+    return importlib.util.find_spec("vl_convert") is not None
+
+
+def _vlc() -> Any:
+    import vl_convert
+
+    return vl_convert
+
+
+def _with_config(spec: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    return {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", **spec, "config": config}
+
+
+def to_vega(spec: dict[str, Any]) -> dict[str, Any]:
+    """A Vega-Lite spec compiled to Vega with the page's config (what the page's runtime draws)."""
+    out = _vlc().vegalite_to_vega(_with_config(spec, PAGE_CONFIG))
+    return dict(out)
+
+
+def to_svg(spec: dict[str, Any]) -> str:
+    """The chart as a standalone SVG image (white background)."""
+    return str(_vlc().vegalite_to_svg(_with_config(spec, STATIC_CONFIG)))
+
+
+def to_png(spec: dict[str, Any], scale: float = 2.0) -> bytes:
+    """The chart as a PNG image (white background), ``scale`` pixels per CSS pixel."""
+    return bytes(_vlc().vegalite_to_png(_with_config(spec, STATIC_CONFIG), scale=scale))
+
+
+def _cache_file() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    version = getattr(_vlc(), "__version__", "unknown")
+    return Path(root) / "hlo-doctor" / f"vega-embed-vl-convert-{version}.js"
+
+
+@functools.cache
+def bundle() -> str:
+    """Vega and vega-embed as one script (no imports, no network): it defines ``window.vegaEmbed``.
+
+    Bundling takes vl-convert a second or more, so the script is kept in the user's cache folder,
+    one file per vl-convert release; a cache that cannot be read or written is skipped.
+    """
+    cache = _cache_file()
+    try:
+        return cache.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
+    js = str(_vlc().javascript_bundle())
+    # A page must never ask for anything: drop source-map comments a browser's tools would fetch.
+    js = "\n".join(line for line in js.splitlines() if not line.lstrip().startswith("//# sourceMappingURL"))
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(js, encoding="utf-8")
+        tmp.replace(cache)
+    except OSError:
+        pass
+    return js
+
+
+def versions() -> str:
+    """``Vega 6.2.0 (vl-convert 1.9.0)``: what drew the charts, for the page's footer."""
+    vlc = _vlc()
+    return f"Vega {vlc.get_vega_version()}, Vega-Lite {vlc.get_vegalite_versions()[-1]} (vl-convert " \
+           f"{getattr(vlc, '__version__', '?')})"
