@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import shlex
 import sys
@@ -25,6 +26,7 @@ from hlo_doctor.cli.common import (
 from hlo_doctor.cli.config import repository_root
 from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.core.model import Severity
+from hlo_doctor.fixes.source.applicable import with_applicable_fixes
 from hlo_doctor.lint import diagnose, load_context, load_rulebook
 from hlo_doctor.render.registry import DIAGNOSIS, RenderOptions
 
@@ -76,9 +78,11 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     book = load_rulebook(rules_dirs)
     ctx = load_context(run, source_root=source)
     result = diagnose(ctx, book, select=_codes(select), ignore=_codes(ignore))
+    root = source_root or repository_root(Path.cwd())
+    # A finding carries a fix only where its codemod matches the finding's own line in this project.
+    result = dataclasses.replace(result, findings=with_applicable_fixes(result.findings, root))
     failed = fail_on is not None and bool(result.at_or_above(Severity.parse(fail_on)))
     code = ExitCode.FINDINGS if failed else ExitCode.OK
-    root = source_root or repository_root(Path.cwd())
     if fmt == "table" and (output is None or output == STDOUT) and not people_see_a_terminal():
         # A pipe or a CI log: no table folded to 80 columns; one greppable line per finding.
         console.print(DIAGNOSIS.text("concise", result, RenderOptions(source_root=root)), end="", soft_wrap=True,

@@ -50,7 +50,8 @@ def to_concise(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
     for f in diagnosis.findings:
         _, path, line = _where(f, root)
         where = f"{path}:{line}: " if path and line else (f"{path}: " if path else "")
-        lines.append(f"{where}{f.code} [{f.severity}] {f.message}{_what(f)}")
+        fixable = f" [fixable: {f.fix}]" if f.fix else ""
+        lines.append(f"{where}{f.code} [{f.severity}] {f.message}{_what(f)}{fixable}")
     lines.append(diagnosis.summary_line())
     if diagnosis.compiler_inserted_line():
         lines.append(diagnosis.compiler_inserted_line())

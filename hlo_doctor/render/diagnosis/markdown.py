@@ -46,5 +46,6 @@ def to_markdown(diagnosis: Diagnosis) -> str:
         if f.evidence:
             out += ["```", *f.evidence, "```", ""]
         if f.fix:
-            out += [f"Fix: `hlo-doctor apply-fix {f.fix} --target PATH`", ""]
+            how = dict(f.extra).get("fix_command") or f"hlo-doctor apply-fix {f.fix} --target PATH"
+            out += [f"Fix: `{how}`", ""]
     return "\n".join(out)

@@ -62,7 +62,8 @@ def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType
                 if f.source:
                     parts.append(Text(f"  at {fmt_source(f.source)}", style="dim"))
                 if f.fix:
-                    parts.append(Text(f"  fix: hlo-doctor apply-fix {f.fix} --target PATH", style="green"))
+                    how = dict(f.extra).get("fix_command") or f"hlo-doctor apply-fix {f.fix} --target PATH"
+                    parts.append(Text(f"  fixable: {how}", style="green"))
     if diagnosis.rules_skipped:
         parts.append(Text("skipped: " + "; ".join(f"{c} ({r})" for c, r in diagnosis.rules_skipped),
                           style="dim"))
