@@ -135,6 +135,10 @@ for _m, _v, _vocab, _init, _head, _t in (
               "kept", "transformers/generation/flax_utils.py:629; " + TF + _head,
               "head-last-only", module="^jit_dot_general$", shape=rf"^f32\[16,{_vocab}\]",
               fraction=15 / 16),
+        *([Waste(_cap, "weight-transpose", "(d) eager FlaxConv1D kernel transposes, every "
+                 "layer, every call (init forward + prefill)", TF + "gpt2/modeling_flax_gpt2.py:120",
+                 "conv1d-no-transpose", module="^jit_transpose$",
+                 shape=r"^f32\[(512,128|128,512|128,384|128,128)\]")] if _m == "gpt2" else []),
         Waste(_cap, "per-call-transpose", "(d) eager .T of the tied embedding, twice per call "
               "(init forward + prefill)", TF + _t, module="^jit_transpose$",
               shape=rf"^f32\[128,{_vocab}\]"),
