@@ -10,7 +10,8 @@ each lie in one step and one segment, whose idle time is their length minus thei
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import pandas as pd
 
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.opstats.breakdown import HOST_KINDS, DeviceWindow, HostLine, StepBreakdown, StepSlice
-from hlo_doctor.opstats.host_time import FrameKinds, Segments, host_segments
+from hlo_doctor.opstats.host_time import FrameKinds, Label, Segments, host_segments
 from hlo_doctor.opstats.step_spans import StepSpans, device_index, step_spans
 from hlo_doctor.trace import Trace
 from hlo_doctor.trace.compiles import Compile, group_compiles
@@ -68,29 +69,58 @@ def build_breakdown(trace: Trace, ev: pd.DataFrame, step_source: str,
     """The step breakdown of ``trace``: ``ev`` are the table's op events (columns host, device,
     start_ns, duration_ns, occurrences), ``step_source`` the table's; ``modules`` (their HLO
     metadata) name the full paths of the Python tracer's files."""
-    notes: list[str] = []
-    aggregated = ev["occurrences"].to_numpy() > 1
-    if aggregated.any():
-        notes.append(f"{int(aggregated.sum())} aggregated op events (num_occurrences) have no place in time: "
-                     "left out of busy time")
+    return finish_breakdown([breakdown_part(trace, ev, step_source, lambda: modules)], step_source, trace.backend)
+
+
+@dataclass(frozen=True, slots=True)
+class BreakdownPart:
+    """The breakdown of some of a capture's devices (one host's, read on its own), before
+    :func:`finish_breakdown` puts the parts together: its slices and windows, and the host time and
+    device idle time of each (host, segment label), not yet per step."""
+
+    slices: tuple[StepSlice, ...]
+    windows: tuple[DeviceWindow, ...]
+    line_idle: dict[tuple[str, Label], float]
+    line_host: dict[tuple[str, Label], float]
+    paths: dict[str, str]
+    """File base name -> the full path the HLO metadata gives it, for the labels' files."""
+    aggregated: int
+    """Aggregated op events (``num_occurrences``): no place in time."""
+    python_frames: bool
+    dispatch_spans: bool
+    driver_threads: tuple[tuple[str, str], ...]
+
+
+def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
+                   modules: Callable[[], Sequence[HloModule]], *, step_name: str | None = None,
+                   main: tuple[str, int] | None = None) -> BreakdownPart:
+    """The breakdown of the devices of ``ev`` (see :func:`build_breakdown`); ``modules`` is called
+    only when the host has Python frames to classify. ``step_name`` and ``main`` fix the step
+    annotation and the main module where other hosts decide them (:func:`~hlo_doctor.opstats.step_spans.step_spans`)."""
+    aggregated = int((ev["occurrences"].to_numpy() > 1).sum())
     which, devices = device_index(ev)
-    spans = step_spans(trace, ev, step_source, which, devices)
+    spans = step_spans(trace, ev, step_source, which, devices, name=step_name, main=main)
     threads = read_driver_threads([Path(p) for p in trace.paths])
     # Which of the Python tracer's files are a framework's: only needed when there are frames.
-    kinds = FrameKinds.from_modules(modules) if any(t.frames for t in threads.values()) else FrameKinds.empty()
+    kinds = FrameKinds.from_modules(modules()) if any(t.frames for t in threads.values()) else FrameKinds.empty()
     compiles = group_compiles(trace.compile_events)
     segments = {host: host_segments(threads.get(host), kinds, _compiles_of(compiles, host),
                                     execution_waits=trace.backend == "cpu")
                 for host in {h for h, _ in devices}}
-    order = np.argsort(which, kind="stable")
+    starts_all = ev["start_ns"].to_numpy(np.float64)
+    durations_all = ev["duration_ns"].to_numpy(np.float64)
+    timed_all = ev["occurrences"].to_numpy() <= 1
+    if len(which) > 1 and not bool(np.all(which[1:] >= which[:-1])):
+        # Events of one device are one run when read one plane at a time: then no copy is sorted.
+        order = np.argsort(which, kind="stable")
+        starts_all, durations_all, timed_all = starts_all[order], durations_all[order], timed_all[order]
+        del order
     bounds = np.r_[0, np.cumsum(np.bincount(which, minlength=len(devices)))]
-    starts_all = ev["start_ns"].to_numpy(np.float64)[order]
-    durations_all = ev["duration_ns"].to_numpy(np.float64)[order]
-    timed_all = ev["occurrences"].to_numpy()[order] <= 1
+    del which
     slices: list[StepSlice] = []
     windows: list[DeviceWindow] = []
-    line_idle: dict[tuple[str, object], float] = {}
-    line_host: dict[tuple[str, object], float] = {}
+    line_idle: dict[tuple[str, Label], float] = {}
+    line_host: dict[tuple[str, Label], float] = {}
     for i, (host, device) in enumerate(devices):
         part = slice(int(bounds[i]), int(bounds[i + 1]))
         starts, durations, timed = starts_all[part], durations_all[part], timed_all[part]
@@ -106,19 +136,51 @@ def build_breakdown(trace: Trace, ev: pd.DataFrame, step_source: str,
             line_idle[(host, seg.labels[k])] = line_idle.get((host, seg.labels[k]), 0.0) + us
         for k, us in piece_host.items():
             line_host[(host, seg.labels[k])] = line_host.get((host, seg.labels[k]), 0.0) + us
-    n = max(len(slices), 1)
-    lines = _lines(line_idle, line_host, n, kinds)
-    has_frames = any(t.frames for t in threads.values())
-    has_dispatch = any(t.dispatches for t in threads.values())
+    paths = {base: kinds.path(base) for _, label in (*line_idle, *line_host)
+             if (base := label.where.split(":", 1)[0]) and label.where}
+    return BreakdownPart(
+        slices=tuple(slices), windows=tuple(windows), line_idle=line_idle, line_host=line_host, paths=paths,
+        aggregated=aggregated, python_frames=any(t.frames for t in threads.values()),
+        dispatch_spans=any(t.dispatches for t in threads.values()),
+        driver_threads=tuple(sorted((h, t.line) for h, t in threads.items())))
+
+
+def finish_breakdown(parts: Sequence[BreakdownPart], step_source: str, backend: str,
+                     device_rank: Mapping[tuple[str, str], int] | None = None) -> StepBreakdown:
+    """The step breakdown of the parts' devices together; ``device_rank`` orders the devices (as
+    the op events of all hosts read in one go would), else they keep the parts' order."""
+    notes: list[str] = []
+    aggregated = sum(p.aggregated for p in parts)
+    if aggregated:
+        notes.append(f"{aggregated} aggregated op events (num_occurrences) have no place in time: "
+                     "left out of busy time")
+    slices = [s for p in parts for s in p.slices]
+    windows = [w for p in parts for w in p.windows]
+    if device_rank is not None:
+        slices.sort(key=lambda s: device_rank[(s.host, s.device)])
+        windows.sort(key=lambda w: device_rank[(w.host, w.device)])
+    line_idle: dict[tuple[str, Label], float] = {}
+    line_host: dict[tuple[str, Label], float] = {}
+    paths: dict[str, str] = {}
+    for p in parts:
+        for key, us in p.line_idle.items():
+            line_idle[key] = line_idle.get(key, 0.0) + us
+        for key, us in p.line_host.items():
+            line_host[key] = line_host.get(key, 0.0) + us
+        for base, path in p.paths.items():
+            paths.setdefault(base, path)
+    lines = _lines(line_idle, line_host, max(len(slices), 1), paths)
+    has_frames = any(p.python_frames for p in parts)
+    threads = tuple(sorted(t for p in parts for t in p.driver_threads))
     if not has_frames:
         notes.append("no Python-tracer frames on the host: the host side shows dispatch and compile only "
                      "(capture with python_tracer_level=1, as 'hlo-doctor profile' does)")
     if not threads:
         notes.append("no host thread dispatched a program in the trace: device idle time is not attributed")
     return StepBreakdown(
-        step_source=step_source, busy_definition=_definition(trace.backend), steps=tuple(slices),
-        lines=lines, windows=tuple(windows), python_frames=has_frames, dispatch_spans=has_dispatch,
-        driver_threads=tuple(sorted((h, t.line) for h, t in threads.items())), notes=tuple(notes))
+        step_source=step_source, busy_definition=_definition(backend), steps=tuple(slices),
+        lines=lines, windows=tuple(windows), python_frames=has_frames,
+        dispatch_spans=any(p.dispatch_spans for p in parts), driver_threads=threads, notes=tuple(notes))
 
 
 def _compiles_of(compiles: Sequence[Compile], host: str) -> list[Compile]:
@@ -196,8 +258,8 @@ def _attribute(host: str, device: str, busy: _Busy, steps: StepSpans, seg: Segme
             {i: float(v) for i, v in enumerate(host_label) if v > 0})
 
 
-def _lines(idle: dict[tuple[str, object], float], host: dict[tuple[str, object], float], n: int,
-           kinds: FrameKinds) -> tuple[HostLine, ...]:
+def _lines(idle: Mapping[tuple[str, Label], float], host: Mapping[tuple[str, Label], float], n: int,
+           paths: Mapping[str, str]) -> tuple[HostLine, ...]:
     """Host lines, per device step, most idle time first; untraced time is no line."""
     merged: dict[tuple[str, str, str], list[float]] = {}
     for key in set(idle) | set(host):
@@ -209,7 +271,7 @@ def _lines(idle: dict[tuple[str, object], float], host: dict[tuple[str, object],
         acc[0] += idle.get(key, 0.0)
         acc[1] += host.get(key, 0.0)
     out = [HostLine(kind=kd, where=where, target=target,
-                    path=kinds.path(where.split(":", 1)[0]) if where else "",
+                    path=paths.get(where.split(":", 1)[0], "") if where else "",
                     idle_us=v[0] / n, host_us=v[1] / n)
            for (kd, where, target), v in merged.items()]
     out.sort(key=lambda x: (-x.idle_us, -x.host_us, x.kind, x.where, x.target))

@@ -1,7 +1,8 @@
 """Building the op-stats table from a :class:`~hlo_doctor.trace.Trace` and its HLO modules.
 
 - Op events come from :mod:`hlo_doctor.trace` (XLA:CPU host events or TPU/GPU device events).
-- Steps come from :mod:`hlo_doctor.opstats.steps`.
+- Steps come from :mod:`hlo_doctor.opstats.steps`; the table is built from the events' sums
+  (:mod:`hlo_doctor.opstats.totals`), which the hosts of a capture can add up apart.
 - ``occurrences`` counts runs (an aggregated device event stands for ``num_occurrences`` runs);
   ``runs_per_step`` = occurrences / number of steps / number of devices the op ran on.
 - ``time_per_step_us`` = total op time / number of steps / number of devices the op ran on.
@@ -14,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,12 +27,12 @@ from hlo_doctor.core.model import RunInfo
 from hlo_doctor.hlo import HloInstruction, HloModule, HloShape, module_text_from_proto, parse_module
 from hlo_doctor.hlo.categories import categorize, categorize_opcodes
 from hlo_doctor.hlo.navigation import key_instruction
-from hlo_doctor.opstats.breakdown_build import build_breakdown
+from hlo_doctor.opstats.breakdown_build import finish_breakdown
 from hlo_doctor.opstats.keys import assign_canonical_keys, body_digest, natural
 from hlo_doctor.opstats.optext import parse_op_text
 from hlo_doctor.opstats.roofline import add_roofline
 from hlo_doctor.opstats.schema import PER_STEP_COLUMNS, OpStats, table_from_rows
-from hlo_doctor.opstats.steps import steps_from_executions, steps_from_marks
+from hlo_doctor.opstats.totals import EventTotals, event_totals
 from hlo_doctor.trace import Trace
 from hlo_doctor.trace.peaks import device_peaks
 
@@ -57,8 +58,6 @@ def modules_from_trace(trace: Trace) -> tuple[tuple[HloModule, ...], tuple[str, 
 
 @dataclass(frozen=True, slots=True)
 class _Steps:
-    step_of: np.ndarray
-    """Step index per event, -1 outside every step."""
     times_us: list[float]
     count: int
     source: str
@@ -102,17 +101,40 @@ def build_opstats(
         notes.extend(more)
     else:
         parsed = tuple(modules)
+    totals = event_totals(trace, lambda: parsed)
+    return opstats_from_totals(trace, totals, parsed, run=run, source_path=source_path, warnings=notes,
+                               op_texts=op_texts)
+
+
+def opstats_from_totals(
+    trace: Trace,
+    totals: EventTotals,
+    modules: Sequence[HloModule],
+    *,
+    run: RunInfo | None = None,
+    source_path: str = "",
+    warnings: Sequence[str] = (),
+    op_texts: Iterable[tuple[str, int, str, str]] = (),
+    device_rank: Mapping[tuple[str, str], int] | None = None,
+) -> OpStats:
+    """The op-stats table from the sums of a trace's op events (:mod:`~hlo_doctor.opstats.totals`).
+
+    ``trace`` gives everything but its events (which may be empty: the totals hold what they add up
+    to); ``modules`` are its parsed HLO modules; ``device_rank`` orders the breakdown's devices where
+    the totals of several hosts were added up. Columns as :func:`build_opstats`.
+    """
+    parsed = tuple(modules)
+    notes = list(warnings)
     notes.extend(trace.warnings)
     hlo = _lookup(trace, parsed, op_texts)
-    ev = _events_frame(trace)
-    steps = _find_steps(trace, ev, notes)
+    steps = _steps(totals, notes)
     step_time_us = float(np.mean(steps.times_us)) if steps.times_us else 0.0
-    ev["step"] = steps.step_of
 
     rows: list[dict[str, Any]] = []
     digests: list[str] = []
-    agg, ev["group"] = _aggregate(ev)
-    for rec in agg.itertuples(index=False):
+    for group, (module, pid, op) in enumerate(totals.keys):
+        rec = _Totals(module, pid, op, int(totals.occurrences[group]), float(totals.total_ns[group]),
+                      float(totals.self_ns[group]), int(totals.devices[group]), group)
         row, digest = _row(rec, hlo, steps.count, step_time_us)
         rows.append(row)
         digests.append(digest)
@@ -126,11 +148,11 @@ def build_opstats(
     table = table_from_rows(rows)
     return OpStats(
         table=table, step_time_us=step_time_us, step_times_us=tuple(float(t) for t in steps.times_us),
-        num_steps=int(steps.count), step_source=steps.source, per_step=_per_step(ev, rows), modules=parsed,
+        num_steps=int(steps.count), step_source=steps.source, per_step=_per_step(totals, rows), modules=parsed,
         compile_events=trace.compile_events, backend=trace.backend, run=run, source_path=source_path,
         device_kind=trace.device_kind, warnings=tuple(notes), versions=trace.versions,
         num_devices=trace.num_devices, peaks=peaks,
-        breakdown=build_breakdown(trace, ev, steps.source, parsed),
+        breakdown=finish_breakdown(totals.breakdown, steps.source, trace.backend, device_rank),
     )
 
 
@@ -144,47 +166,30 @@ def _lookup(trace: Trace, parsed: tuple[HloModule, ...], op_texts: Iterable[tupl
     return _Hlo({(m.name, m.program_id): m for m in parsed}, by_name, op_text)
 
 
-def _events_frame(trace: Trace) -> pd.DataFrame:
-    ops = trace.ops
-    # One code per (host, device): what "devices the op ran on" counts.
-    device_key = ops.host.codes.astype(np.int64) * max(len(ops.device.categories), 1) + ops.device.codes
-    return pd.DataFrame({
-        "host": ops.host, "device": ops.device, "module": ops.module, "program_id": ops.program_id,
-        "op": ops.op, "start_ns": ops.start_ns, "duration_ns": ops.duration_ns, "self_ns": ops.self_ns,
-        "run_id": ops.run_id, "occurrences": ops.occurrences, "device_key": device_key,
-    }, copy=False)
-
-
-def _find_steps(trace: Trace, ev: pd.DataFrame, notes: list[str]) -> _Steps:
-    """Steps from the host annotations, else the device ``Steps`` lines, else the main module's
-    executions, else the whole trace."""
-    if trace.steps:
-        step_of, step_times, num_steps = steps_from_marks(trace.steps, ev, by_device=False)
-        step_source = "annotation"
-    elif trace.device_steps:
-        step_of, step_times, num_steps = steps_from_marks(trace.device_steps, ev, by_device=True)
-        step_source = "device-steps"
-    else:
-        step_of, step_times, num_steps, main = steps_from_executions(ev)
-        step_source = "module-executions"
-        notes.append(f"no step annotations: steps are the {num_steps} executions of {main}")
-    if num_steps == 0 or not step_times:
-        num_steps, step_times = 1, [float((ev["start_ns"] + ev["duration_ns"]).max()
-                                          - ev["start_ns"].min()) / 1e3]
+def _steps(totals: EventTotals, notes: list[str]) -> _Steps:
+    """The step count and wall times of the totals; the whole trace is one step when none is found."""
+    times, count, source = list(totals.step_times_us), totals.step_count, totals.choice.source
+    if source == "module-executions" and totals.choice.main is not None:
+        main_module, main_pid = totals.choice.main
+        notes.append(f"no step annotations: steps are the {count} executions of {main_module}({main_pid})")
+    if count == 0 or not times:
+        count, times = 1, [(totals.span_ns[1] - totals.span_ns[0]) / 1e3]
         notes.append("no steps found: the whole trace counts as one step")
-    return _Steps(step_of, step_times, num_steps, step_source)
+    return _Steps(times, count, source)
 
 
-def _aggregate(ev: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
-    """One row per (module, program id, op): occurrences, total and self time, devices; and the
-    row number of each event (its group)."""
-    grouped = ev.groupby(["module", "program_id", "op"], observed=True, sort=False)
-    agg = grouped.agg(
-        occurrences=("occurrences", "sum"), total_ns=("duration_ns", "sum"),
-        self_ns=("self_ns", "sum"), devices=("device_key", "nunique"),
-    ).reset_index()
-    agg["group"] = np.arange(len(agg))
-    return agg, grouped.ngroup().to_numpy()
+@dataclass(frozen=True, slots=True)
+class _Totals:
+    """One op's sums, as :func:`_row` reads them."""
+
+    module: str
+    program_id: int
+    op: str
+    occurrences: int
+    total_ns: float
+    self_ns: float
+    devices: int
+    group: int
 
 
 def _row(rec: Any, hlo: _Hlo, num_steps: int, step_time_us: float) -> tuple[dict[str, Any], str]:
@@ -262,20 +267,17 @@ def _rank(rows: list[dict[str, Any]]) -> None:
         r["rank"] = rank
 
 
-def _per_step(ev: pd.DataFrame, rows: list[dict[str, Any]]) -> pd.DataFrame:
+def _per_step(totals: EventTotals, rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Per-step op time (per device) for every op of the table and every step; 0 where it did not run."""
     dtypes = {"step": "int64", "module": "string", "program_id": "object", "op": "string",
               "canonical_key": "string", "time_us": "float64"}
-    in_step = ev[ev["step"] >= 0]
-    if in_step.empty or not rows:
+    steps = totals.steps
+    if not len(steps) or not rows:
         return pd.DataFrame({c: pd.Series([], dtype=dtypes[c]) for c in PER_STEP_COLUMNS})
-    sums = in_step.groupby(["group", "step"])["duration_ns"].sum()
-    steps = np.asarray(sorted(int(s) for s in in_step["step"].unique()), np.int64)
-    # Every (op, step) pair, so a step in which an op did not run counts as 0 for the statistics.
     groups = np.asarray([r["group"] for r in rows], np.int64)
-    index = pd.MultiIndex.from_arrays([np.repeat(groups, len(steps)), np.tile(steps, len(rows))])
-    devices = np.repeat(np.asarray([r["devices"] for r in rows], np.float64), len(steps))
-    time_us = sums.reindex(index, fill_value=0.0).to_numpy() / 1e3 / devices
+    devices = np.asarray([r["devices"] for r in rows], np.float64)[:, None]
+    # Every (op, step) pair, so a step in which an op did not run counts as 0 for the statistics.
+    time_us = (totals.step_ns[groups] / 1e3 / devices).ravel()
     frame = pd.DataFrame({
         "step": np.tile(steps, len(rows)),
         "module": np.repeat(np.asarray([r["module"] for r in rows], dtype=object), len(steps)),

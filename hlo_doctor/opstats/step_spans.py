@@ -55,12 +55,14 @@ def device_index(ev: pd.DataFrame) -> tuple[np.ndarray, list[Device]]:
 
 
 def step_spans(trace: Trace, ev: pd.DataFrame, source: str, which: np.ndarray,
-               devices: list[Device]) -> dict[Device, StepSpans]:
+               devices: list[Device], *, name: str | None = None,
+               main: tuple[str, int] | None = None) -> dict[Device, StepSpans]:
     """Each device's steps, from ``source`` (the table's ``step_source``); ``which`` and ``devices``
-    from :func:`device_index`."""
+    from :func:`device_index`. ``name`` (the annotation that is the step) and ``main`` (the module
+    whose executions are) default to this trace's own choice."""
     out: dict[Device, StepSpans] = {}
     if source == "annotation" and trace.steps:
-        name = Counter(s.name for s in trace.steps).most_common(1)[0][0]
+        name = name if name is not None else Counter(s.name for s in trace.steps).most_common(1)[0][0]
         for host, device in devices:
             marks = [s for s in trace.steps if s.host == host and s.name == name]
             if marks:
@@ -73,7 +75,7 @@ def step_spans(trace: Trace, ev: pd.DataFrame, source: str, which: np.ndarray,
                 out[(host, device)] = _spans([m.start_ns for m in marks], [m.start_ns + m.duration_ns for m in marks],
                                              [m.step_num if m.step_num >= 0 else k for k, m in enumerate(marks)])
     elif source == "module-executions":
-        out = _executions(ev, which, devices)
+        out = _executions(ev, which, devices, main)
     starts = ev["start_ns"].to_numpy(np.float64)
     ends = starts + ev["duration_ns"].to_numpy(np.float64)
     for i, d in enumerate(devices):
@@ -83,11 +85,12 @@ def step_spans(trace: Trace, ev: pd.DataFrame, source: str, which: np.ndarray,
     return out
 
 
-def _executions(ev: pd.DataFrame, which: np.ndarray, devices: list[Device]) -> dict[Device, StepSpans]:
+def _executions(ev: pd.DataFrame, which: np.ndarray, devices: list[Device],
+                main_key: tuple[str, int] | None = None) -> dict[Device, StepSpans]:
     """One step per execution of the main module (the most op time) on each device, start to next
     start; the last ends with the device's last op (as :func:`~hlo_doctor.opstats.steps.steps_from_executions`)."""
-    totals = ev.groupby(["module", "program_id"], observed=True)["duration_ns"].sum()
-    main_module, main_pid = totals.idxmax()
+    main_module, main_pid = main_key if main_key is not None else \
+        ev.groupby(["module", "program_id"], observed=True)["duration_ns"].sum().idxmax()
     is_main = (ev["module"].to_numpy() == main_module) & (ev["program_id"].to_numpy() == main_pid)
     starts = ev["start_ns"].to_numpy(np.float64)
     ends = starts + ev["duration_ns"].to_numpy(np.float64)

@@ -11,12 +11,14 @@ import pandas as pd
 from hlo_doctor.trace import StepMark
 
 
-def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: bool) -> tuple[np.ndarray, list[float], int]:
+def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: bool,
+                     name: str | None = None) -> tuple[np.ndarray, list[float], int]:
     """Step index (step_num) per event, or -1 outside every step; step wall times; step count.
 
     ``marks`` are host step annotations (``by_device=False``: an event belongs to the marks of its
     host; only the most common annotation name counts as "the step", as a program may nest other
     marks) or device ``Steps`` events (``by_device=True``: the marks of the event's own device).
+    ``name`` fixes the annotation that is the step where other hosts decide it.
     """
     step_of = np.full(len(ev), -1, dtype=np.int64)
     times: list[float] = []
@@ -25,7 +27,7 @@ def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: 
         names: dict[str, int] = {}
         for s in marks:
             names[s.name] = names.get(s.name, 0) + 1
-        step_name = max(names, key=lambda n: names[n])
+        step_name = name if name is not None else max(names, key=lambda n: names[n])
         marks = [s for s in marks if s.name == step_name]
     host_cat = ev["host"].cat
     device_cat = ev["device"].cat
@@ -53,7 +55,8 @@ def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: 
     return step_of, times, max(counts) if counts else 0
 
 
-def steps_from_executions(ev: pd.DataFrame) -> tuple[np.ndarray, list[float], int, str]:
+def steps_from_executions(ev: pd.DataFrame, main_key: tuple[str, int] | None = None
+                          ) -> tuple[np.ndarray, list[float], int, str]:
     """Steps from the executions of the main module (the one with the most op time), per device.
 
     A step is one execution of the main program on one device, timed start to start: N devices
@@ -61,10 +64,10 @@ def steps_from_executions(ev: pd.DataFrame) -> tuple[np.ndarray, list[float], in
     program 100 times has 100 steps, not 400, and each step's wall time is that device's.
     ``step_of`` labels each event with its step on its own device; the count is the largest per
     device; the times are every device's steps (start to next start; the last one ends with the
-    device's last event).
+    device's last event). ``main_key`` fixes the main module where other hosts decide it.
     """
-    totals = ev.groupby(["module", "program_id"], observed=True)["duration_ns"].sum()
-    main_module, main_pid = totals.idxmax()
+    main_module, main_pid = main_key if main_key is not None else \
+        ev.groupby(["module", "program_id"], observed=True)["duration_ns"].sum().idxmax()
     step_of = np.full(len(ev), -1, dtype=np.int64)
     times: list[float] = []
     counts: list[int] = []

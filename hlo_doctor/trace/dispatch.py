@@ -13,7 +13,8 @@ from pathlib import Path
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.model import HostDispatch
-from hlo_doctor.trace.xspace import METADATA_PLANE, parse_plane, plane_name, split_planes
+from hlo_doctor.trace.stream import XSpaceFile
+from hlo_doctor.trace.xspace import METADATA_PLANE
 
 _DISPATCH = re.compile(r"^PjitFunction\((.+)\)$")
 
@@ -28,14 +29,25 @@ def read_host_dispatch(paths: list[Path]) -> tuple[HostDispatch, ...]:
     calls: dict[str, int] = {}
     total: dict[str, float] = {}
     for path in paths:
+        one_calls: dict[str, int] = {}
+        one_total: dict[str, float] = {}
         try:
-            planes = split_planes(path.read_bytes(), str(path))
-            host_planes = [data for data in planes
-                           if (name := plane_name(data, str(path))).startswith("/host:") and name != METADATA_PLANE]
-            parsed = [parse_plane(data, str(path)) for data in host_planes]
+            _add_spans(path, one_calls, one_total)
         except (InputError, OSError):
             continue
-        for plane in parsed:
+        for module, n in one_calls.items():
+            calls[module] = calls.get(module, 0) + n
+            total[module] = total.get(module, 0.0) + one_total[module]
+    return tuple(HostDispatch(m, calls[m], total[m]) for m in sorted(calls))
+
+
+def _add_spans(path: Path, calls: dict[str, int], total: dict[str, float]) -> None:
+    """Count the outermost dispatch spans of one file's host planes into ``calls`` and ``total``."""
+    with XSpaceFile(path, str(path)) as space:
+        for ref in space.planes:
+            if not ref.name.startswith("/host:") or ref.name == METADATA_PLANE:
+                continue
+            plane = space.plane(ref)
             names = {entry.key: m.group(1) for entry in plane.event_metadata
                      if (m := _DISPATCH.match(entry.value.name))}
             if not names:
@@ -51,4 +63,3 @@ def read_host_dispatch(paths: list[Path]) -> tuple[HostDispatch, ...]:
                     module = f"jit_{name}"
                     calls[module] = calls.get(module, 0) + 1
                     total[module] = total.get(module, 0.0) + (end - start) / 1e6
-    return tuple(HostDispatch(m, calls[m], total[m]) for m in sorted(calls))

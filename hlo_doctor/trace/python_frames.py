@@ -25,7 +25,8 @@ import numpy as np
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX
-from hlo_doctor.trace.xspace import METADATA_PLANE, event_names, parse_plane, plane_name, split_planes
+from hlo_doctor.trace.stream import XSpaceFile
+from hlo_doctor.trace.xspace import METADATA_PLANE, event_names
 
 _COMPILE = re.compile("|".join(re.escape(m) for m in BACKEND_COMPILE_MARKERS))
 EXECUTE_MARKER = "ExecuteHelper"
@@ -156,15 +157,14 @@ def read_driver_threads(paths: list[Path] | tuple[Path, ...]) -> dict[str, Drive
             continue
         host = _host_of(path)
         try:
-            planes = split_planes(path.read_bytes(), str(path))
-            host_planes = [data for data in planes
-                           if (name := plane_name(data, str(path))).startswith("/host:") and name != METADATA_PLANE]
-            del planes
-            for data in host_planes:
-                thread = driver_thread_of_plane(host, parse_plane(data, str(path)))
-                if thread is not None and (host not in out or
-                                           (thread.dispatches, thread.frames) > (out[host].dispatches, out[host].frames)):
-                    out[host] = thread
+            with XSpaceFile(path, str(path)) as space:
+                for ref in space.planes:
+                    if not ref.name.startswith("/host:") or ref.name == METADATA_PLANE:
+                        continue
+                    thread = driver_thread_of_plane(host, space.plane(ref))
+                    if thread is not None and (host not in out or (thread.dispatches, thread.frames)
+                                               > (out[host].dispatches, out[host].frames)):
+                        out[host] = thread
         except (InputError, OSError):
             continue
     return out

@@ -1,26 +1,27 @@
-"""Finding a capture's xplane files and reading them into a :class:`Trace`."""
+"""Finding a capture's xplane files and reading them into a :class:`Trace`.
+
+Each host's file is read on its own (:func:`read_host`: op events into columns, the rest into a
+:class:`HostRead`); :func:`combine_hosts` makes one trace of them. Reading all hosts in one process
+(:func:`read_trace`) and reading each elsewhere and combining what they found
+(:mod:`hlo_doctor.hosts`) share both steps.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.columns import OpColumns
 from hlo_doctor.trace.compiles import annotate_compiles
 from hlo_doctor.trace.conventions import device_plane_backend, read_host_plane
 from hlo_doctor.trace.device import DevicePlaneReader
-from hlo_doctor.trace.model import CompileEvent, ModuleProto, StepMark, Trace
+from hlo_doctor.trace.model import CompileEvent, ModuleProto, OpEvents, StepMark, Trace
 from hlo_doctor.trace.peaks import DevicePeaks, peaks_from_plane
-from hlo_doctor.trace.xspace import (
-    METADATA_PLANE,
-    XPlane,
-    metadata_plane_modules,
-    parse_plane,
-    plane_name,
-    split_planes,
-    stat_items,
-    stat_names,
-)
+from hlo_doctor.trace.stream import XSpaceFile
+from hlo_doctor.trace.xspace import METADATA_PLANE, XPlane, metadata_plane_modules, stat_items, stat_names
 
 XPLANE_SUFFIX = ".xplane.pb"
 
@@ -48,9 +49,10 @@ def find_xplanes(path: Path) -> list[Path]:
     return sorted(runs[-1].glob(f"*{XPLANE_SUFFIX}"))
 
 
-def _host_of(path: Path) -> str:
-    name = path.name
-    return name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else path.stem
+def host_of(path: Path | str) -> str:
+    """The host a file is named after (``tpu-host-0`` for ``tpu-host-0.xplane.pb``)."""
+    name = Path(path).name
+    return name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else Path(path).stem
 
 
 def _plane_stats(plane: XPlane) -> list[tuple[str, object]]:
@@ -64,109 +66,154 @@ def _is_device_plane(name: str) -> bool:
     return name.startswith("/device:") and not name.startswith("/device:CUSTOM")
 
 
-def read_trace(paths: list[Path]) -> Trace:
-    """Read the xplane files of one capture (one per host).
+@dataclass(slots=True)
+class HostRead:
+    """What one host's file holds besides its op events (those go into :class:`OpColumns`)."""
 
-    Planes are parsed one at a time (device planes first: their op events decide whether the host's
-    own XLA:CPU events count). Raises :class:`InputError` for a file that is not an xplane, a
-    truncated one, an empty trace and a trace without HLO op events.
-    """
-    cols = OpColumns()
-    expressions: dict[tuple[str, int, str], str] = {}
-    steps: list[StepMark] = []
-    device_steps: list[StepMark] = []
-    compiles: list[CompileEvent] = []
-    protos: list[ModuleProto] = []
-    versions: dict[str, str] = {}
-    backends: set[str] = set()
-    warnings: list[str] = []
-    device_kind = ""
-    devices: set[tuple[str, str]] = set()
-    named_modules: dict[int, str] = {}
-    costs: dict[tuple[str, int, str], tuple[float | None, float | None]] = {}
+    path: str
+    host: str
+    ops: int = 0
+    """Op events read."""
+    program_ids: set[int] = field(default_factory=set)
+    """Program ids of those events (-1: unknown)."""
+    backends: set[str] = field(default_factory=set)
+    device_kind: str = ""
+    """As the first device plane with op events states it; empty when none does."""
+    devices: set[tuple[str, str]] = field(default_factory=set)
+    named_modules: dict[int, str] = field(default_factory=dict)
+    protos: list[ModuleProto] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    expressions: dict[tuple[str, int, str], str] = field(default_factory=dict)
+    costs: dict[tuple[str, int, str], tuple[float | None, float | None]] = field(default_factory=dict)
     peaks: DevicePeaks | None = None
+    steps: list[StepMark] = field(default_factory=list)
+    device_steps: list[StepMark] = field(default_factory=list)
+    compiles: list[CompileEvent] = field(default_factory=list)
+    compiles_annotated: bool = False
+    """True once :func:`annotate_compiles` ran on ``compiles`` with this host's op events."""
 
-    for path in paths:
-        origin = str(path)
-        try:
-            buf = path.read_bytes()
-        except OSError as exc:
-            raise InputError(f"{origin}: cannot read ({exc.strerror})", "check the path and permissions") from exc
-        planes = split_planes(buf, origin)
-        del buf
-        host = _host_of(path)
-        names = [plane_name(data, origin) for data in planes]
-        module_names: dict[int, str] = {}
-        for i, name in enumerate(names):
-            if name == METADATA_PLANE:
-                plane = parse_plane(planes[i], origin)
-                for module in metadata_plane_modules(plane, host):
-                    if module.program_id is not None:
-                        module_names.setdefault(module.program_id, module.name)
-                    if module.hlo_proto:
-                        protos.append(module)
-                for key, value in _plane_stats(plane):
-                    if key.endswith("_version"):
-                        versions[key] = str(value)
-        named_modules.update(module_names)
 
-        device_ops_before = len(cols)
-        idle: list[str] = []
-        for i, name in enumerate(names):
-            if not _is_device_plane(name):
+def read_host(source: Path | bytes, cols: OpColumns, origin: str = "") -> HostRead:
+    """Read one host's xplane (a path, or its bytes) into ``cols`` and a :class:`HostRead`.
+
+    Planes are read one at a time and their lines a chunk of events at a time
+    (:mod:`hlo_doctor.trace.stream`): device planes first, as their op events decide whether the
+    host's own XLA:CPU events count. A file without op events is no error here (another host may
+    have them). Raises :class:`InputError` for a file that cannot be read, is not an xplane or is
+    truncated.
+    """
+    origin = origin or str(source)
+    out = HostRead(path=origin, host=host_of(origin))
+    host = out.host
+    start, pid_chunks = len(cols), len(cols.chunks[3])
+    with XSpaceFile(source, origin) as space:
+        for ref in space.planes:
+            if ref.name != METADATA_PLANE:
                 continue
-            plane = parse_plane(planes[i], origin)
-            planes[i] = b""  # read once: free its bytes
-            reader = DevicePlaneReader(plane, host, module_names, cols, expressions, warnings)
-            added = reader.read(device_steps)
-            if added:
-                backends.add(device_plane_backend(name))
-                devices.add((host, name))
+            plane = space.plane(ref)
+            for module in metadata_plane_modules(plane, host):
+                if module.program_id is not None:
+                    out.named_modules.setdefault(module.program_id, module.name)
+                if module.hlo_proto:
+                    out.protos.append(module)
+            for key, value in _plane_stats(plane):
+                if key.endswith("_version"):
+                    out.versions[key] = str(value)
+
+        idle: list[str] = []
+        for ref in space.planes:
+            if not _is_device_plane(ref.name):
+                continue
+            plane = space.plane(ref)
+            reader = DevicePlaneReader(plane, host, out.named_modules, cols, out.expressions, out.warnings)
+            if reader.read(out.device_steps):
+                out.backends.add(device_plane_backend(ref.name))
+                out.devices.add((host, ref.name))
                 plane_stats = _plane_stats(plane)
                 for key, value in plane_stats:
-                    if key in _DEVICE_KIND_STATS and not device_kind:
-                        device_kind = str(value)
-                peaks = peaks or peaks_from_plane(plane_stats)
+                    if key in _DEVICE_KIND_STATS and not out.device_kind:
+                        out.device_kind = str(value)
+                out.peaks = out.peaks or peaks_from_plane(plane_stats)
                 for op_key, cost in reader.costs.items():
-                    costs.setdefault(op_key, cost)
+                    out.costs.setdefault(op_key, cost)
             else:
-                idle.append(name)
-        device_had_ops = len(cols) > device_ops_before
+                idle.append(ref.name)
+        device_had_ops = len(cols) > start
         if device_had_ops and idle:
-            warnings.append(f"{host}: no op events on {', '.join(idle)} (no XLA Ops line, no hlo_op stats)")
-        for i, name in enumerate(names):
-            if name.startswith("/host:") and name != METADATA_PLANE:
+            out.warnings.append(f"{host}: no op events on {', '.join(idle)} (no XLA Ops line, no hlo_op stats)")
+        for ref in space.planes:
+            if ref.name.startswith("/host:") and ref.name != METADATA_PLANE:
                 n_before = len(cols)
-                read_host_plane(parse_plane(planes[i], origin), host, not device_had_ops, cols, steps, compiles)
+                read_host_plane(space.plane(ref), host, not device_had_ops, cols, out.steps, out.compiles)
                 if len(cols) > n_before:
-                    devices.add((host, ""))
-        if not device_had_ops and len(cols) > device_ops_before:
-            backends.add("cpu")
+                    out.devices.add((host, ""))
+    if not device_had_ops and len(cols) > start:
+        out.backends.add("cpu")
+    out.ops = len(cols) - start
+    values = cols.program_ids.values
+    for chunk in cols.chunks[3][pid_chunks:]:
+        out.program_ids.update(values[c] for c in np.unique(chunk).tolist())
+    return out
 
-    if not len(cols):
-        where = ", ".join(str(p) for p in paths)
+
+def read_trace(paths: list[Path]) -> Trace:
+    """Read the xplane files of one capture (one per host) in this process.
+
+    Raises :class:`InputError` for a file that is not an xplane, a truncated one, an empty trace
+    and a trace without HLO op events.
+    """
+    cols = OpColumns()
+    reads = [read_host(path, cols) for path in paths]
+    return combine_hosts(reads, cols.finish())
+
+
+def combine_hosts(reads: list[HostRead], ops: OpEvents) -> Trace:
+    """One :class:`Trace` of the hosts' reads (in the order of their files) and their op events.
+
+    ``ops`` may be empty where the events were reduced elsewhere (:mod:`hlo_doctor.hosts`): then
+    each read's compile events must already be annotated with its own host's events.
+    """
+    if not sum(r.ops for r in reads):
+        where = ", ".join(r.path for r in reads)
         raise InputError(f"{where}: the trace has no HLO op events",
                          "profile a window in which compiled JAX code runs (block on the results "
                          "inside the traced steps)")
-    if named_modules:
-        unnamed = sorted(p for p in cols.program_ids.values if p >= 0 and p not in named_modules)
+    named: dict[int, str] = {}
+    warnings: list[str] = []
+    versions: dict[str, str] = {}
+    expressions: dict[tuple[str, int, str], str] = {}
+    costs: dict[tuple[str, int, str], tuple[float | None, float | None]] = {}
+    for r in reads:
+        named.update(r.named_modules)
+        warnings.extend(r.warnings)
+        versions.update(r.versions)
+        for key, text in r.expressions.items():
+            expressions.setdefault(key, text)
+        for key, cost in r.costs.items():
+            costs.setdefault(key, cost)
+    if named:
+        unnamed = sorted(p for p in set().union(*(r.program_ids for r in reads)) if p >= 0 and p not in named)
         if unnamed:
             warnings.append("program ids in no module of the metadata plane: "
                             + ", ".join(str(p) for p in unnamed[:5]) + ("..." if len(unnamed) > 5 else ""))
+    backends = set().union(*(r.backends for r in reads))
     # A device trace wins over the host's own XLA:CPU events (a TPU host also runs small CPU programs).
     backend = next((b for b in ("tpu", "gpu") if b in backends), "cpu")
-    if not device_kind:
-        device_kind = "cpu" if backend == "cpu" else backend
-    compiles.sort(key=lambda c: c.start_us)
-    steps.sort(key=lambda s: (s.host, s.start_ns))
-    device_steps.sort(key=lambda s: (s.host, s.device, s.start_ns))
-    ops = cols.finish()
+    device_kind = next((r.device_kind for r in reads if r.device_kind), "") or (
+        "cpu" if backend == "cpu" else backend)
+    steps = sorted((s for r in reads for s in r.steps), key=lambda s: (s.host, s.start_ns))
+    device_steps = sorted((s for r in reads for s in r.device_steps), key=lambda s: (s.host, s.device, s.start_ns))
+    compiles = sorted((c for r in reads for c in r.compiles), key=lambda c: c.start_us)
+    if not all(r.compiles_annotated for r in reads):
+        compiles = list(annotate_compiles(compiles, steps, ops))
     return Trace(
-        paths=tuple(str(p) for p in paths), backend=backend, device_kind=device_kind,
-        ops=ops,
-        steps=tuple(steps), compile_events=annotate_compiles(compiles, steps, ops), module_protos=tuple(protos),
+        paths=tuple(r.path for r in reads), backend=backend, device_kind=device_kind, ops=ops,
+        steps=tuple(steps), compile_events=tuple(compiles), module_protos=tuple(p for r in reads for p in r.protos),
         versions=tuple(sorted(versions.items())),
         op_expressions=tuple((m, p, o, e) for (m, p, o), e in sorted(expressions.items())),
-        device_steps=tuple(device_steps), num_devices=len(devices), warnings=tuple(warnings),
-        op_costs=tuple((m, p, o, f, b) for (m, p, o), (f, b) in sorted(costs.items())), peaks=peaks,
+        device_steps=tuple(device_steps), num_devices=len(set().union(*(r.devices for r in reads))),
+        warnings=tuple(warnings),
+        op_costs=tuple((m, p, o, f, b) for (m, p, o), (f, b) in sorted(costs.items())),
+        peaks=next((r.peaks for r in reads if r.peaks is not None), None),
     )

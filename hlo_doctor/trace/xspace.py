@@ -24,7 +24,7 @@ XPlane = Any
 XStat = Any
 
 
-def _message_classes() -> tuple[Any, Any, Any, Any]:
+def _message_classes() -> tuple[Any, ...]:
     """XSpace, XPlane, and an XSpace whose planes stay serialized, from the generated schema.
 
     - The two maps of an XPlane are read as their repeated entries: on the wire a
@@ -46,13 +46,24 @@ def _message_classes() -> tuple[Any, Any, Any, Any]:
     # An XPlane's name alone (field 2), to order the planes before parsing them.
     head = fdp.message_type.add(name="XPlaneName")
     head.field.add(name="name", number=2, label=field.LABEL_OPTIONAL, type=field.TYPE_STRING)
+    # The streamed reader (:mod:`.stream`): an XPlane whose lines stay serialized, and an XLine whose
+    # events do (the same wire data; a line is then parsed a chunk of events at a time).
+    for source, copy, number in (("XPlane", "XPlaneHead", 3), ("XLine", "XLineSplit", 4)):
+        message = fdp.message_type.add()
+        message.CopyFrom(next(m for m in fdp.message_type if m.name == source))
+        message.name = copy
+        del message.nested_type[:]
+        raw = next(f for f in message.field if f.number == number)
+        raw.name, raw.type = "raw_" + raw.name, field.TYPE_BYTES
+        raw.ClearField("type_name")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{fdp.package}.{name}"))
-                 for name in ("XSpace", "XPlane", "XSpacePlanes", "XPlaneName"))  # type: ignore[return-value]
+                 for name in ("XSpace", "XPlane", "XSpacePlanes", "XPlaneName", "XPlaneHead", "XLineSplit",
+                              "XLine"))  # type: ignore[return-value]
 
 
-_XSPACE, _XPLANE, _XSPACE_PLANES, _XPLANE_NAME = _message_classes()
+_XSPACE, _XPLANE, _XSPACE_PLANES, _XPLANE_NAME, XPLANE_HEAD, XLINE_SPLIT, XLINE = _message_classes()
 UINT64_LIMIT = 1 << 64
 
 METADATA_PLANE = "/host:metadata"

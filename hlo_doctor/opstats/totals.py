@@ -1,0 +1,273 @@
+"""What a trace's op events add up to: the sums the op-stats table is built from.
+
+The table needs no single event, only sums: per op (occurrences, time, self time, devices), per op
+and step, the step wall times, and the step breakdown's per-device part. :func:`event_totals` makes
+them from a trace's events; :func:`merge_totals` adds up those of several hosts read apart, and the
+table built from the sum is the table of all the hosts read together
+(:func:`~hlo_doctor.opstats.build.opstats_from_totals`).
+
+Which steps count is decided over every host (:class:`StepChoice`: the annotation most marks carry,
+else the devices' ``Steps`` lines, else the executions of the module with the most op time). A host
+read on its own decides from its own events; :func:`choose_steps` decides from the evidence of all,
+and a host whose own choice differs is summed again under the common one.
+
+Sums run over the events a chunk at a time: a host of millions of events needs a few MiB beside its
+columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hlo_doctor.hlo import HloModule
+from hlo_doctor.opstats.breakdown_build import BreakdownPart, breakdown_part
+from hlo_doctor.opstats.steps import steps_from_executions, steps_from_marks
+from hlo_doctor.trace import Trace
+
+_CHUNK = 1 << 20
+_DENSE_KEYS = 1 << 24
+"""Above this many (module, program id, op) code combinations, op keys are found by sorting."""
+
+OpKey = tuple[str, int, str]
+"""(module, program id or -1, op): one row of the table."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepChoice:
+    """Which events are a capture's steps."""
+
+    source: str
+    """``annotation``, ``device-steps`` or ``module-executions``."""
+    name: str | None = None
+    """The step annotation's name (``annotation``)."""
+    main: tuple[str, int] | None = None
+    """The module whose executions are the steps (``module-executions``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvidence:
+    """What decides the steps, for :func:`choose_steps`; the evidence of several hosts adds up."""
+
+    names: tuple[tuple[str, int, tuple[str, float]], ...] = ()
+    """Step annotation names: (name, marks, (host, start) of its first mark)."""
+    device_steps: bool = False
+    module_ns: tuple[tuple[str, int, float], ...] = ()
+    """(module, program id, op time in ns), in the order the events first name them."""
+
+
+def merge_evidence(parts: Sequence[StepEvidence]) -> StepEvidence:
+    """The evidence of several hosts (given in the order of their files) together."""
+    names: dict[str, tuple[int, tuple[str, float]]] = {}
+    module_ns: dict[tuple[str, int], float] = {}
+    for e in parts:
+        for name, count, first in e.names:
+            had = names.get(name)
+            names[name] = (count, first) if had is None else (had[0] + count, min(had[1], first))
+        for module, pid, ns in e.module_ns:
+            module_ns[(module, pid)] = module_ns.get((module, pid), 0.0) + ns
+    return StepEvidence(
+        names=tuple(sorted(((n, c, f) for n, (c, f) in names.items()), key=lambda x: x[2])),
+        device_steps=any(e.device_steps for e in parts),
+        module_ns=tuple((m, p, ns) for (m, p), ns in module_ns.items()))
+
+
+def choose_steps(evidence: StepEvidence) -> StepChoice:
+    """The steps of a capture: the annotation most marks carry (ties: the one seen first), else the
+    devices' ``Steps`` lines, else the executions of the module with the most op time."""
+    if evidence.names:
+        return StepChoice("annotation", name=max(evidence.names, key=lambda x: x[1])[0])
+    if evidence.device_steps:
+        return StepChoice("device-steps")
+    main = max(evidence.module_ns, key=lambda x: x[2], default=None)
+    return StepChoice("module-executions", main=(main[0], main[1]) if main is not None else None)
+
+
+@dataclass(frozen=True, slots=True)
+class EventTotals:
+    """The sums of one or more hosts' op events (see the module's docstring)."""
+
+    keys: tuple[OpKey, ...]
+    occurrences: np.ndarray
+    total_ns: np.ndarray
+    self_ns: np.ndarray
+    devices: np.ndarray
+    """Devices each op ran on."""
+    steps: np.ndarray
+    """The step labels that hold op events, sorted."""
+    step_ns: np.ndarray
+    """Op time per (key, step), ns: shape (len(keys), len(steps))."""
+    step_times_us: tuple[float, ...]
+    """Each device's (or host's) step wall times, hosts in name order."""
+    step_count: int
+    """Steps of the device (or host) with the most."""
+    choice: StepChoice
+    evidence: StepEvidence
+    span_ns: tuple[float, float]
+    """First op start and last op end."""
+    breakdown: tuple[BreakdownPart, ...]
+    hosts: tuple[str, ...]
+    """Hosts in the order their op events come."""
+    device_names: tuple[str, ...]
+    """Device planes in the order the op events first name them."""
+
+
+def events_frame(trace: Trace) -> pd.DataFrame:
+    """The trace's op events as a frame (no copy of the columns): host, device, module, program_id,
+    op, start_ns, duration_ns, self_ns, run_id, occurrences, device_key (one code per (host, device))."""
+    ops = trace.ops
+    device_key = ops.host.codes.astype(np.int64) * max(len(ops.device.categories), 1) + ops.device.codes
+    return pd.DataFrame({
+        "host": ops.host, "device": ops.device, "module": ops.module, "program_id": ops.program_id,
+        "op": ops.op, "start_ns": ops.start_ns, "duration_ns": ops.duration_ns, "self_ns": ops.self_ns,
+        "run_id": ops.run_id, "occurrences": ops.occurrences, "device_key": device_key,
+    }, copy=False)
+
+
+def step_evidence(trace: Trace) -> StepEvidence:
+    """What the trace says about its steps (see :class:`StepEvidence`)."""
+    names: dict[str, tuple[int, tuple[str, float]]] = {}
+    for s in trace.steps:  # sorted by (host, start)
+        had = names.get(s.name)
+        names[s.name] = (1, (s.host, s.start_ns)) if had is None else (had[0] + 1, had[1])
+    ops = trace.ops
+    module_ns: dict[tuple[str, int], float] = {}
+    if not trace.steps and not trace.device_steps and len(ops):
+        m, p = ops.module.codes.astype(np.int64), ops.program_id.codes.astype(np.int64)
+        width = len(ops.program_id.categories) + 1
+        sums = np.bincount(m * width + p, weights=ops.duration_ns)
+        for k in np.flatnonzero(np.bincount(m * width + p)).tolist():
+            key = (str(ops.module.categories[k // width]), int(ops.program_id.categories[k % width]))
+            module_ns[key] = float(sums[k])
+    return StepEvidence(tuple((n, c, f) for n, (c, f) in names.items()), bool(trace.device_steps),
+                        tuple((m_, p_, ns) for (m_, p_), ns in module_ns.items()))
+
+
+def event_totals(trace: Trace, modules: Callable[[], Sequence[HloModule]],
+                 choice: StepChoice | None = None) -> EventTotals:
+    """The sums of ``trace``'s op events, its steps decided by ``choice`` (default: from this trace
+    alone). ``modules`` is called only when the breakdown needs the HLO's source paths."""
+    evidence = step_evidence(trace)
+    choice = choice or choose_steps(evidence)
+    ev = events_frame(trace)
+    if choice.source == "annotation":
+        step_of, times, count = steps_from_marks(trace.steps, ev, by_device=False, name=choice.name)
+    elif choice.source == "device-steps":
+        step_of, times, count = steps_from_marks(trace.device_steps, ev, by_device=True)
+    else:
+        step_of, times, count, _ = steps_from_executions(ev, choice.main)
+    sums = _sums(trace, step_of)
+    del step_of
+    starts, durations = trace.ops.start_ns, trace.ops.duration_ns
+    span = (float(starts.min()), float((starts + durations).max())) if len(starts) else (0.0, 0.0)
+    part = breakdown_part(trace, ev, choice.source, modules, step_name=choice.name, main=choice.main)
+    return EventTotals(
+        **sums, step_times_us=tuple(float(t) for t in times), step_count=int(count), choice=choice,
+        evidence=evidence, span_ns=span, breakdown=(part,),
+        hosts=tuple(str(h) for h in trace.ops.host.categories),
+        device_names=tuple(str(d) for d in trace.ops.device.categories))
+
+
+def _sums(trace: Trace, step_of: np.ndarray) -> dict[str, Any]:
+    """Per op and per (op, step) sums, a chunk of events at a time."""
+    ops = trace.ops
+    n = len(ops)
+    m, p, o = (np.asarray(c.codes) for c in (ops.module, ops.program_id, ops.op))
+    n_p, n_o = len(ops.program_id.categories) + 1, len(ops.op.categories) + 1
+    space = (len(ops.module.categories) + 1) * n_p * n_o
+
+    def key(a: int, b: int) -> np.ndarray:
+        return (m[a:b].astype(np.int64) * n_p + p[a:b]) * n_o + o[a:b]
+
+    chunks = [(a, min(a + _CHUNK, n)) for a in range(0, n, _CHUNK)]
+    if space <= _DENSE_KEYS:
+        seen = np.zeros(space, bool)
+        for a, b in chunks:
+            seen[key(a, b)] = True
+        present = np.flatnonzero(seen)
+        lookup = np.full(space, -1, np.int64)
+        lookup[present] = np.arange(len(present))
+        del seen
+
+        def group(a: int, b: int) -> np.ndarray:
+            return lookup[key(a, b)]
+    else:
+        present, inverse = np.unique(np.concatenate([key(a, b) for a, b in chunks]), return_inverse=True)
+
+        def group(a: int, b: int) -> np.ndarray:
+            return inverse[a:b]
+    labelled = [np.unique(step_of[a:b][step_of[a:b] >= 0]) for a, b in chunks]
+    steps = np.unique(np.concatenate(labelled)) if labelled else np.zeros(0, np.int64)
+    g, s = len(present), len(steps)
+    width = max(len(ops.device.categories), 1)
+    hosts, devices = np.asarray(ops.host.codes), np.asarray(ops.device.codes)
+    occurrences, total, self_ns = np.zeros(g), np.zeros(g), np.zeros(g)
+    step_ns = np.zeros(g * s)
+    on_device = np.zeros((g, (len(ops.host.categories) or 1) * width), bool)
+    for a, b in chunks:
+        k = group(a, b)
+        occurrences += np.bincount(k, weights=ops.occurrences[a:b], minlength=g)
+        total += np.bincount(k, weights=ops.duration_ns[a:b], minlength=g)
+        self_ns += np.bincount(k, weights=ops.self_ns[a:b], minlength=g)
+        on_device[k, hosts[a:b].astype(np.int64) * width + devices[a:b]] = True
+        labels = step_of[a:b]
+        inside = labels >= 0
+        if s and inside.any():
+            cell = k[inside] * s + np.searchsorted(steps, labels[inside])
+            step_ns += np.bincount(cell, weights=ops.duration_ns[a:b][inside], minlength=g * s)
+    codes = present.tolist()
+    keys = tuple((str(ops.module.categories[c // (n_p * n_o)]), int(ops.program_id.categories[c // n_o % n_p]),
+                  str(ops.op.categories[c % n_o])) for c in codes)
+    return {"keys": keys, "occurrences": np.rint(occurrences).astype(np.int64), "total_ns": total,
+            "self_ns": self_ns, "devices": on_device.sum(axis=1).astype(np.int64), "steps": steps.astype(np.int64),
+            "step_ns": step_ns.reshape(g, s)}
+
+
+def merge_totals(parts: Sequence[EventTotals]) -> EventTotals:
+    """The totals of several hosts (in the order of their files) as one; they share one choice of
+    steps (a part summed under another is summed again first: :mod:`hlo_doctor.hosts`)."""
+    if len(parts) == 1:
+        return parts[0]
+    if len({p.choice for p in parts}) > 1:
+        raise ValueError("totals summed under different choices of steps cannot be added up")
+    index: dict[OpKey, int] = {}
+    for p in parts:
+        for k in p.keys:
+            index.setdefault(k, len(index))
+    steps = np.unique(np.concatenate([p.steps for p in parts])).astype(np.int64)
+    g = len(index)
+    occurrences, devices = np.zeros(g, np.int64), np.zeros(g, np.int64)
+    total, self_ns, step_ns = np.zeros(g), np.zeros(g), np.zeros((g, len(steps)))
+    for p in parts:
+        rows = np.asarray([index[k] for k in p.keys], np.int64)
+        occurrences[rows] += p.occurrences
+        devices[rows] += p.devices
+        total[rows] += p.total_ns
+        self_ns[rows] += p.self_ns
+        step_ns[np.ix_(rows, np.searchsorted(steps, p.steps))] += p.step_ns
+    by_host = sorted(parts, key=lambda p: p.hosts[0] if p.hosts else "")
+    hosts: dict[str, None] = {}
+    names: dict[str, None] = {}
+    for p in parts:
+        hosts.update(dict.fromkeys(p.hosts))
+        names.update(dict.fromkeys(p.device_names))
+    return EventTotals(
+        keys=tuple(index), occurrences=occurrences, total_ns=total, self_ns=self_ns, devices=devices,
+        steps=steps, step_ns=step_ns, step_times_us=tuple(t for p in by_host for t in p.step_times_us),
+        step_count=max(p.step_count for p in parts), choice=parts[0].choice,
+        evidence=merge_evidence([p.evidence for p in parts]),
+        span_ns=(min(p.span_ns[0] for p in parts), max(p.span_ns[1] for p in parts)),
+        breakdown=tuple(b for p in parts for b in p.breakdown), hosts=tuple(hosts), device_names=tuple(names))
+
+
+def device_rank(totals: EventTotals) -> dict[tuple[str, str], int]:
+    """(host, device) -> its place among the devices, as the events of all hosts read in one go order
+    them (by host, then by device plane, each in the order the events first name it)."""
+    width = len(totals.device_names)
+    host_at = {h: i for i, h in enumerate(totals.hosts)}
+    device_at = {d: i for i, d in enumerate(totals.device_names)}
+    return {(h, d): host_at[h] * width + device_at[d] for h in totals.hosts for d in totals.device_names}

@@ -1,0 +1,350 @@
+"""An XSpace read from its file a plane and a line at a time (a host's ``.xplane.pb``).
+
+Parsing a whole trace at once holds the file, a copy of it split into planes, and the parsed plane
+(a parsed event takes five to eight times its wire size). Here the protobuf wire format is walked
+from the file instead:
+
+- the XSpace's fields: each plane is an (offset, length) in the file, named by its first fields;
+- a plane's own fields: its lines stay on disk as (offset, length); the rest (event and stat
+  metadata, plane stats) is parsed once, as :data:`~hlo_doctor.trace.xspace.XPLANE_HEAD`;
+- a line's events are read when they are iterated, a few MiB of them parsed at a time.
+
+So the peak while reading is one plane's metadata plus one chunk of parsed events, whatever the
+size of the file. Lines and planes written out of the usual field order (lines after the metadata,
+events split by other fields) are still read: such a line is parsed whole.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.trace.xspace import XLINE, XLINE_SPLIT, XPLANE_HEAD
+
+CHUNK_BYTES = 4 << 20
+"""Events parsed at a time (wire bytes): a parsed chunk takes about 30 MiB."""
+_WINDOW = 1 << 20
+_PLANES, _LINES, _EVENTS, _NAME = 1, 3, 4, 2
+_EVENT_TAG = _EVENTS << 3 | 2
+_HINT = "the file may be truncated or corrupt; capture again"
+
+
+def _varint(buf: bytes | memoryview, i: int) -> tuple[int, int]:
+    """A base-128 varint at ``buf[i]``: its value and the index after it (IndexError past the end)."""
+    value = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 64 bits")
+
+
+def _varint_sizes(values: np.ndarray) -> np.ndarray:
+    """Bytes of the varint of each value."""
+    sizes = np.ones(len(values), np.int64)
+    for k in range(1, 10):
+        sizes += values >= (1 << (7 * k))
+    return sizes
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    number: int
+    start: int
+    """Offset of the field's tag."""
+    value: int
+    """Offset of a length-delimited field's payload (its varint value otherwise)."""
+    end: int
+
+
+class _Source:
+    """A seekable binary file (a path opened for reading, or bytes) read at offsets.
+
+    Small reads (field heads, metadata entries) come from a window of up to :data:`_WINDOW` bytes
+    kept from the last read; a line's events are read straight from the file.
+    """
+
+    def __init__(self, f: IO[bytes], size: int, origin: str) -> None:
+        self.f, self.size, self.origin = f, size, origin
+        self._lo, self._buf = 0, b""
+
+    def corrupt(self, what: str) -> InputError:
+        return InputError(f"{self.origin}: not a readable xplane (truncated or corrupt: {what})", _HINT)
+
+    def read_at(self, offset: int, n: int) -> bytes:
+        self.f.seek(offset)
+        data = self.f.read(n)
+        if len(data) != n:
+            raise self.corrupt(f"{n} bytes at offset {offset} reach past the end of the file")
+        return data
+
+    def piece(self, offset: int, n: int) -> bytes:
+        """``n`` bytes at ``offset``, through the window when they fit in one."""
+        if n > _WINDOW:
+            return self.read_at(offset, n)
+        if not (self._lo <= offset and offset + n <= self._lo + len(self._buf)):
+            self._lo, self._buf = offset, self.read_at(offset, max(n, min(_WINDOW, self.size - offset)))
+        start = offset - self._lo
+        return self._buf[start:start + n]
+
+    def field_at(self, pos: int, end: int) -> _Field:
+        """The protobuf field whose tag is at ``pos`` (it must end by ``end``)."""
+        head = self.piece(pos, min(20, end - pos))
+        try:
+            tag, i = _varint(head, 0)
+            number, wire = tag >> 3, tag & 7
+            if number == 0:
+                raise ValueError("field number 0")
+            if wire == 0:
+                value, i = _varint(head, i)
+                stop = pos + i
+            elif wire == 2:
+                length, i = _varint(head, i)
+                value, stop = pos + i, pos + i + length
+            elif wire in (1, 5):
+                value, stop = pos + i, pos + i + (8 if wire == 1 else 4)
+            else:
+                raise ValueError(f"wire type {wire}")
+        except (IndexError, ValueError) as exc:
+            raise self.corrupt(f"bad field at offset {pos}: {exc}") from None
+        if stop > end:
+            raise self.corrupt(f"field {number} at offset {pos} reaches past its message")
+        return _Field(number, pos, value, stop)
+
+
+def _parse(cls: Any, data: bytes | memoryview, source: _Source, what: str) -> Any:
+    try:
+        return cls.FromString(data)
+    except (DecodeError, ValueError) as exc:
+        raise source.corrupt(f"{what}: {exc}") from exc
+
+
+class LineRef:
+    """One ``XLine`` on disk: its head fields at hand, its events parsed when iterated."""
+
+    __slots__ = ("_source", "_offset", "_length", "_head", "_events_at", "_tail")
+
+    def __init__(self, source: _Source, offset: int, length: int) -> None:
+        self._source, self._offset, self._length = source, offset, length
+        self._tail: Any = None
+        end = offset + length
+        pos, parts = offset, []
+        # The fields before the events (id, name, timestamp_ns, as the profiler writes them).
+        while pos < end:
+            f = source.field_at(pos, end)
+            if f.number == _EVENTS:
+                break
+            parts.append(source.piece(pos, f.end - pos))
+            pos = f.end
+        self._events_at = pos - offset
+        self._head = _parse(XLINE, b"".join(parts), source, "line")
+
+    @property
+    def id(self) -> int:
+        """The line's id."""
+        return int(self._head.id)
+
+    @property
+    def name(self) -> str:
+        """The line's name (``XLA Ops``, a thread's name)."""
+        return str(self._head.name)
+
+    @property
+    def timestamp_ns(self) -> int:
+        """Start of the line (ns); event offsets are relative to it."""
+        return int(self._head.timestamp_ns)
+
+    def _whole(self) -> Any:
+        if self._tail is None:
+            data = self._source.read_at(self._offset, self._length)
+            self._tail = _parse(XLINE_SPLIT, data, self._source, f"line {self.name}")
+            del self._tail.raw_events[:]
+        return self._tail
+
+    @property
+    def display_name(self) -> str:
+        """The line's display name (written after its events: read on first use)."""
+        return str(self._whole().display_name if self._head.display_name == "" else self._head.display_name)
+
+    @property
+    def display_id(self) -> int:
+        """The line's display id."""
+        return int(self._whole().display_id if self._head.display_id == 0 else self._head.display_id)
+
+    @property
+    def duration_ps(self) -> int:
+        """The line's duration (ps)."""
+        return int(self._whole().duration_ps if self._head.duration_ps == 0 else self._head.duration_ps)
+
+    @property
+    def events(self) -> Iterator[Any]:
+        """The line's ``XEvent`` messages in order; each iteration reads them again from disk."""
+        # chain: one Python step per chunk, not per event (a line holds up to millions of events).
+        return itertools.chain.from_iterable(self._event_chunks())
+
+    def _event_chunks(self) -> Iterator[Any]:
+        """The line's events as a few repeated fields, each of about :data:`CHUNK_BYTES`."""
+        source, where = self._source, f"line {self.name}"
+        if self._length <= CHUNK_BYTES:
+            yield _parse(XLINE, source.read_at(self._offset, self._length), source, where).events
+            return
+        data = source.read_at(self._offset, self._length)
+        split = _parse(XLINE_SPLIT, data, source, where)
+        sizes = np.fromiter((len(e) for e in split.raw_events), np.int64, len(split.raw_events))
+        del split
+        bounds = self._chunks(data, sizes)
+        if bounds is None:
+            # Events interleaved with other fields: this line is parsed whole.
+            yield _parse(XLINE, data, source, where).events
+            return
+        del data
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            yield _parse(XLINE, source.read_at(self._offset + a, b - a), source, where).events
+
+    def _chunks(self, data: bytes, sizes: np.ndarray) -> list[int] | None:
+        """Offsets (in the line) that cut its events into chunks of about :data:`CHUNK_BYTES`; None
+        when the events are not one run of fields (each cut is checked against the data)."""
+        if not len(sizes):
+            return [self._events_at, self._events_at]
+        ends = self._events_at + np.cumsum(sizes + 1 + _varint_sizes(sizes))
+        starts = np.r_[self._events_at, ends[:-1]]
+        picks = np.unique(np.searchsorted(ends, np.arange(self._events_at + CHUNK_BYTES, int(ends[-1]),
+                                                          CHUNK_BYTES)))
+        picked = [k for k in picks.tolist() if 0 < k < len(sizes)]
+        cuts = [int(starts[k]) for k in picked]
+        for k, at in zip(picked, cuts, strict=True):
+            try:
+                if data[at] != _EVENT_TAG or _varint(data, at + 1)[0] != int(sizes[k]):
+                    return None
+            except (IndexError, ValueError):
+                return None
+        last = int(ends[-1])
+        if last > len(data):
+            return None
+        try:
+            # What follows the run (display id and name...) must hold no more events.
+            if XLINE_SPLIT.FromString(data[last:]).raw_events:
+                return None
+        except (DecodeError, ValueError):
+            return None
+        return [self._events_at, *cuts, last]
+
+
+class StreamedPlane:
+    """One ``XPlane``: its metadata and stats parsed, its lines (:class:`LineRef`) still on disk.
+
+    Read like a parsed XPlane: ``name``, ``id``, ``event_metadata`` and ``stat_metadata`` (repeated
+    ``key``/``value`` entries), ``stats`` and ``lines``.
+    """
+
+    def __init__(self, head: Any, lines: list[LineRef]) -> None:
+        self.id = int(head.id)
+        self.name = str(head.name)
+        self.event_metadata = head.event_metadata
+        self.stat_metadata = head.stat_metadata
+        self.stats = head.stats
+        self.lines = lines
+
+
+@dataclass(frozen=True, slots=True)
+class PlaneRef:
+    """Where one plane lies in the file, and its name."""
+
+    name: str
+    offset: int
+    length: int
+
+
+class XSpaceFile:
+    """An XSpace on disk (or in memory), opened for reading plane by plane.
+
+    Raises :class:`InputError` for a file that cannot be read, is empty, truncated or corrupt, or
+    holds no planes (the same cases as :func:`hlo_doctor.trace.xspace.split_planes`).
+    """
+
+    def __init__(self, source: Path | bytes, origin: str = "") -> None:
+        self.origin = origin or str(source)
+        f: IO[bytes]
+        if isinstance(source, (bytes, bytearray)):
+            f, size = io.BytesIO(source), len(source)
+        else:
+            try:
+                f = source.open("rb")
+                size = source.stat().st_size
+            except OSError as exc:
+                raise InputError(f"{self.origin}: cannot read ({exc.strerror})",
+                                 "check the path and permissions") from exc
+        self._source = _Source(f, size, self.origin)
+        try:
+            self.planes = self._planes()
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> XSpaceFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file."""
+        self._source.f.close()
+
+    def _planes(self) -> list[PlaneRef]:
+        src = self._source
+        if not src.size:
+            raise InputError(f"{self.origin}: empty file", "capture again; the profiler wrote nothing")
+        out: list[PlaneRef] = []
+        pos = 0
+        while pos < src.size:
+            f = src.field_at(pos, src.size)
+            if f.number == _PLANES:
+                out.append(PlaneRef(self._plane_name(f.value, f.end), f.value, f.end - f.value))
+            pos = f.end
+        if not out:
+            raise InputError(f"{self.origin}: the trace holds no planes", "capture again; the profiler recorded nothing")
+        return out
+
+    def _plane_name(self, start: int, end: int) -> str:
+        src, pos = self._source, start
+        while pos < end:
+            f = src.field_at(pos, end)
+            if f.number == _NAME:
+                try:
+                    return src.piece(f.value, f.end - f.value).decode()
+                except UnicodeDecodeError:
+                    raise src.corrupt(f"plane name at offset {pos} is not UTF-8") from None
+            if f.number > _NAME:
+                break
+            pos = f.end
+        return ""
+
+    def plane(self, ref: PlaneRef) -> StreamedPlane:
+        """The plane ``ref``: metadata parsed, lines located (their events stay on disk)."""
+        src = self._source
+        end = ref.offset + ref.length
+        lines: list[LineRef] = []
+        parts: list[bytes] = []
+        pos = ref.offset
+        while pos < end:
+            f = src.field_at(pos, end)
+            if f.number == _LINES:
+                lines.append(LineRef(src, f.value, f.end - f.value))
+            else:
+                parts.append(src.piece(pos, f.end - pos))
+            pos = f.end
+        head = _parse(XPLANE_HEAD, b"".join(parts), src, f"plane {ref.name}")
+        return StreamedPlane(head, lines)
