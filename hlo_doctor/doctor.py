@@ -12,6 +12,7 @@ Every artifact lands in one folder::
       verify.json         the A/B measurement, the five checks and the verdict
       verify.md
       report.md           what was found, what the fix changed, what it measured, the verdict
+      report.html         the same with charts, one self-contained page
       doctor.json         the same as data
 
 An existing OUT is reused only when it holds an earlier doctor run (``doctor.json``) or is empty.
@@ -34,6 +35,7 @@ from hlo_doctor.render.diagnosis import to_markdown as diagnosis_md
 from hlo_doctor.render.doctor import JSON_SCHEMA
 from hlo_doctor.render.doctor import to_json as render_doctor_json
 from hlo_doctor.render.doctor import to_markdown as render_report
+from hlo_doctor.render.html.subjects import doctor_html
 from hlo_doctor.render.verify import to_json as render_json
 from hlo_doctor.render.verify import to_markdown as render_markdown
 from hlo_doctor.verify import (
@@ -54,7 +56,7 @@ __all__ = ["JSON_SCHEMA", "DoctorResult", "DoctorSettings", "run_doctor"]
 
 
 _ARTIFACTS = ("profile", "diagnose.json", "diagnose.md", "fix.diff", "treatment-engine", "verify", "verify.json",
-              "verify.md", "report.md", "doctor.json")
+              "verify.md", "report.md", "report.html", "doctor.json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,4 +221,8 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
                           verify=verify, stage_seconds=tuple(stages))
     (out / "report.md").write_text(render_report(result))
     (out / "doctor.json").write_text(render_doctor_json(result))
+    stats_json = profile_run / "opstats.json"
+    (out / "report.html").write_text(doctor_html(
+        render_doctor_json(result), diagnosis_json(diagnosis), stats_json.read_text() if stats_json.is_file() else None,
+        render_json(verify) if verify is not None else None))
     return result

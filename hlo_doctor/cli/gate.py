@@ -76,7 +76,8 @@ def _print_result(result: GateResult, max_rows: int) -> None:
 @click.option("--format", "fmt", type=FormatChoice(list(GATE.names), {"text": "table"}),
               default=None, help="table: for people (stderr, or plain text to --output); github: workflow "
                                  "annotations of the violations on stdout, the table on stderr (the default "
-                                 "under GITHUB_ACTIONS); json / md / junit: on stdout or --output.  [default: table]")
+                                 "under GITHUB_ACTIONS); json / md / junit: on stdout or --output; html: one self-contained "
+                                 "page with charts (the 'report' extra).  [default: table]")
 @output_option()
 @click.option("--md", "md_file", type=click.Path(path_type=Path), help="Also write the Markdown summary to FILE.")
 @click.option("--json", "json_file", type=click.Path(path_type=Path), help="Also write the JSON verdict to FILE.")

@@ -29,6 +29,7 @@ from hlo_doctor.cli.common import (
     write_output,
 )
 from hlo_doctor.cli.progress import progress_bars
+from hlo_doctor.cli.report import write_capture_report
 from hlo_doctor.core.errors import InputError, NotAvailableError
 from hlo_doctor.core.format import fmt_bytes, fmt_source
 from hlo_doctor.core.model import ProgressFn
@@ -225,12 +226,13 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
       --attach HOST:PORT     a running program with jax.profiler.start_server(PORT)
 
     Writes a run directory that xprof opens unchanged (plugins/profile/<run>/<host>.xplane.pb),
-    run.json, opstats.csv and opstats.json. What the target prints goes to stderr; SIGTERM and
+    run.json, opstats.csv, opstats.json and report.html. What the target prints goes to stderr; SIGTERM and
     Ctrl-C leave no partial folder behind.
     """
     with stdout_to_stderr(), sigterm_as_interrupt():
         run_dir, stats = _capture(target, steps, warmup, out, attach, duration_ms, engine_path,
                                   {"batch": batch, "vocab": vocab, "layers": layers}, timeout_s)
+    write_capture_report(run_dir, stats)
     console.print(Text(f"wrote {run_dir} (open it with: xprof --logdir {run_dir})"), soft_wrap=True)
     _emit(stats, fmt, top, group_by, output)
 

@@ -13,14 +13,18 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from hlo_doctor.cli.common import console, examples, handle_errors, write_output
+from hlo_doctor.cli.common import console, examples, handle_errors, write_file_atomically, write_output
 from hlo_doctor.core.errors import InputError, NotAvailableError
 
-__all__ = ["COMMANDS", "EXPECTED", "build_page", "report_cmd"]
+if TYPE_CHECKING:
+    from hlo_doctor.lint import Diagnosis
+    from hlo_doctor.opstats import OpStats
+
+__all__ = ["COMMANDS", "EXPECTED", "build_page", "report_cmd", "write_capture_report", "write_verify_report"]
 
 EXPECTED = ("a capture (run directory, xprof log directory, .xplane.pb, trace JSON or opstats.json), "
             "a diagnosis JSON (diagnose --format json), a verify --out folder (verify.json), a doctor --out "
@@ -54,9 +58,26 @@ def _kind(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _diagnosis_of(stats: OpStats, path: Path) -> Diagnosis:
+    """The rules on a capture's op stats, from the read that built them (the trace is not read again)."""
+    from hlo_doctor.lint import Context, diagnose, executed_modules, load_context, load_rulebook
+    from hlo_doctor.lint.dispatch import read_host_dispatch
+    from hlo_doctor.trace import find_xplanes
+
+    if not stats.modules:
+        return diagnose(load_context(path), load_rulebook())
+    ctx = Context(modules=executed_modules(stats.modules, stats.table), table=stats.table,
+                  step_time_us=float(stats.step_time_us or 0) or None, num_steps=int(stats.num_steps or 0),
+                  compile_events=tuple(stats.compile_events), breakdown=stats.breakdown, backend=stats.backend,
+                  origin=str(path), kind="run" if path.is_dir() else "xplane")
+    if not path.name.endswith(".json"):
+        ctx = replace(ctx, host_dispatch=read_host_dispatch(find_xplanes(path)))
+    return diagnose(ctx, load_rulebook())
+
+
 def _capture_docs(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(op stats JSON, diagnosis JSON) of a capture, from one read of it."""
-    from hlo_doctor.lint import Context, diagnose, executed_modules, load_context, load_rulebook
+    from hlo_doctor.lint import diagnose, load_context, load_rulebook
     from hlo_doctor.opstats import load_opstats, to_json
     from hlo_doctor.render.diagnosis import to_json as diagnosis_json
 
@@ -66,21 +87,28 @@ def _capture_docs(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         return json.loads(to_json(load_opstats(export))), json.loads(diagnosis_json(
             diagnose(load_context(path), load_rulebook())))
     stats = load_opstats(path)
-    if stats.modules:
-        # The modules came with the table: diagnose that same read instead of reading the trace again.
-        ctx = Context(modules=executed_modules(stats.modules, stats.table), table=stats.table,
-                      step_time_us=float(stats.step_time_us or 0) or None, num_steps=int(stats.num_steps or 0),
-                      compile_events=tuple(stats.compile_events), breakdown=stats.breakdown, backend=stats.backend,
-                      origin=str(path), kind="run" if path.is_dir() else "xplane")
-        if not path.name.endswith(".json"):
-            from hlo_doctor.lint.dispatch import read_host_dispatch
-            from hlo_doctor.trace import find_xplanes
+    return json.loads(to_json(stats)), json.loads(diagnosis_json(_diagnosis_of(stats, path)))
 
-            ctx = replace(ctx, host_dispatch=read_host_dispatch(find_xplanes(path)))
-    else:
-        ctx = load_context(path)
-    diagnosis = diagnose(ctx, load_rulebook())
-    return json.loads(to_json(stats)), json.loads(diagnosis_json(diagnosis))
+
+def write_capture_report(run_dir: Path, stats: OpStats) -> Path:
+    """``report.html`` in a run directory ``profile`` just wrote, with its diagnosis (charts when the
+    'report' extra is installed, tables otherwise)."""
+    from hlo_doctor.opstats import to_json
+    from hlo_doctor.render.diagnosis import to_json as diagnosis_json
+    from hlo_doctor.render.html.subjects import capture_html
+
+    target = run_dir / "report.html"
+    write_file_atomically(target, capture_html(to_json(stats), diagnosis_json(_diagnosis_of(stats, run_dir))))
+    return target
+
+
+def write_verify_report(out_dir: Path) -> Path:
+    """``report.html`` beside the ``verify.json`` of a ``verify --out`` folder."""
+    from hlo_doctor.render.html.subjects import verify_html
+
+    target = out_dir / "report.html"
+    write_file_atomically(target, verify_html((out_dir / "verify.json").read_text(encoding="utf-8")))
+    return target
 
 
 def _stats_beside(diagnosis: Mapping[str, Any], origin: Path) -> tuple[dict[str, Any] | None, str]:

@@ -17,6 +17,7 @@ from hlo_doctor.cli.common import (
     write_output,
 )
 from hlo_doctor.cli.progress import progress_bars
+from hlo_doctor.cli.report import write_verify_report
 from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.render.registry import VERIFY, VERIFY_TARGET
 from hlo_doctor.verify import (
@@ -32,10 +33,12 @@ from hlo_doctor.verify import (
 
 
 def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
-    """``verify.json`` and ``verify.md`` (and ``fix.diff`` when verify made the treatment) in ``out_dir``."""
+    """``verify.json``, ``verify.md``, ``report.html`` (and ``fix.diff`` when verify made the treatment) in
+    ``out_dir``."""
     json_path, md_path = out_dir / "verify.json", out_dir / "verify.md"
     write_file_atomically(json_path, VERIFY.text("json", report))
     write_file_atomically(md_path, VERIFY.text("md", report))
+    write_verify_report(out_dir)
     if report.fix_diff:
         write_file_atomically(out_dir / "fix.diff", report.fix_diff)
     return json_path, md_path
@@ -170,6 +173,7 @@ def _verify_tree(*, target: Path | None, fix: str | None, variant: str, baseline
         if out_dir is not None:
             (out_dir / "verify.json").write_text(VERIFY_TARGET.text("json", report))
             (out_dir / "verify.md").write_text(VERIFY_TARGET.text("md", report))
+            write_verify_report(out_dir)
             if report.fix_diff:
                 (out_dir / "fix.diff").write_text(report.fix_diff)
     if fmt != "table" or output is not None:

@@ -18,6 +18,7 @@ from rich.console import RenderableType
 from hlo_doctor.gate.result import GateResult
 from hlo_doctor.render import diagnosis, doctor, gate, verify, verify_target
 from hlo_doctor.render.doctor import DoctorOutcome
+from hlo_doctor.render.html.subjects import gate_to_html
 from hlo_doctor.verify.engine.results import VerifyReport
 from hlo_doctor.verify.tpu_inference.results import TargetReport
 
@@ -93,6 +94,7 @@ GATE: Formats[GateResult] = Formats("gate", {
     "json": lambda r, o: gate.to_json(r),
     "md": lambda r, o: gate.to_markdown(r),
     "junit": lambda r, o: gate.to_junit(r, source_root=o.source_root),
+    "html": lambda r, o: gate_to_html(r),
 })
 VERIFY: Formats[VerifyReport] = Formats("verify", {
     "table": lambda r, o: verify.to_terminal(r),

@@ -21,7 +21,7 @@ SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 def test_every_subject_and_the_formats_its_command_offers() -> None:
     assert {s: formats(s) for s in SUBJECTS} == {
         "diagnosis": ("table", "concise", "github", "json", "md", "sarif"),
-        "gate": ("table", "github", "json", "md", "junit"),
+        "gate": ("table", "github", "json", "md", "junit", "html"),
         "verify": ("table", "json", "md"),
         "verify-target": ("table", "json", "md"),
         "doctor": ("table", "json", "md"),

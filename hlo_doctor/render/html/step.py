@@ -25,6 +25,8 @@ BREAKDOWN_PARTS: tuple[str, ...] = ("busy", "idle: python", "idle: dispatch", "i
 """The parts of a step in the breakdown chart, in stacking order (busy first)."""
 
 _MAX_BREAKDOWN_ROWS = 48
+MAX_BARS = 60
+"""Bars of the per-step charts; more traced steps are drawn as runs of consecutive steps."""
 
 
 def time_cell(us: Any, div: float) -> Cell:
@@ -78,6 +80,19 @@ def mean_totals(doc: Mapping[str, Any], by: str) -> dict[str, float]:
     return dict(sums)
 
 
+def _bin_steps(steps: list[int], folded: Mapping[str, Mapping[int, float]], wall_of: Mapping[int, float]) -> tuple[
+        list[int], dict[str, dict[int, float]], dict[int, float], dict[int, str]]:
+    """At most :data:`MAX_BARS` bars: runs of consecutive steps, each the mean step of its run."""
+    size = -(-len(steps) // MAX_BARS)
+    runs = [steps[i:i + size] for i in range(0, len(steps), size)]
+    out: dict[str, dict[int, float]] = {g: {i: sum(per.get(st, 0.0) for st in run) / len(run)
+                                            for i, run in enumerate(runs)} for g, per in folded.items()}
+    walls = {i: sum(wall_of[st] for st in run) / len(run) for i, run in enumerate(runs)
+             if all(st in wall_of for st in run)}
+    labels = {i: f"steps {run[0]}-{run[-1]}" for i, run in enumerate(runs)}
+    return list(range(len(runs))), out, walls, labels
+
+
 def _ordered_groups(sums: Mapping[str, Mapping[int, float]], keep: int | None) -> tuple[list[str], dict[str, str]]:
     """Groups by total time, largest first; past ``keep`` they fold into ``other``."""
     order = sorted(sums, key=lambda g: (-sum(sums[g].values()), g))
@@ -105,14 +120,22 @@ def _stack_chart(doc: Mapping[str, Any], by: str, title: str) -> Chart | None:
     wall_of = {step: walls[i] for i, step in enumerate(steps)} if len(walls) == len(steps) and not mean else {}
     if mean and doc.get("step_time_us"):
         wall_of = {0: float(doc["step_time_us"])}
-    name = (lambda s: "mean step") if mean else (lambda s: f"step {s}")
+    labels = {0: "mean step"} if mean else {st: f"step {st}" for st in steps}
+    binned = len(steps) > MAX_BARS
+    if binned:
+        steps, folded, wall_of, labels = _bin_steps(steps, folded, wall_of)
+
+    def name(st: int) -> str:
+        return labels[st]
+
     unit, div = charts.unit_of([sum(folded[g].get(s, 0.0) for g in groups) for s in steps] + list(wall_of.values()))
     values = [{"step": name(s), by: g, "time": folded[g].get(s, 0.0) / div} for s in steps for g in groups]
     marks = [{"step": name(s), "wall": wall_of[s] / div} for s in steps if s in wall_of]
     word = "category" if by == "category" else "program"
     top = max(groups, key=lambda g: sum(folded[g].values()))
     bars = ("one bar of the mean step (the capture's export holds no per-step samples)" if mean
-            else f"one per traced step ({len(steps)})")
+            else f"one per run of consecutive traced steps ({len(steps)} runs, each bar the mean step of its run)"
+            if binned else f"one per traced step ({len(steps)})")
     alt = (f"Stacked bars, {bars}, of the op time on one device by {word}; "
            f"{len(groups)} {'categories' if by == 'category' else 'programs'}, the largest {top}. "
            + ("A tick marks each step's wall time. " if marks else "")
@@ -120,60 +143,80 @@ def _stack_chart(doc: Mapping[str, Any], by: str, title: str) -> Chart | None:
     spec = charts.stacked_bars(values, x="step", x_title="traced step", y="time", y_title=f"op time ({unit})",
                                color=by, color_title=word, order=groups, description=alt, marks=marks,
                                mark_field="wall", mark_title=f"step wall time ({unit})")
-    columns = [Column("step", not mean), *(Column(f"{g} ({unit})", True) for g in groups),
+    columns = [Column("steps" if binned else "step", not (mean or binned)), *(Column(f"{g} ({unit})", True) for g in groups),
                Column(f"sum ({unit})", True), Column(f"wall ({unit})", True, "step_times_us")]
-    rows = [[text_cell("mean") if mean else num_cell(s, "d"), *(time_cell(folded[g].get(s, 0.0), div) for g in groups),
+    rows = [[text_cell(name(s).removeprefix("step ")) if mean or binned else num_cell(s, "d"), *(time_cell(folded[g].get(s, 0.0), div) for g in groups),
              time_cell(sum(folded[g].get(s, 0.0) for g in groups), div), time_cell(wall_of.get(s), div)]
             for s in steps]
-    note = ("op times overlap on XLA:CPU (ops run concurrently), so a step's sum can pass its wall time"
-            if doc.get("backend") == "cpu" else "")
+    note = "; ".join(n for n in (
+        "each row is the mean step of a run of consecutive steps (every step: 'hlo-doctor stats RUN --format json')"
+        if binned else "",
+        "op times overlap on XLA:CPU (ops run concurrently), so a step's sum can pass its wall time"
+        if doc.get("backend") == "cpu" else "") if n)
     return Chart(f"step-by-{by}", title, alt, spec,
                  table(f"table-step-by-{by}", f"{title} ({unit})", columns, rows, note))
+
+
+def _step_parts(s: Mapping[str, Any]) -> dict[str, float]:
+    """One step's wall time split into :data:`BREAKDOWN_PARTS` (us), and its wall time as ``wall``."""
+    idle = s.get("idle_by_kind") or {}
+    out = {"busy": float(s.get("busy_us") or 0.0)}
+    out.update({p: float(idle.get(p.removeprefix("idle: "), 0.0) or 0.0) for p in BREAKDOWN_PARTS[1:]})
+    out["wall"] = float(s.get("wall_us") or 0.0)
+    return out
+
+
+def _breakdown_rows(steps: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[str, str, dict[str, float]]], bool]:
+    """(device, step label, parts) per device and step; with more than fit a chart, one row per device
+    holding its mean step (and True)."""
+    def device(s: Mapping[str, Any]) -> str:
+        return f"{s.get('host', '')} {s.get('device', '')}".strip()
+
+    if len(steps) <= _MAX_BREAKDOWN_ROWS:
+        return [(device(s), str(s.get("step")), _step_parts(s)) for s in steps], False
+    per: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for s in steps:
+        per[device(s)].append(_step_parts(s))
+    rows = [(dev, f"mean of {len(ps)}", {k: sum(p[k] for p in ps) / len(ps) for k in ps[0]})
+            for dev, ps in per.items()]
+    return rows[:_MAX_BREAKDOWN_ROWS], True
 
 
 def _breakdown_chart(bd: Mapping[str, Any]) -> Chart | None:
     steps = list(bd.get("steps") or [])
     if not steps:
         return None
-    devices = list(dict.fromkeys(f"{s.get('host', '')} {s.get('device', '')}".strip() for s in steps))
-    shown = steps[:_MAX_BREAKDOWN_ROWS]
+    rows, means = _breakdown_rows(steps)
+    one_device = len({dev for dev, _, _ in rows}) == 1
 
-    def label(s: Mapping[str, Any]) -> str:
-        dev = f"{s.get('host', '')} {s.get('device', '')}".strip()
-        return f"step {s.get('step')}" if len(devices) == 1 else f"{dev} · step {s.get('step')}"
+    def label(dev: str, step: str) -> str:
+        step_text = f"step {step}" if not means else step + " steps"
+        return step_text if one_device else f"{dev} · {step_text}"
 
-    def parts(s: Mapping[str, Any]) -> dict[str, float]:
-        idle = s.get("idle_by_kind") or {}
-        out = {"busy": float(s.get("busy_us") or 0.0)}
-        out.update({p: float(idle.get(p.removeprefix("idle: "), 0.0) or 0.0) for p in BREAKDOWN_PARTS[1:]})
-        return out
-
-    unit, div = charts.unit_of([float(s.get("wall_us") or 0.0) for s in shown])
-    values = [{"row": label(s), "part": p, "time": v / div} for s in shown for p, v in parts(s).items()]
+    unit, div = charts.unit_of([p["wall"] for _, _, p in rows])
+    values = [{"row": label(dev, st), "part": part, "time": p[part] / div}
+              for dev, st, p in rows for part in BREAKDOWN_PARTS]
     summary = bd.get("summary") or {}
-    alt = (f"Stacked horizontal bars, one per device and step ({len(shown)} of {len(steps)}): the device busy "
-           f"(union of its op intervals) and the idle time split by what the host did meanwhile (Python, "
-           f"dispatch, compile, waiting, untraced). Over the window the device idled "
-           f"{float(summary.get('idle_pct') or 0.0):.1f}% of the step.")
+    what = ("one per device, its mean step over the window" if means
+            else f"one per device and step ({len(rows)})")
+    alt = (f"Stacked horizontal bars, {what}: the device busy (union of its op intervals) and the idle time "
+           "split by what the host did meanwhile (Python, dispatch, compile, waiting, untraced). Over the "
+           f"window the device idled {float(summary.get('idle_pct') or 0.0):.1f}% of the step.")
     spec = charts.stacked_bars(values, x="row", x_title="device and step", y="time", y_title=f"time ({unit})",
                                color="part", color_title="part of the step", order=BREAKDOWN_PARTS,
                                description=alt, horizontal=True)
-    columns = [Column("device"), Column("step", True), Column(f"wall ({unit})", True, "wall_us"),
+    columns = [Column("device"), Column("step", not means), Column(f"wall ({unit})", True, "wall_us"),
                Column(f"busy ({unit})", True, "busy_us"),
                *(Column(f"{p} ({unit})", True, f"idle_by_kind.{p.removeprefix('idle: ')}") for p in BREAKDOWN_PARTS[1:]),
                Column("idle %", True)]
-    rows = []
-    for s in steps:
-        p = parts(s)
-        wall = float(s.get("wall_us") or 0.0)
-        rows.append([text_cell(f"{s.get('host', '')} {s.get('device', '')}".strip()), num_cell(s.get("step"), "d"),
-                     time_cell(s.get("wall_us"), div), time_cell(s.get("busy_us"), div),
-                     *(time_cell((s.get("idle_by_kind") or {}).get(k.removeprefix("idle: ")), div)
-                       for k in BREAKDOWN_PARTS[1:]),
-                     num_cell(100.0 * (wall - p["busy"]) / wall if wall else None, ".1f")])
-    note = "" if len(shown) == len(steps) else f"the chart shows the first {len(shown)} rows"
+    body = [[text_cell(dev), text_cell(st) if means else num_cell(int(st), "d"), time_cell(p["wall"], div),
+             time_cell(p["busy"], div), *(time_cell(p[k], div) for k in BREAKDOWN_PARTS[1:]),
+             num_cell(100.0 * (p["wall"] - p["busy"]) / p["wall"] if p["wall"] else None, ".1f")]
+            for dev, st, p in rows]
+    note = ("each row is a device's mean step ('hlo-doctor stats RUN --breakdown --format csv' has every step)"
+            if means else "")
     return Chart("step-breakdown", "Step breakdown: device busy, idle and what the host did", alt, spec,
-                 table("table-step-breakdown", f"Step breakdown per device and step ({unit})", columns, rows,
+                 table("table-step-breakdown", f"Step breakdown per device and step ({unit})", columns, body,
                        "; ".join(x for x in (note, str(bd.get("busy_definition") or "")) if x)))
 
 

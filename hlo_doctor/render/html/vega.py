@@ -9,7 +9,6 @@ here, once per chart); the page draws them with vega-embed (about 0.9 MB inlined
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -55,8 +54,12 @@ STATIC_CONFIG: dict[str, Any] = {
 
 
 def available() -> bool:
-    """Whether vl-convert is installed (charts can be drawn)."""
-    return importlib.util.find_spec("vl_convert") is not None
+    """Whether vl-convert can be imported (charts can be drawn)."""
+    try:
+        import vl_convert  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _vlc() -> Any:
