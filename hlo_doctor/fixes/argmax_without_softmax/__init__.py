@@ -40,10 +40,15 @@ def _axis_problem(peeled: Peeled, sel: Selection) -> str:
     return f"{peeled.maps[0]} runs over axis {wrong[0]}, the {sel.kind} over axis {sel.axis}" if wrong else ""
 
 
+def _mapped(peeled: Peeled) -> bool:
+    """A map to remove (a float astype alone is eager-widening's, not this fix's)."""
+    return any(m != "astype" for m in peeled.maps) or bool(peeled.refusal)
+
+
 def _bound_map(code: Code, stmt: cst.BaseSmallStatement) -> tuple[str, Peeled] | None:
     if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Name):
         peeled = peel(stmt.value)
-        if peeled.maps or peeled.refusal:
+        if _mapped(peeled):
             return stmt.targets[0].target.value, peeled
     return None
 
@@ -83,13 +88,13 @@ class ArgmaxWithoutSoftmax(Codemod):
                 sel = selection_of(code, arg.value)
                 if isinstance(sel, Selection):
                     peeled = peel(sel.arg)
-                    if peeled.maps or peeled.refusal:
+                    if _mapped(peeled):
                         found.append((sel, peeled))
             if isinstance(call.func, cst.Attribute):
                 sel = selection_of(code, call.func.value)
                 if isinstance(sel, Selection) and sel.call is call:
                     peeled = peel(sel.arg)
-                    if peeled.maps or peeled.refusal:
+                    if _mapped(peeled):
                         found.append((sel, peeled))
         return found
 
@@ -126,7 +131,7 @@ class ArgmaxWithoutSoftmax(Codemod):
         for call in code.all(cst.Call, under=stmt):
             if call.args and call.args[0].keyword is None:
                 values_read = selection_of(code, call.args[0].value)
-                if isinstance(values_read, str) and peel(call.args[0].value).maps:
+                if isinstance(values_read, str) and _mapped(peel(call.args[0].value)):
                     return NotApplicable(values_read, "refused")
         return nothing
 

@@ -5,8 +5,8 @@ Sites of one fix in one file form one transaction (one manifest, ``--revert`` pe
 several fixes of one file are applied one after the other, each on the text the previous one left,
 with the diagnosis's lines carried through the earlier edits. Unsafe edits are left out unless
 ``unsafe`` (and said so). Everything is planned in memory first: when a site no longer holds its
-pattern (the file changed since the run) nothing at all is written, and the outcome says which
-site, and whether the file was modified after the run.
+pattern, or a file a fixable finding names was modified after the run (its lines may have moved),
+nothing at all is written, and the outcome says which site or file.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 from hlo_doctor.core.errors import HloDoctorError, InputError
 from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.fixes import FixApplied, FixResult, apply_fix
-from hlo_doctor.fixes.catalog import catalog_entry, load_source_fix
+from hlo_doctor.fixes.catalog import catalog_entry, fixes_for_rule, load_source_fix
 from hlo_doctor.fixes.safe_io import target_lock
-from hlo_doctor.fixes.source.applicable import applicable_fix, site_of
+from hlo_doctor.fixes.source.applicable import applicable_fix, editable_frames, site_of
 from hlo_doctor.fixes.source.apply import commit_file, run_sites, unified_diff
 from hlo_doctor.fixes.source.base import Hint
 from hlo_doctor.fixes.targets import detect_target
@@ -120,13 +120,31 @@ def _sites(findings: Iterable[Finding], root: Path, out: FromRun) -> list[_Site]
     return list(by_key.values())
 
 
+# run.json writes its time to the second: a file saved within a second before the run is not newer.
+_CLOCK_S = 1.0
+
+
 def _changed_after(path: Path, created: float | None) -> str:
     if created is None:
         return ""
     try:
-        return " (the file was modified after the run)" if os.stat(path).st_mtime > created else ""
+        return " (the file was modified after the run)" if os.stat(path).st_mtime > created + _CLOCK_S else ""
     except OSError:
         return ""
+
+
+def _stale(findings: Sequence[Finding], root: Path, created: float | None) -> list[Path]:
+    """Files a fixable finding names that were modified after the run: its lines may have moved."""
+    if created is None:
+        return []
+    stale: dict[Path, None] = {}
+    for f in findings:
+        if not f.fix and not fixes_for_rule(f.code):
+            continue
+        for path, _ in editable_frames(f, root):
+            if _changed_after(path, created):
+                stale[path] = None
+    return list(stale)
 
 
 def apply_from_findings(findings: Sequence[Finding], root: Path, *, unsafe: bool = False, dry_run: bool = False,
@@ -134,6 +152,14 @@ def apply_from_findings(findings: Sequence[Finding], root: Path, *, unsafe: bool
     """Apply every fixable finding's fix (see the module docstring); ``created``: when the run was taken."""
     root = root.resolve()
     out = FromRun(dry_run=dry_run)
+    stale = _stale(findings, root, created)
+    if stale:
+        # A fix found applicable now could be at another line than the run's: trust neither.
+        out.refused = True
+        names = ", ".join(_relative(p, root) for p in stale)
+        out.outcomes = [Outcome(f.code, f.op, f.fix, "", "refused", f"{names} modified after the run: the lines it "
+                                f"names may have moved; profile again") for f in findings]
+        return out
     sites = _sites(findings, root, out)
     order = {e: i for i, e in enumerate(("bf16-greedy-sampler", "donate-state", "eager-widening",
                                          "argmax-without-softmax", "slice-before-matmul"))}
