@@ -1,4 +1,5 @@
-"""CLI: ``rules`` (list the rules) and ``rules explain CODE`` (one rule's documentation)."""
+"""CLI: ``rules`` (list the rules, with the fixes of the catalog that serve each) and ``rules explain CODE``
+(one rule's documentation)."""
 
 from __future__ import annotations
 
@@ -22,15 +23,24 @@ from hlo_doctor.cli.common import (
     write_output,
 )
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.fixes.catalog import fixes_for_rule
 from hlo_doctor.lint import LoadedRule, RuleBook, load_rulebook
 
 _RULES_OPTION = click.option("--rules", "rules_dirs", multiple=True, type=click.Path(path_type=Path),
                              help="Also load the rule files of this folder; repeatable.")
 
 
+def _fixes(r: LoadedRule) -> list[str]:
+    """The catalog's fixes for the rule (``id (safe)``), and the one the rule names if the catalog has none."""
+    served = [f"{e.fix_id} ({e.safety})" for e in fixes_for_rule(r.code)] if r.bundled else []
+    if r.rule.fix and not any(f.startswith(f"{r.rule.fix} ") for f in served):
+        served.append(r.rule.fix)
+    return served
+
+
 def _row(r: LoadedRule) -> dict[str, object]:
     return {"code": r.code, "name": r.rule.name, "severity": str(r.rule.severity),
-            "requires": list(r.rule.requires), "fix": r.rule.fix, "summary": r.rule.summary(),
+            "requires": list(r.rule.requires), "fix": r.rule.fix, "fixes": _fixes(r), "summary": r.rule.summary(),
             "bundled": r.bundled, "path": str(r.path),
             "examples": {"valid": len(r.rule.VALID), "invalid": len(r.rule.INVALID)}}
 
@@ -65,13 +75,13 @@ def rules_cmd(ctx: click.Context, rules_dirs: tuple[Path, ...], fmt: str, output
         write_output(json.dumps({"schema": JSON_SCHEMA, "rules": rows, "errors": [{"path": str(e.path), "reason": e.reason}
                                                            for e in book.errors]}, indent=1) + "\n", output)
     elif fmt == "md":
-        lines = ["| Code | Name | Severity | Requires | Fix | What it flags |", "|---|---|---|---|---|---|"]
+        lines = ["| Code | Name | Severity | Requires | Fixes | What it flags |", "|---|---|---|---|---|---|"]
         lines += [f"| {r['code']} | `{r['name']}` | {r['severity']} | {', '.join(r['requires'])} "  # type: ignore[arg-type]
-                  f"| {r['fix'] or '-'} | {r['summary']} |" for r in rows]
+                  f"| {', '.join(r['fixes']) or '-'} | {r['summary']} |" for r in rows]  # type: ignore[arg-type]
         write_output("\n".join(lines) + "\n", output)
     else:
         t = Table(header_style="bold")
-        for col in ("code", "name", "severity", "requires", "fix"):
+        for col in ("code", "name", "severity", "requires", "fixes"):
             t.add_column(col, no_wrap=True)
         t.add_column("what it flags", overflow="fold", min_width=30)
         for r in book.rules:
@@ -80,7 +90,7 @@ def rules_cmd(ctx: click.Context, rules_dirs: tuple[Path, ...], fmt: str, output
             if not r.bundled:
                 summary.append(f" ({r.path})", style="dim")
             t.add_row(Text(r.code), Text(r.rule.name), Text(str(r.rule.severity)), Text(", ".join(r.rule.requires)),
-                      Text(r.rule.fix or "-"), summary)
+                      Text("\n".join(_fixes(r)) or "-"), summary)
         if output is not None:
             write_output(plain_text(t), output)
         else:
@@ -103,7 +113,8 @@ def explain_cmd(ctx: click.Context, code: str, rules_dirs: tuple[Path, ...]) -> 
     cls = rule.rule
     md = [f"# {cls.code} {cls.name}", "",
           f"severity **{cls.severity}** · requires {', '.join(cls.requires)}"
-          + (f" · fix `{cls.fix}`" if cls.fix else "") + f" · {rule.path}", "", cls.summary(), ""]
+          + (f" · fixes {', '.join(f'`{f}`' for f in _fixes(rule))}" if _fixes(rule) else "")
+          + f" · {rule.path}", "", cls.summary(), ""]
     for title, body in cls.doc_sections().items():
         md += [f"## {title}", "", body, ""]
     md += ["## Examples (each is a test)", ""]

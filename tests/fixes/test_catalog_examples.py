@@ -4,10 +4,13 @@ promises: ids, rules that exist, safe/unsafe marks that the examples bear out.""
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from hlo_doctor.cli import main
 from hlo_doctor.fixes import available_fixes
 from hlo_doctor.fixes.catalog import CATALOG, catalog_entry, fixes_for_rule, load_source_fix
 from hlo_doctor.fixes.source.base import NotApplicable, Rewritten, SourceExample
@@ -75,3 +78,13 @@ def test_a_file_that_is_not_python_is_no_pattern(tmp_path: Path) -> None:
     for fix_id in FILE_FIXES:
         outcome = load_source_fix(fix_id).rewrite("def f(:\n", 1, SourceExample("").hint)
         assert isinstance(outcome, NotApplicable) and "not valid Python" in outcome.reason
+
+
+def test_rules_lists_the_fixes_that_serve_each_rule() -> None:
+    rows = {r["code"]: r for r in json.loads(CliRunner().invoke(main, ["rules", "--format", "json"]).stdout)["rules"]}
+    assert rows["HD009"]["fixes"] == ["donate-state (safe)"]
+    assert rows["HD003"]["fixes"] == ["bf16-greedy-sampler (safe)", "eager-widening (safe)"]
+    assert rows["HD011"]["fixes"] == ["argmax-without-softmax (unsafe)"]
+    assert rows["HD015"]["fixes"] == []
+    md = CliRunner().invoke(main, ["rules", "--format", "md"]).stdout
+    assert "| slice-before-matmul (unsafe) |" in md
