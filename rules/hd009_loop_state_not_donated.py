@@ -118,7 +118,7 @@ class LoopStateNotDonated(Rule):
     name = "donation.loop-state-copied"
     severity = Severity.MEDIUM
     requires = ("hlo",)
-    fix = ""
+    fix = "donate-state"
 
     VALID = (
         Example(hlo=(_DONATED,), note="the state donated: no copy before the loop"),
@@ -179,6 +179,7 @@ class LoopStateNotDonated(Rule):
                     f"{fmt_bytes(inst.shape.nbytes)}) into {loop.opcode} {loop.name} on every call: the "
                     f"parameter is not donated; {todo}",
                     recoverable_fraction=1.0,
+                    fix="" if origin.eager or origin.program_framework else None,
                     source_inst=param if param.source else loop,
                     evidence=(param.raw, inst.raw, loop.raw),
                     extra=(("parameter", param.parameter_number), ("parameter_name", param.name),

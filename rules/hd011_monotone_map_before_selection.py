@@ -315,7 +315,7 @@ class MonotoneMapBeforeSelection(Rule):
     name = "select.monotone-map-before-selection"
     severity = Severity.MEDIUM
     requires = ("hlo",)
-    fix = ""
+    fix = "argmax-without-softmax"
 
     VALID = (
         Example(hlo=(_PROBS_RETURNED,), note="tests/rules/programs/greedy_softmax.py sample_with_probs: the "
@@ -372,6 +372,7 @@ class MonotoneMapBeforeSelection(Rule):
         has_time = bool(timed) or sel is not None
         return ctx.finding(
             self, m, inst, message, source_inst=line_inst, evidence=tuple(evidence),
+            fix="" if origin.framework else None,
             recoverable_us=measured + fused_us + source_us if has_time else None,
             severity=None if stage.optimized else Severity.LOW,
             extra=(("selection", mm.kind), ("selection_op", mm.selection_op.name),

@@ -300,7 +300,7 @@ class ResultComputedThenDiscarded(Rule):
     name = "result.computed-then-discarded"
     severity = Severity.MEDIUM
     requires = ("hlo",)
-    fix = ""
+    fix = "slice-before-matmul"
 
     VALID = (
         Example(hlo=(_HALF_KEPT,), note="half of the positions kept: at the threshold"),
@@ -345,7 +345,8 @@ class ResultComputedThenDiscarded(Rule):
         kept = read.kept_fraction
         slices = "; ".join(_slice_text(s) for s in read.reads[:4]) + ("; ..." if len(read.reads) > 4 else "")
         matmul = key_instruction(m, op)
-        where = origin_of(m, matmul).where()
+        origin = origin_of(m, matmul)
+        where = origin.where()
         cut = origin_of(m, read.reads[0]).where()
         message = (f"{op.name} computes {dtype_shape(value)} and its uses read only {read.kept:,} of its "
                    f"{read.total:,} elements ({kept:.1%}, {_fraction(read)}): {slices}; "
@@ -354,6 +355,7 @@ class ResultComputedThenDiscarded(Rule):
                    + f". Fix: {_fix(matmul)}")
         return ctx.finding(
             self, m, op, message, recoverable_fraction=1.0 - kept, evidence=(op.raw, *(s.raw for s in read.reads[:4])),
+            fix="" if origin.framework else None,
             extra=(("kept_fraction", round(kept, 6)), ("kept_elements", read.kept), ("total_elements", read.total),
                    ("producer_shape", dtype_shape(value)), ("slices", [_slice_text(s) for s in read.reads])),
         )
