@@ -120,6 +120,7 @@ def _from_run(run: Path, root: Path, unsafe: bool, dry_run: bool, fmt: str, outp
 
 @click.command("apply-fix", epilog=examples(
     "hlo-doctor apply-fix donate-state decode.py:41 --dry-run      # the diff, nothing written",
+    "hlo-doctor apply-fix donate-state sampler.py:160 --arg state --write",
     "hlo-doctor apply-fix eager-widening sampler.py --write         # every place in the file",
     "hlo-doctor apply-fix donate-state decode.py --revert",
     "hlo-doctor apply-fix --from runs/decode --unsafe --write       # every fixable finding of a run",
@@ -135,6 +136,9 @@ def _from_run(run: Path, root: Path, unsafe: bool, dry_run: bool, fmt: str, outp
 @click.option("--dry-run", is_flag=True, help="Print the unified diff; change nothing.")
 @click.option("--write", is_flag=True, help="File fixes and --from: write even when stdout is not a terminal.")
 @click.option("--unsafe", is_flag=True, help="Also apply unsafe fixes (outputs may differ: run verify after).")
+@click.option("--arg", "argument", default="", metavar="NAME",
+              help="donate-state at a line: the argument to donate (a finding names it; default: the arguments "
+                   "every call rebinds from the result).")
 @click.option("--revert", is_flag=True, help="Restore the exact bytes recorded by an earlier apply.")
 @click.option("--source-root", "source_root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="--from: the project whose files may be changed [default: the repository root].")
@@ -149,7 +153,7 @@ def _from_run(run: Path, root: Path, unsafe: bool, dry_run: bool, fmt: str, outp
 @handle_errors
 def apply_fix_cmd(
     fix_id: str | None, file: str | None, target: Path | None, from_run: Path | None, dry_run: bool, write: bool,
-    unsafe: bool, revert: bool, source_root: Path | None, variant: str, complete: bool, list_fixes: bool, fmt: str,
+    unsafe: bool, argument: str, revert: bool, source_root: Path | None, variant: str, complete: bool, list_fixes: bool, fmt: str,
     output: Path | None,
 ) -> None:
     """Apply a fix to a file, a project, or every fixable finding of a run, as one transaction each.
@@ -191,7 +195,9 @@ def apply_fix_cmd(
         return
     if preview and not dry_run:
         console.print("[dim]stdout is not a terminal: a dry run (--write applies)[/]")
-    result = apply_source_fix(fix_id, path, [(line, Hint())], dry_run=preview, unsafe=unsafe)
+    if argument and fix_id != "donate-state":
+        raise click.UsageError("--arg is donate-state's: the argument to donate")
+    result = apply_source_fix(fix_id, path, [(line, Hint(argument=argument))], dry_run=preview, unsafe=unsafe)
     if isinstance(result, FixRefused) and result.kind == "unsafe":
         console.print(f"[yellow]{escape(fix_id)} is unsafe: --unsafe applies it; verify the outputs after[/]")
     _finish(result, fmt, output)

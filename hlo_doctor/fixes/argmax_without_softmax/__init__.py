@@ -20,7 +20,7 @@ from typing import ClassVar
 import libcst as cst
 
 from hlo_doctor.fixes.argmax_without_softmax.examples import INVALID, VALID
-from hlo_doctor.fixes.argmax_without_softmax.maps import Peeled, Selection, peel, selection_of
+from hlo_doctor.fixes.argmax_without_softmax.maps import Peeled, Selection, describe, peel, selection_of
 from hlo_doctor.fixes.source.base import Hint, NotApplicable, SiteEdit, SourceExample
 from hlo_doctor.fixes.source.code import Change, Code, Codemod, Plan, remove_line
 from hlo_doctor.fixes.source.flow import name_uses, scope_of
@@ -34,10 +34,11 @@ _NOTE = ("rounding in the map can make nearly equal values equal and change whic
 def _axis_problem(peeled: Peeled, sel: Selection) -> str:
     if not peeled.row_axes:
         return ""
+    row = next(m for m in peeled.maps if "softmax" in m)
     if sel.axis == "None":
-        return f"the {sel.kind} runs over the flattened array, and {peeled.maps[0]} normalises each row apart"
+        return f"the {sel.kind} runs over the flattened array, and {row} normalises each row apart"
     wrong = [a for a in peeled.row_axes if a != sel.axis]
-    return f"{peeled.maps[0]} runs over axis {wrong[0]}, the {sel.kind} over axis {sel.axis}" if wrong else ""
+    return f"{row} runs over axis {wrong[0]}, the {sel.kind} over axis {sel.axis}" if wrong else ""
 
 
 def _mapped(peeled: Peeled) -> bool:
@@ -108,6 +109,9 @@ class ArgmaxWithoutSoftmax(Codemod):
         bound = _bound_map(code, stmt)
         if bound is not None:
             return self._named(code, stmt, *bound)
+        if isinstance(stmt, cst.Return) and stmt.value is not None and _mapped(peel(stmt.value)):
+            return NotApplicable(f"line {line} returns the values of the map ({describe(peel(stmt.value))}): its "
+                                 f"callers may read them, not only select from them", "refused")
         inline = self._inline(code, stmt)
         if inline:
             sel, peeled = inline[0]
@@ -116,7 +120,7 @@ class ArgmaxWithoutSoftmax(Codemod):
             problem = _axis_problem(peeled, sel)
             if problem:
                 return NotApplicable(problem, "refused")
-            what = f"{sel.kind} of {code.source_of(peeled.inner)}, not of its {' of '.join(peeled.maps)}"
+            what = f"{sel.kind} of {code.source_of(peeled.inner)}, not of its {describe(peeled)}"
             return Plan(SiteEdit(code.line(sel.call), what, False, _NOTE), {sel.arg: peeled.inner})
         # The selection's line, reading a name a map was bound to earlier.
         scope = scope_of(code, stmt)
@@ -158,8 +162,8 @@ class ArgmaxWithoutSoftmax(Codemod):
                 return NotApplicable(sel, "refused")
             if sel is None:
                 what = code.source_of(code.statement_of(r) or r).strip()
-                return NotApplicable(f"{name} is also read at line {code.line(r)} ({what}): the "
-                                     f"{peeled.maps[0]} values are used, not only selected from", "refused")
+                return NotApplicable(f"{name} is also read at line {code.line(r)} ({what}): the values of the map "
+                                     f"({describe(peeled)}) are used, not only selected from", "refused")
             problem = _axis_problem(peeled, sel)
             if problem:
                 return NotApplicable(f"{problem} (line {code.line(sel.call)})", "refused")
@@ -174,7 +178,7 @@ class ArgmaxWithoutSoftmax(Codemod):
         for r in readers:
             changes[r] = peeled.inner
         kinds = "/".join(dict.fromkeys(s.kind for s in sels))
-        what = (f"{kinds} of {code.source_of(peeled.inner)}; drop {name} = {' of '.join(peeled.maps)}(...)")
+        what = f"{kinds} of {code.source_of(peeled.inner)}; drop {name} = its {describe(peeled)}"
         return Plan(SiteEdit(code.line(stmt), what, False, _NOTE), changes)
 
 

@@ -38,6 +38,17 @@ VALID = (
                   reason="softmax runs over axis 0, the argmax over axis -1", note="softmax and argmax on other axes"),
     SourceExample(code=_SOFT_CAP.replace("30.0 * jnp.tanh(logits / 30.0)", "jnp.tanh(logits / -2.0)"), line=5,
                   reason="not positive", note="a negative scale reverses the order"),
+    SourceExample(code='''\
+import keras
+from keras import ops
+
+
+class Sampler:
+    def compute_probabilities(self, logits):
+        logits = ops.cast(logits, "float32")
+        return keras.activations.softmax(logits / self.temperature)
+''', line=8, reason="returns the values of the map (softmax",
+                  note="keras-hub 0.32's Sampler.compute_probabilities: other samplers read the probabilities"),
     SourceExample(code=_SOFTMAX, line=5, kind="no-pattern", reason="holds no softmax",
                   note="the line changed since the run: the def line holds no map"),
     SourceExample(code='''\

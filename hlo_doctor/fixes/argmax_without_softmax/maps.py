@@ -17,10 +17,12 @@ from libcst.helpers import get_full_name_for_node
 
 from hlo_doctor.fixes.source.code import Code
 
-__all__ = ["Peeled", "Selection", "peel", "selection_of"]
+__all__ = ["Peeled", "Selection", "describe", "peel", "selection_of"]
 
 _ROW_MAPS = frozenset({"jax.nn.softmax", "jax.nn.log_softmax", "nn.softmax", "nn.log_softmax",
-                       "jax.numpy.softmax"})
+                       "keras.activations.softmax", "keras.activations.log_softmax", "keras.ops.softmax",
+                       "keras.ops.log_softmax", "ops.softmax", "ops.log_softmax"})
+_WORDS = {"/": "a division by a scale", "*": "a product with a scale", "astype": "a float astype"}
 _ELEMENTWISE = frozenset({"jnp.exp", "jax.numpy.exp", "jnp.tanh", "jax.numpy.tanh", "jax.nn.sigmoid",
                           "nn.sigmoid"})
 _SELECT = frozenset({"jnp.argmax", "jnp.argmin", "jax.numpy.argmax", "jax.numpy.argmin"})
@@ -41,6 +43,11 @@ class Peeled:
     maps: list[str] = field(default_factory=list)
     row_axes: list[str] = field(default_factory=list)
     refusal: str = ""
+
+
+def describe(peeled: Peeled) -> str:
+    """The maps in words, outermost first: ``softmax of a division by a scale``."""
+    return " of ".join(_WORDS.get(m, m) for m in peeled.maps)
 
 
 def _axis(call: cst.Call, position: int, default: str) -> str:
