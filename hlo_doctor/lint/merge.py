@@ -90,8 +90,7 @@ def _same_line(group: list[Finding]) -> Finding:
 
     covered: list[str] = []
     for f in group:
-        extra = dict(f.extra)
-        listed = extra.get("ops")
+        listed = dict(f.extra).get("ops")
         covered.extend([f.op, *(str(o) for o in listed)] if isinstance(listed, (list, tuple)) else [f.op])
     shown = ", ".join(ops[:4]) + (f", +{len(ops) - 4} more" if len(ops) > 4 else "")
     note = f" (the same at {len(ops)} ops of this program from one line: {shown}; time summed over them)"
