@@ -78,27 +78,27 @@ def _diagnosis_of(stats: OpStats, path: Path) -> Diagnosis:
 def _capture_docs(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(op stats JSON, diagnosis JSON) of a capture, from one read of it."""
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
-    from hlo_doctor.opstats import load_opstats, to_json
+    from hlo_doctor.opstats import load_opstats
     from hlo_doctor.render.diagnosis import to_json as diagnosis_json
+    from hlo_doctor.render.html.subjects import capture_doc
 
     export = path / "opstats.json"
     if path.is_dir() and export.is_file() and not any(path.rglob("*.xplane.pb")):
         # A table export with the run's modules as *.hlo.txt beside it (the sample traces).
-        return json.loads(to_json(load_opstats(export))), json.loads(diagnosis_json(
+        return capture_doc(load_opstats(export)), json.loads(diagnosis_json(
             diagnose(load_context(path), load_rulebook())))
     stats = load_opstats(path)
-    return json.loads(to_json(stats)), json.loads(diagnosis_json(_diagnosis_of(stats, path)))
+    return capture_doc(stats), json.loads(diagnosis_json(_diagnosis_of(stats, path)))
 
 
 def write_capture_report(run_dir: Path, stats: OpStats) -> Path:
     """``report.html`` in a run directory ``profile`` just wrote, with its diagnosis (charts when the
     'report' extra is installed, tables otherwise)."""
-    from hlo_doctor.opstats import to_json
     from hlo_doctor.render.diagnosis import to_json as diagnosis_json
-    from hlo_doctor.render.html.subjects import capture_html
+    from hlo_doctor.render.html.subjects import capture_doc, capture_html
 
     target = run_dir / "report.html"
-    write_file_atomically(target, capture_html(to_json(stats), diagnosis_json(_diagnosis_of(stats, run_dir))))
+    write_file_atomically(target, capture_html(capture_doc(stats), diagnosis_json(_diagnosis_of(stats, run_dir))))
     return target
 
 

@@ -22,7 +22,7 @@ def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:
     # Exit 0 or 1 depends on check 5 (timing) at these sizes; checks 1-4 are asserted below.
     assert result.exit_code in (0, 1), result.output
     for name in ("profile/run.json", "diagnose.json", "diagnose.md", "fix.diff", "treatment-engine/runner.py",
-                 "verify.json", "verify.md", "report.md", "doctor.json"):
+                 "verify.json", "verify.md", "report.md", "report.html", "doctor.json"):
         assert (out / name).exists(), name
     diagnosis = json.loads((out / "diagnose.json").read_text())
     codes = {f["code"] for f in diagnosis["findings"]}

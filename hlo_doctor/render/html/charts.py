@@ -60,7 +60,8 @@ def stacked_bars(values: Sequence[Mapping[str, Any]], *, x: str, x_title: str, y
         "mark": {"type": "bar"},
         "encoding": {
             pos: {"field": x, "type": "ordinal", "title": x_title, "sort": xs,
-                  **({} if horizontal else {"axis": {"labelAngle": 0}})},
+                  **({} if horizontal else {"axis": {"labelAngle": 0 if len(xs) <= 12 else -60,
+                                                     "labelOverlap": True}})},
             val: {"field": y, "type": "quantitative", "title": y_title, "stack": "zero"},
             "color": {"field": color, "type": "nominal", "title": color_title, "sort": list(order),
                       "scale": {"scheme": CATEGORY_SCHEME, "domain": list(order)}},

@@ -15,7 +15,8 @@ from typing import Any
 from hlo_doctor.render.html import charts
 from hlo_doctor.render.html.model import Cell, Chart, Column, Section, num_cell, table, text_cell
 
-__all__ = ["BREAKDOWN_PARTS", "TOP_PROGRAMS", "mean_totals", "per_step_totals", "step_section", "time_cell"]
+__all__ = ["BREAKDOWN_PARTS", "MAX_BARS", "MAX_BREAKDOWN_ROWS", "TOP_PROGRAMS", "breakdown_steps", "mean_totals",
+           "per_step_totals", "step_section", "time_cell"]
 
 TOP_PROGRAMS = 7
 """Programs drawn by name; the rest are summed as ``other``."""
@@ -24,7 +25,8 @@ BREAKDOWN_PARTS: tuple[str, ...] = ("busy", "idle: python", "idle: dispatch", "i
                                     "idle: untraced")
 """The parts of a step in the breakdown chart, in stacking order (busy first)."""
 
-_MAX_BREAKDOWN_ROWS = 48
+MAX_BREAKDOWN_ROWS = 48
+"""Rows of the breakdown chart; with more device steps it draws each device's mean step."""
 MAX_BARS = 60
 """Bars of the per-step charts; more traced steps are drawn as runs of consecutive steps."""
 
@@ -145,7 +147,7 @@ def _stack_chart(doc: Mapping[str, Any], by: str, title: str) -> Chart | None:
                                mark_field="wall", mark_title=f"step wall time ({unit})")
     columns = [Column("steps" if binned else "step", not (mean or binned)), *(Column(f"{g} ({unit})", True) for g in groups),
                Column(f"sum ({unit})", True), Column(f"wall ({unit})", True, "step_times_us")]
-    rows = [[text_cell(name(s).removeprefix("step ")) if mean or binned else num_cell(s, "d"), *(time_cell(folded[g].get(s, 0.0), div) for g in groups),
+    rows = [[text_cell(name(s).removeprefix("steps ")) if mean or binned else num_cell(s, "d"), *(time_cell(folded[g].get(s, 0.0), div) for g in groups),
              time_cell(sum(folded[g].get(s, 0.0) for g in groups), div), time_cell(wall_of.get(s), div)]
             for s in steps]
     note = "; ".join(n for n in (
@@ -166,27 +168,46 @@ def _step_parts(s: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def _breakdown_rows(steps: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[str, str, dict[str, float]]], bool]:
+def _breakdown_rows(steps: Sequence[Mapping[str, Any]], mean_of: Mapping[str, int] | None = None) -> tuple[
+        list[tuple[str, str, dict[str, float]]], bool]:
     """(device, step label, parts) per device and step; with more than fit a chart, one row per device
-    holding its mean step (and True)."""
+    holding its mean step (and True). ``mean_of``: the steps are already those means (a page's
+    document of a large capture), over this many steps per device."""
     def device(s: Mapping[str, Any]) -> str:
         return f"{s.get('host', '')} {s.get('device', '')}".strip()
 
-    if len(steps) <= _MAX_BREAKDOWN_ROWS:
+    if mean_of:
+        return [(device(s), f"mean of {mean_of.get(device(s), '?')}", _step_parts(s))
+                for s in steps][:MAX_BREAKDOWN_ROWS], True
+    if len(steps) <= MAX_BREAKDOWN_ROWS:
         return [(device(s), str(s.get("step")), _step_parts(s)) for s in steps], False
     per: dict[str, list[dict[str, float]]] = defaultdict(list)
     for s in steps:
         per[device(s)].append(_step_parts(s))
     rows = [(dev, f"mean of {len(ps)}", {k: sum(p[k] for p in ps) / len(ps) for k in ps[0]})
             for dev, ps in per.items()]
-    return rows[:_MAX_BREAKDOWN_ROWS], True
+    return rows[:MAX_BREAKDOWN_ROWS], True
+
+
+def breakdown_steps(bd: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The breakdown's steps as one dict per device step, from either layout of the JSON: a list of
+    steps, or columns (``"layout": "columns"``, hosts and devices as indexes into their lists)."""
+    steps = bd.get("steps") or []
+    if not isinstance(steps, Mapping):
+        return list(steps)
+    hosts, devices = list(steps.get("hosts") or []), list(steps.get("devices") or [])
+    plain = [k for k in ("step", "start_us", "wall_us", "busy_us", "op_us") if k in steps]
+    nested = [k for k in ("host_us", "idle_by_kind") if isinstance(steps.get(k), Mapping)]
+    return [{"host": hosts[h], "device": devices[d], **{k: steps[k][i] for k in plain},
+             **{k: {kind: values[i] for kind, values in steps[k].items()} for k in nested}}
+            for i, (h, d) in enumerate(zip(steps.get("host") or [], steps.get("device") or [], strict=True))]
 
 
 def _breakdown_chart(bd: Mapping[str, Any]) -> Chart | None:
-    steps = list(bd.get("steps") or [])
+    steps = breakdown_steps(bd)
     if not steps:
         return None
-    rows, means = _breakdown_rows(steps)
+    rows, means = _breakdown_rows(steps, bd.get("mean_of"))
     one_device = len({dev for dev, _, _ in rows}) == 1
 
     def label(dev: str, step: str) -> str:
