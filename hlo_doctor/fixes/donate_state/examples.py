@@ -128,7 +128,33 @@ def step():
                   note="the finding's parameter is not an argument of the jitted function"),
 )
 
+# keras-hub 0.32's CausalLM.make_generate_function (causal_lm.py), cut down: the jit is nested, the
+# inputs are converted (which may hand back the caller's arrays) and the wrapper is stored, not called.
+_KERAS_HUB = '''\
+import jax
+from functools import partial
+
+
+class CausalLM:
+    def make_generate_function(self):
+        @partial(jax.jit, static_argnames=["stop_token_ids"])
+        def compiled_generate_function(inputs, stop_token_ids, state):
+            return self.generate_step(inputs, stop_token_ids), state
+
+        def wrapped_generate_function(inputs, stop_token_ids=None):
+            inputs = tree.map_structure(ops.convert_to_tensor, inputs)
+            outputs, state = compiled_generate_function(inputs, stop_token_ids, self.state)
+            return outputs
+
+        self.generate_function = wrapped_generate_function
+        return self.generate_function
+'''
+
 INVALID = (
+    SourceExample(code=_KERAS_HUB, line=10, hint=Hint(argument="inputs"), safe=False, fixed=_KERAS_HUB.replace(
+        'static_argnames=["stop_token_ids"])', 'static_argnames=["stop_token_ids"], donate_argnames="inputs")'),
+        note="keras-hub's generate: inputs = convert(inputs) may be the caller's arrays, and the wrapper is "
+             "stored rather than called in the file: unsafe"),
     SourceExample(code=_GEMMA_STYLE, line=9, hint=Hint(argument="state"), fixed=_GEMMA_STYLE.replace(
         "static_argnames=('self',))", "static_argnames=('self',), donate_argnames='state')"), safe=False,
         note="gemma's shape: partial(jax.jit) on a method, the state from sample()'s parameter; run() passes a "

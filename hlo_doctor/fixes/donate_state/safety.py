@@ -8,8 +8,9 @@ and reading it raises. So a call may donate ``v`` when, in the function that mak
 - no other name holds ``v`` or a part of it that is read after the call (``tokens = state.tokens``);
 - ``v`` is not passed twice to the call, read by a nested function or lambda, or a module-level
   name (a global that other calls read again);
-- where ``v`` is a parameter of that function, the same holds, one level up, for every call of the
-  function in the file; with no such call in the file the value comes from outside it, and the
+- where ``v`` is a parameter of that function (or rebound from itself, ``v = convert(v)``, which
+  may hand back the same array), the same holds, one level up, for every call of the function in
+  the file; with no such call in the file the value comes from outside it, and the
   donation is marked unsafe (a caller there could still read it).
 
 Everything is read from the source, conservatively (see :mod:`hlo_doctor.fixes.source.flow`).
@@ -181,8 +182,15 @@ def _origin(code: Code, scope: cst.FunctionDef | cst.Module, name: str, uses: li
     stmt = _statement(code, call)
     start = code.position(stmt if stmt is not None else call)
     stores = [u for u in uses if u.kind == "store" and not u.nested and u.position < start]
-    is_param = bool(stores) and isinstance(code.parent(stores[-1].node), cst.Param)
-    if not is_param:
+    # Back over rebindings from itself (`x = convert(x)`): a call may hand back its own argument.
+    i = len(stores) - 1
+    while i >= 0 and not isinstance(code.parent(stores[i].node), cst.Param):
+        bound = code.statement_of(stores[i].node)
+        value = bound.value if isinstance(bound, (cst.Assign, cst.AnnAssign)) else None
+        if value is None or not _reads(code, value, name):
+            return Verdict(True)  # a value made here: nothing outside holds it
+        i -= 1
+    if i < 0:
         return Verdict(True)
     outer = _caller_site(code, scope)
     calls = jit_calls(code, outer)
