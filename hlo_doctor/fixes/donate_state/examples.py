@@ -151,7 +151,7 @@ class CausalLM:
 '''
 
 INVALID = (
-    SourceExample(code=_KERAS_HUB, line=10, hint=Hint(argument="inputs"), safe=False, fixed=_KERAS_HUB.replace(
+    SourceExample(code=_KERAS_HUB, line=9, hint=Hint(argument="inputs"), safe=False, fixed=_KERAS_HUB.replace(
         'static_argnames=["stop_token_ids"])', 'static_argnames=["stop_token_ids"], donate_argnames="inputs")'),
         note="keras-hub's generate: inputs = convert(inputs) may be the caller's arrays, and the wrapper is "
              "stored rather than called in the file: unsafe"),
