@@ -5,7 +5,8 @@ Read from the nearest ``pyproject.toml`` from the working folder up to the repos
 - ``[tool.hlo-doctor]``: ``select``, ``ignore``, ``fail-on``, ``rules``, ``source``, ``source-root``
   (for ``diagnose``), ``frameworks`` (for every command: dotted module prefixes whose frames are
   framework internals, added to :data:`hlo_doctor.hlo.frames.DEFAULT_FRAMEWORKS`: a finding's or an
-  op's line is the first frame outside them), and the tables below;
+  op's line is the first frame outside them), ``scheduler`` (the Dask scheduler ``stats``, ``diagnose``
+  and ``gate`` read host files on: their ``--scheduler`` default), and the tables below;
 - ``[tool.hlo-doctor.diagnose]``: the same keys, for ``diagnose`` alone (they win);
 - ``[tool.hlo-doctor.gate]``: the gate's policy (:mod:`hlo_doctor.gate.policy` reads and checks it).
 
@@ -37,7 +38,9 @@ _DIAGNOSE_KEYS: dict[str, tuple[str, str]] = {
     "source_root": ("source_root", "path"),
 }
 _SUBTABLES = ("diagnose", "gate")
-_GLOBAL_KEYS = ("frameworks",)
+_GLOBAL_KEYS = ("frameworks", "scheduler")
+# Commands that read captures of several host files: ``scheduler`` is their --scheduler default.
+_HOST_COMMANDS = ("stats", "diagnose", "gate")
 
 
 def _unknown(key: str, where: str, known: list[str]) -> InputError:
@@ -106,4 +109,9 @@ def default_map(start: Path) -> dict[str, Any]:
         diagnose.update(_diagnose_defaults(section, f"{path} [{TABLE}.diagnose]", base, allow=()))
     elif section is not None:
         raise InputError(f"{path} [{TABLE}]: 'diagnose' must be a table", "write [tool.hlo-doctor.diagnose]")
-    return {"diagnose": diagnose} if diagnose else {}
+    out: dict[str, Any] = {"diagnose": diagnose} if diagnose else {}
+    if "scheduler" in table:
+        scheduler = _value("scheduler", table["scheduler"], "text", f"{path} [{TABLE}]", base)
+        for command in _HOST_COMMANDS:
+            out.setdefault(command, {})["scheduler"] = scheduler
+    return out

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from hlo_doctor.cli.common import (
     STDOUT,
@@ -24,9 +25,11 @@ from hlo_doctor.cli.common import (
     write_output,
 )
 from hlo_doctor.cli.config import repository_root
+from hlo_doctor.cli.hosts import host_options, left_out_note, pod_options
 from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.core.model import Severity
 from hlo_doctor.fixes.source.applicable import with_applicable_fixes
+from hlo_doctor.hosts import CaptureReader
 from hlo_doctor.lint import diagnose, load_context, load_rulebook
 from hlo_doctor.render.registry import DIAGNOSIS, RenderOptions
 
@@ -59,10 +62,11 @@ def _codes(values: tuple[str, ...] | list[str]) -> list[str]:
 @click.option("--select", "select", multiple=True, help="Only these rules (codes or prefixes, comma-separated).")
 @click.option("--ignore", "ignore", multiple=True, help="Skip these rules (codes or prefixes, comma-separated).")
 @click.option("--brief", is_flag=True, help="Table: the findings and the summary only, no details.")
+@host_options
 @handle_errors
 def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], fmt: str | None, output: Path | None,
                  source_root: Path | None, fail_on: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
-                 brief: bool) -> None:
+                 brief: bool, jobs: int | None, scheduler: str | None, skip_bad_hosts: bool) -> None:
     """Apply the rules to RUN and report what is wasted, where, and the fix.
 
     RUN: a run directory from 'hlo-doctor profile', a bare .xplane.pb (any backend), a folder
@@ -76,7 +80,10 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     """
     fmt = fmt or ("github" if in_github_actions() and output is None else "table")
     book = load_rulebook(rules_dirs)
-    ctx = load_context(run, source_root=source)
+    reader = CaptureReader(pod_options(jobs, scheduler, skip_bad_hosts))
+    ctx = load_context(run, source_root=source, reader=reader)
+    if reader.left_out:
+        console.print(Text(f"note: {left_out_note(reader.left_out)}", style="yellow"), soft_wrap=True)
     result = diagnose(ctx, book, select=_codes(select), ignore=_codes(ignore))
     root = source_root or repository_root(Path.cwd())
     # A finding carries a fix only where its codemod matches the finding's own line in this project.

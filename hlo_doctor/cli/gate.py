@@ -18,9 +18,11 @@ from hlo_doctor.cli.common import (
     write_output,
 )
 from hlo_doctor.cli.config import repository_root
+from hlo_doctor.cli.hosts import host_options, left_out_note, pod_options
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.gate import GateResult, Verdict, gate, resolve_policy
-from hlo_doctor.opstats import OpStats, load_opstats
+from hlo_doctor.hosts import PodOptions, read_capture
+from hlo_doctor.opstats import OpStats
 from hlo_doctor.render.registry import GATE, RenderOptions
 
 _STYLE = {
@@ -29,15 +31,19 @@ _STYLE = {
 }
 
 
-def _load(path: Path, side: str) -> OpStats:
+def _load(path: Path, side: str, options: PodOptions) -> OpStats:
     if not path.exists():
         raise InputError(f"{side} {path} does not exist",
                          "pass a run directory, an .xplane.pb file or an opstats.json export")
     try:
-        return load_opstats(path)
+        stats, _ = read_capture(path, options)
     except InputError as exc:
         # Name which side of the comparison the unusable input is.
         raise InputError(f"{side} {exc.what}", exc.hint) from exc
+    if stats.hosts_left_out:
+        console.print(Text(f"note: {left_out_note(stats.hosts_left_out, f'{side}: ')}", style="yellow"),
+                      soft_wrap=True)
+    return stats
 
 
 def _print_result(result: GateResult, max_rows: int) -> None:
@@ -106,6 +112,7 @@ def _print_result(result: GateResult, max_rows: int) -> None:
                    "0: off).")
 @click.option("--top", "--rows", "max_rows", type=click.IntRange(min=0), default=20, show_default=True,
               help="Ops shown in the table (--rows: its old name).")
+@host_options
 @handle_errors
 def gate_cmd(
     baseline: Path, candidate: Path, policy_file: Path | None, fmt: str | None, output: Path | None,
@@ -113,6 +120,7 @@ def gate_cmd(
     max_step_regression_pct: float | None, max_op_regression_pct: float | None, op_floor_us: float | None,
     fail_on_new: tuple[str, ...], new_op_min_bytes: int | None, ignore: tuple[str, ...],
     alpha: float | None, normalize_speed: bool | None, noise_z: float | None, max_rows: int,
+    jobs: int | None, scheduler: str | None, skip_bad_hosts: bool,
 ) -> None:
     """Compare CANDIDATE's op stats with BASELINE's; exit 1 on a regression.
 
@@ -134,8 +142,9 @@ def gate_cmd(
         "ignore": ignore, "alpha": alpha, "normalize_speed": normalize_speed,
         "noise_z": noise_z,
     })
-    base_stats = _load(baseline, "baseline")
-    cand_stats = _load(candidate, "candidate")
+    options = pod_options(jobs, scheduler, skip_bad_hosts)
+    base_stats = _load(baseline, "baseline", options)
+    cand_stats = _load(candidate, "candidate", options)
     result = gate(base_stats, cand_stats, policy, strict=strict,
                   baseline_label=str(baseline), candidate_label=str(candidate))
 

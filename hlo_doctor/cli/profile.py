@@ -28,13 +28,15 @@ from hlo_doctor.cli.common import (
     print_wide,
     write_output,
 )
+from hlo_doctor.cli.hosts import host_options, pod_options
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.cli.report import write_capture_report
 from hlo_doctor.core.errors import InputError, NotAvailableError
 from hlo_doctor.core.format import fmt_bytes, fmt_source
 from hlo_doctor.core.model import ProgressFn
 from hlo_doctor.hlo.shape import fmt_shape
-from hlo_doctor.opstats import OpStats, group_by_shape, load_opstats, to_csv, to_json
+from hlo_doctor.hosts import read_capture
+from hlo_doctor.opstats import OpStats, group_by_shape, to_csv, to_json
 from hlo_doctor.opstats.roofline import peaks_line
 from hlo_doctor.render.opstats import ROOFLINE_HEADERS, roofline_cells, to_markdown
 
@@ -48,9 +50,11 @@ def header_line(stats: OpStats) -> str:
         stats.step_source, "executions of the main module")
     kind = f" ({stats.device_kind})" if stats.device_kind and stats.device_kind != stats.backend else ""
     per_device = f" per device ({stats.num_devices} devices)" if stats.num_devices > 1 else ""
+    left_out = (f" · {len(stats.hosts_left_out)} host file(s) LEFT OUT (see the notes)"
+                if stats.hosts_left_out else "")
     return (f"{stats.backend}{kind} · {stats.num_steps} steps{per_device} from {how} · mean step wall time "
             f"{stats.step_time_us:,.1f} µs · {len(stats.table)} ops in {stats.table['module'].nunique()} "
-            f"modules · {_compiles(stats)}")
+            f"modules · {_compiles(stats)}{left_out}")
 
 
 def _compiles(stats: OpStats) -> str:
@@ -122,7 +126,8 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
     return Group(*parts)
 
 
-def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None, wide: bool = False) -> None:
+def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None, wide: bool = False,
+          per_step: bool = False) -> None:
     if fmt == "table" and output is not None:
         write_output(plain_text(_table(stats, top, group_by, wide=True)), output)
         return
@@ -138,7 +143,7 @@ def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None
         table = group_by_shape(stats.table) if group_by == "shape" else stats.table
         write_output(to_csv(table), output)
     else:
-        write_output(to_json(stats), output)
+        write_output(to_json(stats, per_step=per_step, compact=True), output)
 
 
 _COMMON = [
@@ -151,6 +156,8 @@ _COMMON = [
     click.option("--group-by", type=click.Choice(["op", "shape"]), default="op", show_default=True,
                  help="shape: aggregate rows that share (opcode, shape)."),
     output_option("Write the --format output to FILE ('-': stdout; table: plain text, every column)."),
+    click.option("--per-step", is_flag=True, help="json: also every op's time in every step (what the gate's "
+                                                   "statistics read; the bulk of a long capture's export)."),
 ]
 
 
@@ -215,7 +222,7 @@ def _engine_target(engine_path: Path | None, overrides: dict[str, Any]) -> Any:
 def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, attach: str | None,
                 duration_ms: int, engine_path: Path | None, batch: int | None, vocab: int | None,
                 layers: int | None, timeout_s: float | None, top: int, fmt: str, group_by: str,
-                output: Path | None) -> None:
+                output: Path | None, per_step: bool) -> None:
     """Capture a trace of TARGET and print its op-stats table.
 
     \b
@@ -234,7 +241,7 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
                                   {"batch": batch, "vocab": vocab, "layers": layers}, timeout_s)
     write_capture_report(run_dir, stats)
     console.print(Text(f"wrote {run_dir} (open it with: xprof --logdir {run_dir})"), soft_wrap=True)
-    _emit(stats, fmt, top, group_by, output)
+    _emit(stats, fmt, top, group_by, output, per_step=per_step)
 
 
 def _capture(target: str | None, steps: int, warmup: int, out: Path | None, attach: str | None,
@@ -284,26 +291,29 @@ def _capture(target: str | None, steps: int, warmup: int, out: Path | None, atta
     "hlo-doctor stats runs/decode --format csv -o ops.csv",
     "hlo-doctor stats runs/decode --group-by shape | cat    # every column, unfolded",
     "hlo-doctor stats runs/decode --breakdown                # busy, idle, what the host ran",
+    "hlo-doctor stats logs/pod --jobs 8 --format json -o pod.json   # one table of every host file",
 ))
 @click.argument("source", type=click.Path(path_type=Path))
 @_common
 @click.option("--wide", is_flag=True, help="Every column of the table on a terminal too (program, bytes, "
                                            "the roofline: GiB/s, % of peak, GFLOP/s, FLOP/byte, bound-by, source).")
 @click.option("--breakdown", is_flag=True, help=BREAKDOWN_HELP)
+@host_options
 @handle_errors
-def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | None, wide: bool,
-              breakdown: bool) -> None:
+def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | None, per_step: bool, wide: bool,
+              breakdown: bool, jobs: int | None, scheduler: str | None, skip_bad_hosts: bool) -> None:
     """Print the op-stats table of an existing capture.
 
     SOURCE: a run directory (hlo-doctor's, or an xprof/TensorBoard log directory with
     plugins/profile/<run>/*.xplane.pb from one or several hosts), an .xplane.pb file, or an
-    opstats.json export.
+    opstats.json export. The host files of a log directory are read side by side (--jobs, or a Dask
+    cluster: --scheduler) into one table.
     """
-    stats = load_opstats(source)
+    stats, _ = read_capture(source, pod_options(jobs, scheduler, skip_bad_hosts))
     if breakdown:
         emit_breakdown(stats, fmt, output)
         return
-    _emit(stats, fmt, top, group_by, output, wide)
+    _emit(stats, fmt, top, group_by, output, wide, per_step)
 
 
 COMMANDS = [profile_cmd, stats_cmd]

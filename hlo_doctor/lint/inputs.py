@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.hlo import HloModule, parse_modules
@@ -26,17 +26,34 @@ from hlo_doctor.trace.trace_json import host_dispatch_json, is_trace_json
 if TYPE_CHECKING:
     import pandas as pd
 
+    from hlo_doctor.opstats import OpStats
+    from hlo_doctor.trace import HostDispatch
+
 _PROGRAM_ID_IN_NAME = re.compile(r"\((\d+)\)")
 _HLO_TEXT_SUFFIXES = (".hlo.txt", "after_optimizations.txt", ".hlo")
 
 
-def load_context(path: Path, *, source_root: Path | None = None) -> Context:
+class CaptureReader(Protocol):
+    """Reads a capture's op stats and host dispatch spans; by default one process reads every host
+    file (``hlo_doctor.hosts.CaptureReader`` spreads them over workers)."""
+
+    def opstats(self, path: Path) -> OpStats:
+        """The op stats of a run directory, log directory or xplane."""
+        ...
+
+    def host_dispatch(self, path: Path) -> tuple[HostDispatch, ...]:
+        """Dispatch spans per program of the same capture."""
+        ...
+
+
+def load_context(path: Path, *, source_root: Path | None = None, reader: CaptureReader | None = None) -> Context:
     """Read an input into a :class:`Context`; :class:`InputError` (one line) when it is unusable.
 
     Accepted: a run directory written by ``profile`` or any folder holding an ``.xplane.pb``; a bare
     ``.xplane.pb``; a trace JSON (no HLO modules: rules that read them are skipped); a folder with
     ``opstats.json`` and ``*.hlo.txt`` modules (sample traces); an ``--xla_dump_to`` folder
-    (``*after_optimizations.txt``; no times); one HLO text file.
+    (``*after_optimizations.txt``; no times); one HLO text file. ``reader`` reads the captures
+    (run directories, xplanes).
     """
     path = Path(path)
     if source_root is not None and not Path(source_root).is_dir():
@@ -46,7 +63,7 @@ def load_context(path: Path, *, source_root: Path | None = None) -> Context:
                          "pass a run directory, an .xplane.pb, an XLA dump folder or an HLO text file")
     if path.is_file():
         if path.name.endswith(".xplane.pb"):
-            return _from_opstats_loader(path, "xplane", source_root)
+            return _from_opstats_loader(path, "xplane", source_root, reader)
         if is_trace_json(path):
             return _from_opstats_loader(path, "trace-json", source_root)
         if path.suffix == ".json":
@@ -55,7 +72,7 @@ def load_context(path: Path, *, source_root: Path | None = None) -> Context:
     if (path / "opstats.json").is_file() and not _has_xplane(path):
         return _from_opstats_json(path, source_root)
     if _has_xplane(path):
-        return _from_opstats_loader(path, "run", source_root)
+        return _from_opstats_loader(path, "run", source_root, reader)
     dumps = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith("after_optimizations.txt"))
     if dumps:
         return _from_hlo_files(dumps, path, "xla-dump", source_root)
@@ -208,14 +225,18 @@ def table_from_records(records: Sequence[Any], *, origin: str = "") -> pd.DataFr
     return df
 
 
-def _from_opstats_loader(path: Path, kind: str, source_root: Path | None) -> Context:
+def _from_opstats_loader(path: Path, kind: str, source_root: Path | None,
+                         reader: CaptureReader | None = None) -> Context:
     """Run directories, xplanes and trace JSON go through the op-stats stage (modules come from the
     trace; a trace JSON has none)."""
     from hlo_doctor.opstats import load_opstats
 
-    stats = load_opstats(path)
+    stats = reader.opstats(path) if reader is not None and kind != "trace-json" else load_opstats(path)
     ctx = _context_from_stats(stats, tuple(stats.modules), path, kind, source_root)
-    dispatch = host_dispatch_json([path]) if kind == "trace-json" else read_host_dispatch(find_xplanes(path))
+    if kind == "trace-json":
+        dispatch = host_dispatch_json([path])
+    else:
+        dispatch = reader.host_dispatch(path) if reader is not None else read_host_dispatch(find_xplanes(path))
     return replace(ctx, host_dispatch=dispatch)
 
 

@@ -4,6 +4,7 @@ that takes a run directory, an xplane or an export."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pandas as pd
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.format import json_safe
 from hlo_doctor.core.model import RunInfo
-from hlo_doctor.opstats.breakdown import breakdown_from_dict
+from hlo_doctor.opstats.breakdown import HOST_KINDS, StepBreakdown, StepSlice, breakdown_from_dict
 from hlo_doctor.opstats.build import build_opstats
 from hlo_doctor.opstats.schema import (
     COLUMNS,
@@ -48,10 +49,18 @@ def run_info_from_dict(d: dict[str, Any]) -> RunInfo:
     )
 
 
-def to_json(stats: OpStats) -> str:
-    """The whole OpStats as JSON (everything but the parsed modules), for gate and for people."""
+def to_json(stats: OpStats, *, per_step: bool = True, compact: bool = False) -> str:
+    """The whole OpStats as JSON (everything but the parsed modules), for gate and for people.
+
+    ``per_step``: with the per-op per-step samples (one row per op and step: the bulk of a long
+    capture's export; what the gate's statistics read). ``compact``: one line, and the breakdown's
+    per-device steps as columns (:func:`from_json` reads both forms), for an export sized to the
+    table rather than to the number of steps.
+    """
     rows = [{k: json_safe(v) for k, v in rec.items()} for rec in stats.table.to_dict(orient="records")]
-    per_step = stats.per_step
+    breakdown = json_safe(stats.breakdown.to_dict()) if stats.breakdown is not None else None
+    if compact and breakdown is not None and stats.breakdown is not None:
+        breakdown["steps"] = _steps_as_columns(stats.breakdown.steps)
     doc = {
         "schema": JSON_SCHEMA,
         "source_path": stats.source_path,
@@ -66,20 +75,51 @@ def to_json(stats: OpStats) -> str:
                                   "(XLA:CPU runs independent ops concurrently), so the column may sum "
                                   "to more than 100",
         "peaks": asdict(stats.peaks) if stats.peaks is not None else None,
-        "breakdown": json_safe(stats.breakdown.to_dict()) if stats.breakdown is not None else None,
+        "breakdown": breakdown,
         "columns": [asdict(c) for c in COLUMNS],
         "rows": rows,
-        "per_step": {
-            "columns": list(PER_STEP_COLUMNS),
-            "rows": [[json_safe(v) for v in rec] for rec in per_step.itertuples(index=False)],
-        },
         "compile_events": [asdict(c) for c in stats.compile_events],
         "modules": [{"name": m.name, "program_id": m.program_id} for m in stats.modules],
         "run": run_info_to_dict(stats.run) if stats.run is not None else None,
         "versions": dict(stats.versions),
         "warnings": list(stats.warnings),
+        "hosts_left_out": [{"path": path, "reason": why} for path, why in stats.hosts_left_out],
     }
+    if per_step:
+        doc["per_step"] = {
+            "columns": list(PER_STEP_COLUMNS),
+            "rows": [[json_safe(v) for v in rec] for rec in stats.per_step.itertuples(index=False)],
+        }
+    if compact:
+        return json.dumps(doc, separators=(",", ":")) + "\n"
     return json.dumps(doc, indent=1) + "\n"
+
+
+_SLICE_NUMBERS = ("step", "start_us", "wall_us", "busy_us", "op_us")
+
+
+def _steps_as_columns(steps: Sequence[StepSlice]) -> dict[str, Any]:
+    """The breakdown's step slices as columns (hosts and devices as indexes into their lists)."""
+    hosts = list(dict.fromkeys(s.host for s in steps))
+    devices = list(dict.fromkeys(s.device for s in steps))
+    host_at, device_at = {h: i for i, h in enumerate(hosts)}, {d: i for i, d in enumerate(devices)}
+    return {
+        "layout": "columns", "hosts": hosts, "devices": devices,
+        "host": [host_at[s.host] for s in steps], "device": [device_at[s.device] for s in steps],
+        **{name: [json_safe(getattr(s, name)) for s in steps] for name in _SLICE_NUMBERS},
+        "host_us": {k: [json_safe(s.host_us.get(k, 0.0)) for s in steps] for k in HOST_KINDS},
+        "idle_by_kind": {k: [json_safe(s.idle_by_kind.get(k, 0.0)) for s in steps] for k in HOST_KINDS},
+    }
+
+
+def _steps_as_rows(columns: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`_steps_as_columns` read back as the rows :func:`breakdown_from_dict` takes."""
+    hosts, devices = list(columns["hosts"]), list(columns["devices"])
+    kinds = [k for k in HOST_KINDS if k in columns.get("host_us", {})]
+    return [{"host": hosts[h], "device": devices[d], **{name: columns[name][i] for name in _SLICE_NUMBERS},
+             "host_us": {k: columns["host_us"][k][i] for k in kinds},
+             "idle_by_kind": {k: columns["idle_by_kind"][k][i] for k in kinds}}
+            for i, (h, d) in enumerate(zip(columns["host"], columns["device"], strict=True))]
 
 
 def from_json(text: str, *, origin: str = "opstats.json") -> OpStats:
@@ -99,7 +139,7 @@ def from_json(text: str, *, origin: str = "opstats.json") -> OpStats:
     check_export(doc, origin)
     try:
         return check_opstats(_from_doc(doc, origin), origin)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
         # A hand-edited or foreign export (a null in an integer column, a missing field) is bad
         # input, not a bug: name the file and the field.
         raise InputError(f"{origin}: malformed opstats export ({type(exc).__name__}: {exc})",
@@ -133,8 +173,18 @@ def _from_doc(doc: dict[str, Any], origin: str) -> OpStats:
         device_kind=str(doc.get("device_kind", "")), warnings=tuple(doc.get("warnings", [])),
         versions=tuple(sorted(dict(doc.get("versions", {})).items())),
         num_devices=int(doc.get("num_devices", 0) or 0), peaks=_peaks(doc.get("peaks")),
-        breakdown=breakdown_from_dict(doc["breakdown"]) if isinstance(doc.get("breakdown"), dict) else None,
+        breakdown=_breakdown(doc.get("breakdown")),
+        hosts_left_out=tuple((str(h["path"]), str(h["reason"])) for h in doc.get("hosts_left_out") or []),
     )
+
+
+def _breakdown(value: Any) -> StepBreakdown | None:
+    """The breakdown of an export: null or absent (before it existed), its steps as rows or columns."""
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("steps"), dict):
+        value = {**value, "steps": _steps_as_rows(value["steps"])}
+    return breakdown_from_dict(value)
 
 
 def _peaks(value: Any) -> DevicePeaks | None:
@@ -212,17 +262,27 @@ def load_opstats(path: str | Path) -> OpStats:
                          "pass a run directory, an .xplane.pb file, a .trace.json.gz or an opstats.json export")
     xplanes = find_xplanes(p)
     trace = read_trace(xplanes)
-    run_json = _run_json_for(xplanes, p)
-    run = read_run_info(run_json) if run_json is not None else None
-    texts: list[tuple[str, int, str, str]] = []
-    if trace.backend != "cpu" and not trace.module_protos:
-        # A device trace without its HLO modules: xprof's hlo_stats has each op's HLO text (it is
-        # empty for XLA:CPU traces, so it is not asked there).
-        for row in xprof_hlo_stats(xplanes):
-            pid = program_id_of(str(row.get("program_id", "")).strip())
-            if pid is None:
-                continue
-            name, text = str(row.get("hlo_op_name", "")), str(row.get("hlo_op_expression", "") or "")
-            if name and text:
-                texts.append(("", pid, name, text))
+    run = run_info_for(xplanes, p)
+    # A device trace without its HLO modules: xprof's hlo_stats has each op's HLO text (it is empty
+    # for XLA:CPU traces, so it is not asked there).
+    texts = op_texts_from_xprof(xplanes) if trace.backend != "cpu" and not trace.module_protos else []
     return check_opstats(build_opstats(trace, run=run, source_path=str(p), op_texts=texts), str(p))
+
+
+def run_info_for(xplanes: list[Path], given: Path) -> RunInfo | None:
+    """The ``RunInfo`` of the run directory that holds these xplanes (``given`` was passed), if any."""
+    run_json = _run_json_for(xplanes, given)
+    return read_run_info(run_json) if run_json is not None else None
+
+
+def op_texts_from_xprof(xplanes: list[Path]) -> list[tuple[str, int, str, str]]:
+    """(module, program id, op, HLO text) of each op xprof's ``hlo_stats`` lists (module left empty)."""
+    texts: list[tuple[str, int, str, str]] = []
+    for row in xprof_hlo_stats(xplanes):
+        pid = program_id_of(str(row.get("program_id", "")).strip())
+        if pid is None:
+            continue
+        name, text = str(row.get("hlo_op_name", "")), str(row.get("hlo_op_expression", "") or "")
+        if name and text:
+            texts.append(("", pid, name, text))
+    return texts

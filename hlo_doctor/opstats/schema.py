@@ -128,6 +128,9 @@ class OpStats:
     breakdown: StepBreakdown | None = None
     """Where each step's wall time goes per device (busy, idle, what the host did meanwhile:
     :mod:`hlo_doctor.opstats.breakdown`); None in an export from before it."""
+    hosts_left_out: tuple[tuple[str, str], ...] = ()
+    """(host file, why) of each host file of the capture the table leaves out (``--skip-bad-hosts``):
+    the table is of the other hosts only."""
 
     def module(self, name: str, program_id: int | None = None) -> HloModule | None:
         """The module with this name (and program id, when given)."""

@@ -28,7 +28,7 @@ def sampler_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """One profile of the sampler program, shared by the tests that only read it."""
     out = tmp_path_factory.mktemp("profile") / "run"
     result = _invoke("profile", SAMPLER, "--steps", "4", "--warmup", "2", "--out", str(out),
-                     "--format", "json")
+                     "--format", "json", "--per-step")
     assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
     return out, json.loads(result.stdout)  # type: ignore[attr-defined]
 

@@ -1,0 +1,44 @@
+"""The options of the commands that read captures of several host files: ``--jobs``,
+``--scheduler`` (default: ``scheduler`` in ``[tool.hlo-doctor]``) and ``--skip-bad-hosts``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from hlo_doctor.hosts import PodOptions, cores_available
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def host_options(func: F) -> F:
+    """Add ``--jobs``, ``--scheduler`` and ``--skip-bad-hosts`` to a command."""
+    for option in reversed((
+        click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="Host files read at once, each in its own worker process (a log directory of "
+                          "several hosts); 1: one after another in this process.  [default: the cores "
+                          "available]"),
+        click.option("--scheduler", metavar="ADDRESS", default=None,
+                     help="Read the host files on the Dask cluster whose scheduler is at ADDRESS "
+                          "(tcp://host:8786; needs hlo-doctor[distributed]); default: 'scheduler' in "
+                          "[tool.hlo-doctor]."),
+        click.option("--skip-bad-hosts", is_flag=True,
+                     help="Leave out a host file that cannot be read (the table says so) instead of "
+                          "exiting 2."),
+    )):
+        func = option(func)
+    return func
+
+
+def pod_options(jobs: int | None, scheduler: str | None, skip_bad_hosts: bool) -> PodOptions:
+    """The :class:`PodOptions` the flags ask for."""
+    return PodOptions(jobs=jobs if jobs is not None else cores_available(), scheduler=scheduler or None,
+                      skip_bad_hosts=skip_bad_hosts)
+
+
+def left_out_note(left_out: list[tuple[str, str]] | tuple[tuple[str, str], ...], side: str = "") -> str:
+    """One line naming the host files a command's input left out (``--skip-bad-hosts``)."""
+    files = "; ".join(f"{why}" if path in why else f"{path}: {why}" for path, why in left_out)
+    return f"{side}{len(left_out)} host file(s) left out (--skip-bad-hosts), the results cover the others only: {files}"

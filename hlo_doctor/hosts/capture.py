@@ -1,0 +1,153 @@
+"""Reading a capture of several host files: the work spread, the steps agreed, one table.
+
+:func:`read_capture` takes what ``load_opstats`` takes. A capture with one host file, an export or
+a trace JSON is read as it always was; the host files of a log directory are each read by a
+worker (:class:`~hlo_doctor.hosts.local.LocalPool`, :class:`~hlo_doctor.hosts.cluster.DaskCluster`,
+or this process one after another) and their parts merged (:mod:`.merge`).
+
+Each host first decides its steps from its own events; the capture's steps are then decided from
+the evidence of all (:func:`~hlo_doctor.opstats.totals.choose_steps`), and a host that chose
+otherwise is read again under the common choice. A host file that cannot be read stops the
+command, naming it, unless ``skip_bad_hosts``: then it is left out and the table says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.hosts.local import InProcess, LocalPool, Result
+from hlo_doctor.hosts.merge import merge_dispatch, merge_parts
+from hlo_doctor.hosts.work import HostFailure, HostPart, HostTask
+from hlo_doctor.opstats.io import load_opstats, run_info_for
+from hlo_doctor.opstats.schema import OpStats
+from hlo_doctor.opstats.totals import choose_steps, merge_evidence
+from hlo_doctor.trace import find_xplanes
+from hlo_doctor.trace.dispatch import read_host_dispatch
+from hlo_doctor.trace.model import HostDispatch
+
+
+@dataclass(frozen=True, slots=True)
+class PodOptions:
+    """How a capture's host files are read."""
+
+    jobs: int = 1
+    """Worker processes on this machine (1: each host in this process, one after another)."""
+    scheduler: str | None = None
+    """The address of a Dask scheduler to run the hosts' work on instead."""
+    skip_bad_hosts: bool = False
+    """Leave out a host file that cannot be read (and say so) instead of stopping."""
+
+
+Run = Callable[[list[HostTask]], Iterable[Result]]
+"""Runs tasks somewhere; yields (task index, result) as they finish."""
+
+
+def _runner(options: PodOptions, hosts: int) -> InProcess | LocalPool:
+    if options.jobs <= 1 or hosts <= 1:
+        return InProcess()
+    return LocalPool(min(options.jobs, hosts))
+
+
+def _is_xplane_capture(path: Path) -> bool:
+    return path.is_dir() or (path.is_file() and path.name.endswith(".pb"))
+
+
+def read_capture(path: str | Path, options: PodOptions, *,
+                 dispatch: bool = False) -> tuple[OpStats, tuple[HostDispatch, ...] | None]:
+    """The op stats of a capture (see the module's docstring) and, when ``dispatch`` and the hosts
+    were read apart, their dispatch spans (None: read them with :func:`read_host_dispatch`).
+
+    Raises:
+        InputError: bad input (as :func:`~hlo_doctor.opstats.load_opstats`), a host file that cannot
+            be read (without ``skip_bad_hosts``), a worker that died twice on one, an unreachable
+            scheduler.
+        NotAvailableError: ``scheduler`` without the ``distributed`` package.
+    """
+    p = Path(path)
+    if not _is_xplane_capture(p):
+        return load_opstats(p), None
+    xplanes = find_xplanes(p)
+    if len(xplanes) < 2 and options.scheduler is None:
+        return load_opstats(p), None
+    tasks = [HostTask(str(x), dispatch=dispatch) for x in xplanes]
+    if options.scheduler is not None:
+        from hlo_doctor.hosts.cluster import DaskCluster
+
+        cluster = DaskCluster(options.scheduler)
+        try:
+            parts, left_out = _read_hosts(cluster.run, tasks, options)
+        finally:
+            cluster.close()
+    else:
+        parts, left_out = _read_hosts(lambda t: _runner(options, len(t)).run(t), tasks, options)
+    stats = merge_parts(parts, source_path=str(p), run=run_info_for(xplanes, p), left_out=left_out)
+    return stats, (merge_dispatch(parts) if dispatch else None)
+
+
+def _read_hosts(run: Run, tasks: list[HostTask], options: PodOptions) -> tuple[list[HostPart], list[HostFailure]]:
+    """Every host's part, in the order of the files (the steps agreed); the files left out."""
+    results = _collect(run, tasks, options)
+    left_out = [r for r in results if isinstance(r, HostFailure)]
+    parts = {i: r for i, r in enumerate(results) if isinstance(r, HostPart)}
+    if not parts:
+        raise InputError(f"none of the {len(tasks)} host files could be read: {left_out[0].reason}",
+                         "capture again; the files may be truncated or corrupt")
+    evidence = merge_evidence([r.totals.evidence for r in parts.values() if r.totals is not None])
+    choice = choose_steps(evidence)
+    again = [i for i, r in parts.items() if r.totals is not None and r.totals.choice != choice]
+    if again:
+        redo = [HostTask(tasks[i].path, tasks[i].data, choice, tasks[i].dispatch) for i in again]
+        for i, r in zip(again, _collect(run, redo, options), strict=True):
+            if isinstance(r, HostFailure):
+                raise InputError(r.reason if r.path in r.reason else f"{r.path}: {r.reason}")
+            parts[i] = r
+    return [parts[i] for i in sorted(parts)], left_out
+
+
+def _collect(run: Run, tasks: list[HostTask], options: PodOptions) -> list[HostPart | HostFailure]:
+    """Every task's result in task order; stops at the first host that fails, unless it may be left out."""
+    results: list[HostPart | HostFailure | None] = [None] * len(tasks)
+    for i, result in run(tasks):
+        if isinstance(result, HostFailure):
+            if result.kind == "died":
+                raise InputError(f"{result.path}: {result.reason}",
+                                 "the file may need more memory than a worker has; read it with --jobs 1, "
+                                 "or leave it out of the folder")
+            if not options.skip_bad_hosts:
+                raise InputError(result.reason if result.path in result.reason else f"{result.path}: {result.reason}",
+                                 "capture it again, or pass --skip-bad-hosts to leave it out of the table "
+                                 "(the table then says so)")
+        results[i] = result
+    assert all(r is not None for r in results)
+    return results  # type: ignore[return-value]
+
+
+class CaptureReader:
+    """Reads captures with :class:`PodOptions` for :func:`hlo_doctor.lint.load_context`: op stats and
+    host dispatch spans from one pass over the host files."""
+
+    def __init__(self, options: PodOptions) -> None:
+        self.options = options
+        self._dispatch: dict[str, tuple[HostDispatch, ...]] = {}
+        self.left_out: list[tuple[str, str]] = []
+        """(host file, why) of each host file left out of what was read (``skip_bad_hosts``)."""
+
+    def opstats(self, path: Path) -> OpStats:
+        """The op stats of ``path`` (:func:`read_capture`)."""
+        stats, dispatch = read_capture(path, self.options, dispatch=True)
+        if dispatch is not None:
+            self._dispatch[str(path)] = dispatch
+        self.left_out.extend(stats.hosts_left_out)
+        return stats
+
+    def host_dispatch(self, path: Path) -> tuple[HostDispatch, ...]:
+        """Dispatch spans per program of the capture at ``path``."""
+        if str(path) in self._dispatch:
+            return self._dispatch[str(path)]
+        return read_host_dispatch(find_xplanes(path))
+
+
+__all__ = ["CaptureReader", "PodOptions", "Result", "read_capture"]
