@@ -48,8 +48,12 @@ Per capture NAME:
 - run dir (trace, opstats.json):  runs/NAME   (3 traced steps after 1 warm-up)
 - optimized HLO (--xla_dump_to):  hlo/NAME/*.cpu_after_optimizations.txt (HLO text only)
 - op-stats table (top 30) / csv:  stats/NAME.txt, stats/NAME.csv; settings: stats/NAME.env
-- hlo-doctor diagnose, before:    diagnose-before/NAME.{txt,md,json}
-- what-if figures:                whatif/NAME.json (benchmarks/field/whatif.py)
+- hlo-doctor diagnose, before:    diagnose-before/NAME.{txt,json} (hlo-doctor at d12bc0c);
+  diagnose-<commit>/ the same at a later commit, diagnose-worktree/ at capture time
+- op-stats top 10, before:        stats-before/NAME.txt
+- what-if figures:                whatif/NAME.json (latest run); whatif-*/ earlier runs
+- real compiles by program:       compiles.txt (benchmarks/field/compiles.py)
+- variant captures:               variant-runs/ (a what-if variant profiled: FILE.py:variant_step)
 
 Recapture one: `benchmarks/field/capture.sh NAME LOOPFILE:step OUTROOT VAR=VALUE ...`
 """
