@@ -112,15 +112,19 @@ def write_verify_report(out_dir: Path) -> Path:
 
 
 def _stats_beside(diagnosis: Mapping[str, Any], origin: Path) -> tuple[dict[str, Any] | None, str]:
-    """The op stats of the capture a diagnosis names, when it is at hand: (doc, why not)."""
-    from hlo_doctor.opstats import load_opstats, to_json
+    """The op stats of the capture a diagnosis names, when it is at hand: (doc, why not). The capture
+    itself is read where it is there (its breakdown and every column), else its ``opstats.json``."""
+    from hlo_doctor.opstats import load_opstats
+    from hlo_doctor.render.html.subjects import capture_doc
 
     given = Path(str(diagnosis.get("input", "")))
     for candidate in (given, origin.parent / given.name):
-        if str(given) and candidate.exists():
-            export = candidate / "opstats.json" if candidate.is_dir() else candidate
-            stats = load_opstats(export if export.exists() else candidate)
-            return json.loads(to_json(stats)), ""
+        if not str(given) or not candidate.exists():
+            continue
+        if candidate.is_dir() and not any(candidate.rglob("*.xplane.pb")):
+            candidate = candidate / "opstats.json"
+        if candidate.exists():
+            return capture_doc(load_opstats(candidate)), ""
     return None, f"its capture ({given}) is not at hand"
 
 

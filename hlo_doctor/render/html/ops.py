@@ -55,9 +55,13 @@ def _top_chart(rows: Sequence[Mapping[str, Any]], findings: Sequence[Mapping[str
         values.append({"op": op_label(r), parts[0]: float(r.get("time_per_step_us") or 0.0) / div,
                        parts[1]: marked / div})
     flagged = [r for r in top if (str(r.get("module")), str(r.get("op"))) in rec]
+    beyond = [op_label(r) for r in flagged
+              if rec[(str(r.get("module")), str(r.get("op")))][0] > float(r.get("time_per_step_us") or 0.0)]
     alt = (f"Horizontal bars of the {len(top)} ops with the most time per step, largest first"
            + (f"; {len(flagged)} of them carry a finding, whose recoverable estimate is drawn over the op's "
               "bar in red" if flagged else "; no finding falls on them")
+           + (f" ({', '.join(beyond)}: the estimate passes the op's own time, as it counts the host time the "
+              "finding removes too)" if beyond else "")
            + ". The table below holds the numbers.")
     spec = charts.overlaid_bars(values, label="op", parts=parts, value_title=f"time per step ({unit})",
                                 description=alt)
