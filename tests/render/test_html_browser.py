@@ -64,6 +64,9 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dic
         (folder / "verify.json").write_text(json.dumps(doc))
         _run("report", str(folder), "-o", str(tmp / f"{name}.html"))
         out[name] = (tmp / f"{name}.html", doc)
+    target = json.loads((DATA.parent / "verify_target_0_24_0" / "verify.json").read_text())
+    _run("report", str(DATA.parent / "verify_target_0_24_0" / "verify.json"), "-o", str(tmp / "verify-target.html"))
+    out["verify-target"] = (tmp / "verify-target.html", target)
     doctor = tmp / "doctor"
     shutil.copytree(DATA, doctor)
     _run("report", str(doctor), "-o", str(tmp / "doctor.html"))
@@ -105,7 +108,8 @@ def _same(page: list[float | None], doc: list[Any]) -> bool:
         for a, b in zip(page, doc, strict=True))
 
 
-@pytest.mark.parametrize("kind", ["capture-cpu", "capture-gpu", "diagnosis", "verify", "verify-old", "doctor", "gate"])
+@pytest.mark.parametrize("kind", ["capture-cpu", "capture-gpu", "diagnosis", "verify", "verify-old", "verify-target",
+                                  "doctor", "gate"])
 def test_page_runs_clean_offline_and_draws_every_chart(browser: Browser, pages: dict[str, Any], kind: str) -> None:
     path, _ = pages[kind]
     tab = browser.open(path)
@@ -195,6 +199,20 @@ def test_verify_page_numbers_equal_verify_json(browser: Browser, pages: dict[str
         assert _same(_column(tables["table-verify-ratios"], key), [c[key] for c in comps]), key
     assert _same(_column(tables["table-verify-removed"], "treatment_time_per_step_us"),
                  [o["treatment_time_per_step_us"] for o in doc["removed_ops"]])
+
+
+def test_verify_target_page_draws_the_program_level(browser: Browser, pages: dict[str, Any]) -> None:
+    path, doc = pages["verify-target"]
+    tab = browser.open(path)
+    tables = _tables(tab)
+    tab.close()
+    level = doc["levels"][0]
+    comps = [level["throughput"], level["figures"]["step_time"]]
+    for key in ("ratio", "ci_low", "ci_high", "baseline_median", "candidate_median"):
+        assert _same(_column(tables["table-verify-ratios"], key), [c[key] for c in comps]), key
+    rounds = level["figures"]["rounds"]
+    steady = sorted(t for r in rounds["baseline"] for t in r["step_times_ms"][1:])
+    assert tables["table-verify-step_times"]["rows"][0][1][0] == str(len(steady))
 
 
 def test_older_verify_folder_says_which_charts_it_cannot_draw(browser: Browser, pages: dict[str, Any]) -> None:

@@ -92,7 +92,8 @@ def _verify_facts(doc: Doc) -> list[tuple[str, str]]:
 
 def _verify_verdict(doc: Doc) -> tuple[str, str]:
     passed = bool(doc.get("passed"))
-    return f"verify: {'PASS' if passed else 'FAIL'} ({doc.get('verdict', '')})", "pass" if passed else "fail"
+    why = str(doc.get("verdict", "")).removeprefix("FAIL: ")
+    return f"verify: {'PASS' if passed else 'FAIL'} ({why})", "pass" if passed else "fail"
 
 
 def verify_page(doc: Doc) -> Page:
