@@ -145,13 +145,19 @@ def _stack_chart(doc: Mapping[str, Any], by: str, title: str) -> Chart | None:
     spec = charts.stacked_bars(values, x="step", x_title="traced step", y="time", y_title=f"op time ({unit})",
                                color=by, color_title=word, order=groups, description=alt, marks=marks,
                                mark_field="wall", mark_title=f"step wall time ({unit})")
-    columns = [Column("steps" if binned else "step", not (mean or binned)), *(Column(f"{g} ({unit})", True) for g in groups),
+    columns = [Column("steps" if binned else "step", not (mean or binned)),
+               *(Column(f"{g} ({unit})", True) for g in groups),
                Column(f"sum ({unit})", True), Column(f"wall ({unit})", True, "step_times_us")]
-    rows = [[text_cell(name(s).removeprefix("steps ")) if mean or binned else num_cell(s, "d"), *(time_cell(folded[g].get(s, 0.0), div) for g in groups),
+
+    def first(st: int) -> Cell:
+        return text_cell(name(st).removeprefix("steps ")) if mean or binned else num_cell(st, "d")
+
+    rows = [[first(s), *(time_cell(folded[g].get(s, 0.0), div) for g in groups),
              time_cell(sum(folded[g].get(s, 0.0) for g in groups), div), time_cell(wall_of.get(s), div)]
             for s in steps]
     note = "; ".join(n for n in (
-        "each row is the mean step of a run of consecutive steps (every step: 'hlo-doctor stats RUN --format json')"
+        "each row is the mean step of a run of consecutive steps "
+        "(every step: 'hlo-doctor stats RUN --format json --per-step')"
         if binned else "",
         "op times overlap on XLA:CPU (ops run concurrently), so a step's sum can pass its wall time"
         if doc.get("backend") == "cpu" else "") if n)
