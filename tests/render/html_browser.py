@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -123,7 +124,8 @@ class Browser:
         self.profile = tempfile.mkdtemp(prefix="hlo-doctor-chromium-")
         self.proc = subprocess.Popen([executable, *FLAGS, f"--user-data-dir={self.profile}",
                                       "--remote-debugging-port=0", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)  # its own process group: closed as one
         url = self._devtools_url(time.monotonic() + 60)
         self.ws = WebSocket(url)
         self._id = 0
@@ -195,11 +197,16 @@ class Browser:
             self.ws.close()
         except OSError:
             pass
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        # The browser's helpers (zygotes, GPU, renderers) are in the group this Browser started.
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+                self.proc.wait(timeout=10)
+                break
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
