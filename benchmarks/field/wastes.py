@@ -61,6 +61,11 @@ WASTES = [
           "(32-token cache)", RESTACK_LINE, "cache-in-place", shape=r",32,", **RESTACK),
     Waste("kh-gemma-v256k-s32", "prefill-padded", "(f) prefill over all 32 positions, 16 are "
           "prompt", KH + "gemma_causal_lm.py:227", "prefill-prompt-only", fraction=0.5, **PREFILL),
+    Waste("kh-gemma-v256k-s32", "weight-relayout-in-loop", "(d) the query and output dense "
+          "kernels ([4,32,128] / [4,128,32]) copied into [128,128] on every iteration "
+          "(compiler-inserted, loop-invariant; below 3%: no what-if)",
+          KH + "gemma_attention.py:292,327", module=GEN, op_name="^$",
+          shape=r"^f32\[128,128\]", in_loop=True),
     Waste("kh-gemma-v256k-s32", "transposed-head (not waste)", "LM head's transpose of the "
           "embedding fused into the dot", "keras/src/layers/core/reversible_embedding.py:131",
           "head-no-transpose", module=GEN, op_name=r"while/body/token_embedding/dot_general$"),
@@ -145,9 +150,9 @@ for _m, _v, _vocab, _init, _head, _t in (
     ]
 
 
-def op_share(rows: list[dict[str, str]], w: Waste, steps: int) -> tuple[float, int]:
-    """The selected ops' % of step (times the waste's fraction), and how many ops."""
-    total, n = 0.0, 0
+def select(rows: list[dict[str, str]], w: Waste, steps: int) -> list[dict[str, str]]:
+    """The op-table rows that carry the waste."""
+    out = []
     for r in rows:
         if w.module and not re.search(w.module, r["module"]):
             continue
@@ -161,9 +166,14 @@ def op_share(rows: list[dict[str, str]], w: Waste, steps: int) -> tuple[float, i
             continue
         if w.in_loop is not None and (int(r["occurrences"]) > steps) != w.in_loop:
             continue
-        total += float(r["pct_of_step"])
-        n += 1
-    return total * w.fraction, n
+        out.append(r)
+    return out
+
+
+def op_share(rows: list[dict[str, str]], w: Waste, steps: int) -> tuple[float, int]:
+    """The selected ops' % of step (times the waste's fraction), and how many ops."""
+    chosen = select(rows, w, steps)
+    return sum(float(r["pct_of_step"]) for r in chosen) * w.fraction, len(chosen)
 
 
 def compile_share(root: Path, capture: str, program: str) -> float:
