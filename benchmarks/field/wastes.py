@@ -78,6 +78,9 @@ WASTES = [
     Waste("kh-gemma-v32k-s1024-p768", "prefill-padded", "(f) prefill over all 1024 positions, "
           "768 are prompt (1 - 0.75 of its linear work, 1 - 0.56 of its attention)",
           KH + "gemma_causal_lm.py:227", "prefill-prompt-only", fraction=0.35, **PREFILL),
+    Waste("kh-gemma-v32k-s1024-p992", "softmax-argmax", "(a) softmax over 32000 logits x4 "
+          "(max/exp fused into the LM head's fusion, as in p768; no what-if)",
+          "keras_hub/src/samplers/sampler.py:139", **SOFTMAX),
     Waste("kh-gemma-v32k-s1024-p992", "cache-restack", "(b) as above, 32 new tokens after a "
           "992-token prompt", RESTACK_LINE, "", shape=r",1024,", **RESTACK),
     Waste("kh-gemma-eager-v32k-s32", "loop-recompiled", "(e) eager generate(): the sampler's "
