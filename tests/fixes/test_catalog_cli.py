@@ -163,8 +163,11 @@ def test_apply_from_run_refused_when_the_file_changed_then_applied(here: tuple[P
     r = _run(["apply-fix", "--from", str(run), "--write", "--format", "json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert {f["code"]: f["status"] for f in doc["findings"]} == {
+    statuses = {f["code"]: f["status"] for f in doc["findings"]}
+    # (A loaded machine can add HD015, host-bound, which has no fix: only these four are this test's.)
+    assert {c: statuses.get(c) for c in ("HD009", "HD003", "HD001", "HD004")} == {
         "HD009": "applied", "HD003": "applied", "HD001": "applied", "HD004": "no-fix"}
+    assert all(s in ("applied", "no-fix") for s in statuses.values()), statuses
     fixed = path.read_text()
     assert 'donate_argnames="cache"' in fixed and "logits.astype" not in fixed
 
