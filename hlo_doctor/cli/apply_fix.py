@@ -131,7 +131,7 @@ def _from_run(run: Path, root: Path, unsafe: bool, dry_run: bool, fmt: str, outp
 @click.argument("file", metavar="[FILE.py[:LINE]]", required=False)
 @click.option("--target", "target", type=click.Path(path_type=Path), default=None,
               help="Project fixes: the tpu_inference package dir, checkout, unpacked wheel, or the engine's tree.")
-@click.option("--from", "from_run", type=click.Path(path_type=Path), default=None,
+@click.option("--from", "from_run", type=click.Path(path_type=Path), default=None, metavar="RUN",
               help="Apply every fixable finding of RUN (a run directory, any diagnose input, or diagnose's JSON).")
 @click.option("--dry-run", is_flag=True, help="Print the unified diff; change nothing.")
 @click.option("--write", is_flag=True, help="File fixes and --from: write even when stdout is not a terminal.")
