@@ -40,8 +40,8 @@ def emit_breakdown(stats: OpStats, fmt: str, output: Path | None) -> None:
     """Print or write the breakdown of ``stats`` in ``fmt``; exit 2 (one line) when it has none."""
     b = stats.breakdown
     if b is None:
-        raise InputError(f"{stats.source_path}: no step breakdown (an opstats.json written before it)",
-                         "run 'hlo-doctor stats' on the run directory or the .xplane.pb")
+        raise InputError(f"{stats.source_path}: no step breakdown (an opstats.json written before it, or "
+                         "without --per-step)", "run 'hlo-doctor stats' on the run directory or the .xplane.pb")
     if fmt == "json":
         write_output(to_json(b), output)
     elif fmt == "markdown":

@@ -13,6 +13,7 @@ command, naming it, unless ``skip_bad_hosts``: then it is left out and the table
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,7 @@ def read_capture(path: str | Path, options: PodOptions, *,
     xplanes = find_xplanes(p)
     if len(xplanes) < 2 and options.scheduler is None:
         return load_opstats(p), None
-    tasks = [HostTask(str(x), dispatch=dispatch) for x in xplanes]
+    tasks = [HostTask(str(x), str(x.resolve()), dispatch=dispatch) for x in xplanes]
     if options.scheduler is not None:
         from hlo_doctor.hosts.cluster import DaskCluster
 
@@ -99,7 +100,7 @@ def _read_hosts(run: Run, tasks: list[HostTask], options: PodOptions) -> tuple[l
     choice = choose_steps(evidence)
     again = [i for i, r in parts.items() if r.totals is not None and r.totals.choice != choice]
     if again:
-        redo = [HostTask(tasks[i].path, tasks[i].data, choice, tasks[i].dispatch) for i in again]
+        redo = [dataclasses.replace(tasks[i], choice=choice) for i in again]
         for i, r in zip(again, _collect(run, redo, options), strict=True):
             if isinstance(r, HostFailure):
                 raise InputError(r.reason if r.path in r.reason else f"{r.path}: {r.reason}")

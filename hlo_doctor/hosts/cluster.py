@@ -10,15 +10,15 @@ named by its file.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from hlo_doctor.core.errors import InputError, NotAvailableError
 from hlo_doctor.hosts.local import Result
-from hlo_doctor.hosts.work import HostFailure, HostTask, read_one
+from hlo_doctor.hosts.work import HostFailure, HostPart, HostTask, read_one
 
 EXTRA_HINT = "pip install 'hlo-doctor[distributed]' (or drop --scheduler to read on this machine)"
 
@@ -52,14 +52,14 @@ class DaskCluster:
         self._paths = [t.path for t in tasks]
         try:
             missing: list[int] = []
-            for i, result in self._gather([(i, functools.partial(_same, t)) for i, t in enumerate(tasks)], len(tasks)):
+            for i, result in self._gather([(i, t, False) for i, t in enumerate(tasks)], len(tasks)):
                 if isinstance(result, HostFailure) and result.kind == "missing":
                     missing.append(i)
                 else:
                     yield i, result
             # The files the workers cannot see: their bytes, a few files in flight at a time.
             width = max(len(self.client.scheduler_info().get("workers", {})), 1)
-            yield from self._gather([(i, functools.partial(_shipped, tasks[i])) for i in missing], width)
+            yield from self._gather([(i, tasks[i], True) for i in missing], width)
         except BaseException:
             # A command that stops early (a host it cannot use) leaves nothing running on the cluster.
             self.client.cancel(list(self._futures))
@@ -69,26 +69,34 @@ class DaskCluster:
         """Disconnect from the scheduler."""
         self.client.close()
 
-    def _gather(self, todo: list[tuple[int, Callable[[], HostTask]]], limit: int) -> Iterator[Result]:
-        """Run ``todo`` with at most ``limit`` tasks on the cluster at once; the results as they come."""
+    def _gather(self, todo: list[tuple[int, HostTask, bool]], limit: int) -> Iterator[Result]:
+        """Run ``todo`` (index, task, ship its bytes) with at most ``limit`` tasks on the cluster at
+        once; the results as they come."""
         distributed = _distributed()
-        queue = distributed.as_completed()
-        index: dict[Any, int] = {}
+        queue = distributed.as_completed(loop=self.client.loop)
+        index: dict[Any, tuple[int, Any]] = {}
         waiting = iter(todo)
 
         def submit_next() -> None:
             nxt = next(waiting, None)
-            if nxt is not None:
-                i, make = nxt
-                future = self.client.submit(read_one, make(), pure=False, key=f"hlo-doctor-host-{uuid.uuid4().hex}")
-                index[future] = i
-                self._futures.add(future)
-                queue.add(future)
+            if nxt is None:
+                return
+            i, task, ship = nxt
+            key = f"hlo-doctor-host-{uuid.uuid4().hex}"
+            if ship:
+                # The bytes go to a worker as data of their own, not inside the task.
+                data = self.client.scatter(_file_bytes(task), hash=False)
+                future = self.client.submit(read_shipped, task, data, pure=False, key=key)
+            else:
+                data, future = None, self.client.submit(read_one, task, pure=False, key=key)
+            index[future] = (i, data)
+            self._futures.add(future)
+            queue.add(future)
 
         for _ in range(limit):
             submit_next()
         for future in queue:
-            i = index.pop(future)
+            i, data = index.pop(future)
             try:
                 result = future.result()
             except self._killed as exc:
@@ -96,18 +104,20 @@ class DaskCluster:
             finally:
                 self._futures.discard(future)
                 future.release()
+                if data is not None:
+                    data.release()
             submit_next()
             yield i, result
 
 
-def _same(task: HostTask) -> HostTask:
-    return task
+def read_shipped(task: HostTask, data: bytes) -> HostPart | HostFailure:
+    """:func:`read_one` of a task whose file's bytes were shipped to the worker."""
+    return read_one(dataclasses.replace(task, data=data))
 
 
-def _shipped(task: HostTask) -> HostTask:
-    """``task`` with its file's bytes, for workers that cannot see its path."""
+def _file_bytes(task: HostTask) -> bytes:
+    """The task's file as this machine sees it (its path as the command was given it)."""
     try:
-        data = Path(task.path).read_bytes()
+        return Path(task.path).read_bytes()
     except OSError as exc:
         raise InputError(f"{task.path}: cannot read ({exc.strerror})", "check the path and permissions") from exc
-    return HostTask(task.path, data, task.choice, task.dispatch)

@@ -130,8 +130,10 @@ class LocalPool:
         worker.log.seek(0)
         lines = worker.log.read().decode(errors="replace").strip().splitlines()
         worker.log.close()
-        status = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-        return status + (f": {lines[-1][:200]}" if lines else "")
+        if code < 0:
+            return f"killed by signal {-code}"
+        # Its last words (an exception, the allocator giving up) say why it stopped.
+        return f"exit status {code}" + (f": {lines[-1][:200]}" if lines else "")
 
     def close(self) -> None:
         """Stop every worker (their tasks, if any, are abandoned)."""

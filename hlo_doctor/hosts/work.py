@@ -31,7 +31,9 @@ class HostTask:
     """One host file to read."""
 
     path: str
-    """The file as the command sees it (on shared storage, as every worker sees it)."""
+    """The file as the command names it (in results and messages)."""
+    location: str = ""
+    """Where a worker reads it: the absolute path (shared storage); default ``path``."""
     data: bytes | None = None
     """The file's bytes, shipped where a worker cannot see ``path``."""
     choice: StepChoice | None = None
@@ -83,7 +85,7 @@ def peak_rss_mib() -> float:
 def read_one(task: HostTask) -> HostPart | HostFailure:
     """Do one host's work (see the module's docstring); never raises for a bad file."""
     t0 = time.perf_counter()
-    if task.data is None and not os.path.isfile(task.path):
+    if task.data is None and not os.path.isfile(task.location or task.path):
         return HostFailure(task.path, "no such file where this worker runs", kind="missing")
     try:
         part = _read(task)
@@ -95,7 +97,7 @@ def read_one(task: HostTask) -> HostPart | HostFailure:
 
 
 def _read(task: HostTask) -> HostPart:
-    source: Path | bytes = task.data if task.data is not None else Path(task.path)
+    source: Path | bytes = task.data if task.data is not None else Path(task.location or task.path)
     cols = OpColumns()
     read = read_host(source, cols, origin=task.path)
     if not read.ops:
@@ -140,7 +142,7 @@ class _on_disk:  # noqa: N801 - used as a context manager, like open()
 
     def __enter__(self) -> Path:
         if self.task.data is None:
-            return Path(self.task.path)
+            return Path(self.task.location or self.task.path)
         self.tmp = tempfile.TemporaryDirectory(prefix="hlo-doctor-host-")
         path = Path(self.tmp.name) / Path(self.task.path).name
         path.write_bytes(self.task.data)

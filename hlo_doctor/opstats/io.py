@@ -4,7 +4,6 @@ that takes a run directory, an xplane or an export."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pandas as pd
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.format import json_safe
 from hlo_doctor.core.model import RunInfo
-from hlo_doctor.opstats.breakdown import HOST_KINDS, StepBreakdown, StepSlice, breakdown_from_dict
+from hlo_doctor.opstats.breakdown import StepBreakdown, breakdown_from_dict
 from hlo_doctor.opstats.build import build_opstats
 from hlo_doctor.opstats.schema import (
     COLUMNS,
@@ -52,15 +51,15 @@ def run_info_from_dict(d: dict[str, Any]) -> RunInfo:
 def to_json(stats: OpStats, *, per_step: bool = True, compact: bool = False) -> str:
     """The whole OpStats as JSON (everything but the parsed modules), for gate and for people.
 
-    ``per_step``: with the per-op per-step samples (one row per op and step: the bulk of a long
-    capture's export; what the gate's statistics read). ``compact``: one line, and the breakdown's
-    per-device steps as columns (:func:`from_json` reads both forms), for an export sized to the
-    table rather than to the number of steps.
+    ``per_step``: with what the export holds per step (each step's wall time, each op's time in
+    each step, the breakdown's slice of each device and step): the bulk of a long capture's export,
+    and what the gate's statistics and the breakdown's rules read back. Without it the export is the
+    table and the summaries, its size set by the ops, not the steps. ``compact``: on one line.
     """
     rows = [{k: json_safe(v) for k, v in rec.items()} for rec in stats.table.to_dict(orient="records")]
     breakdown = json_safe(stats.breakdown.to_dict()) if stats.breakdown is not None else None
-    if compact and breakdown is not None and stats.breakdown is not None:
-        breakdown["steps"] = _steps_as_columns(stats.breakdown.steps)
+    if breakdown is not None and not per_step:
+        del breakdown["steps"]
     doc = {
         "schema": JSON_SCHEMA,
         "source_path": stats.source_path,
@@ -70,7 +69,7 @@ def to_json(stats: OpStats, *, per_step: bool = True, compact: bool = False) -> 
         "num_steps": stats.num_steps,
         "num_devices": stats.num_devices,
         "step_time_us": stats.step_time_us,
-        "step_times_us": list(stats.step_times_us),
+        **({"step_times_us": list(stats.step_times_us)} if per_step else {}),
         "pct_of_step_definition": "time_per_step_us / mean step wall time x 100; op times may overlap "
                                   "(XLA:CPU runs independent ops concurrently), so the column may sum "
                                   "to more than 100",
@@ -84,6 +83,7 @@ def to_json(stats: OpStats, *, per_step: bool = True, compact: bool = False) -> 
         "versions": dict(stats.versions),
         "warnings": list(stats.warnings),
         "hosts_left_out": [{"path": path, "reason": why} for path, why in stats.hosts_left_out],
+        "per_step_written": per_step,
     }
     if per_step:
         doc["per_step"] = {
@@ -93,33 +93,6 @@ def to_json(stats: OpStats, *, per_step: bool = True, compact: bool = False) -> 
     if compact:
         return json.dumps(doc, separators=(",", ":")) + "\n"
     return json.dumps(doc, indent=1) + "\n"
-
-
-_SLICE_NUMBERS = ("step", "start_us", "wall_us", "busy_us", "op_us")
-
-
-def _steps_as_columns(steps: Sequence[StepSlice]) -> dict[str, Any]:
-    """The breakdown's step slices as columns (hosts and devices as indexes into their lists)."""
-    hosts = list(dict.fromkeys(s.host for s in steps))
-    devices = list(dict.fromkeys(s.device for s in steps))
-    host_at, device_at = {h: i for i, h in enumerate(hosts)}, {d: i for i, d in enumerate(devices)}
-    return {
-        "layout": "columns", "hosts": hosts, "devices": devices,
-        "host": [host_at[s.host] for s in steps], "device": [device_at[s.device] for s in steps],
-        **{name: [json_safe(getattr(s, name)) for s in steps] for name in _SLICE_NUMBERS},
-        "host_us": {k: [json_safe(s.host_us.get(k, 0.0)) for s in steps] for k in HOST_KINDS},
-        "idle_by_kind": {k: [json_safe(s.idle_by_kind.get(k, 0.0)) for s in steps] for k in HOST_KINDS},
-    }
-
-
-def _steps_as_rows(columns: dict[str, Any]) -> list[dict[str, Any]]:
-    """:func:`_steps_as_columns` read back as the rows :func:`breakdown_from_dict` takes."""
-    hosts, devices = list(columns["hosts"]), list(columns["devices"])
-    kinds = [k for k in HOST_KINDS if k in columns.get("host_us", {})]
-    return [{"host": hosts[h], "device": devices[d], **{name: columns[name][i] for name in _SLICE_NUMBERS},
-             "host_us": {k: columns["host_us"][k][i] for k in kinds},
-             "idle_by_kind": {k: columns["idle_by_kind"][k][i] for k in kinds}}
-            for i, (h, d) in enumerate(zip(columns["host"], columns["device"], strict=True))]
 
 
 def from_json(text: str, *, origin: str = "opstats.json") -> OpStats:
@@ -179,11 +152,10 @@ def _from_doc(doc: dict[str, Any], origin: str) -> OpStats:
 
 
 def _breakdown(value: Any) -> StepBreakdown | None:
-    """The breakdown of an export: null or absent (before it existed), its steps as rows or columns."""
-    if not isinstance(value, dict):
+    """The breakdown of an export; None before it existed, and without its per-step slices (an export
+    written without ``per_step``: its summary alone is no breakdown to read back)."""
+    if not isinstance(value, dict) or "steps" not in value:
         return None
-    if isinstance(value.get("steps"), dict):
-        value = {**value, "steps": _steps_as_rows(value["steps"])}
     return breakdown_from_dict(value)
 
 
