@@ -37,7 +37,9 @@ def test_json_has_every_frame_innermost_first(engine: Diagnosis) -> None:
     doc = json.loads(to_json(engine))
     hd004 = next(f for f in doc["findings"] if f["code"] == "HD004")
     stack = hd004["stack"]
-    assert stack[0] == {"file": str(REPO / "hlo_doctor/engine/sampling.py"), "line": 105, "function": "sample"}
+    # The file as jax recorded it where the capture was made (an absolute path of that checkout).
+    assert stack[0]["file"].endswith("/hlo_doctor/engine/sampling.py")
+    assert (stack[0]["line"], stack[0]["function"]) == (105, "sample")
     # Out to the entry point: the engine's warm-up, this tool's capture and CLI, click, the script.
     functions = [fr["function"] for fr in stack]
     assert "capture_run" in functions and functions.index("sample") < functions.index("capture_run")
