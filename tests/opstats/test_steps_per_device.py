@@ -43,13 +43,22 @@ def layer() -> RealModule:
     return compile_module(_layer, jnp.ones((8, 32), jnp.float32), jnp.ones((32, 32), jnp.float32))
 
 
+class _OpsOnlyCore(TpuCore):
+    """A chip whose capture holds XLA Ops but no XLA Modules events (no execution ids): each run is
+    then found from its first op's events."""
+
+    def _event(self, line: object, *args: object, **kwargs: object) -> None:
+        if line is not self.modules:
+            super()._event(line, *args, **kwargs)  # type: ignore[arg-type]
+
+
 def _chips(space: SpaceBuilder, layer: RealModule, chips: int, *, shared_run_ids: bool,
-           skew_ns: float = 3_000.0) -> None:
+           skew_ns: float = 3_000.0, module_events: bool = True) -> None:
     """``chips`` TPU planes, each running ``layer`` RUNS times, no step marks; chip k starts its
     executions ``k * skew_ns`` after chip 0 (chips are not in lockstep)."""
     space.add_module(layer, PROGRAM_ID)
     for chip in range(chips):
-        core = TpuCore(space, chip)
+        core = TpuCore(space, chip) if module_events else _OpsOnlyCore(space, chip)
         for i in range(RUNS):
             ops = [(op.name, (20.0 + 5.0 * k) * 1000) for k, op in enumerate(layer.ops)]
             run_id = i if shared_run_ids else chip * 1000 + i
@@ -57,10 +66,14 @@ def _chips(space: SpaceBuilder, layer: RealModule, chips: int, *, shared_run_ids
 
 
 @pytest.mark.parametrize("chips", [4, 8])
-@pytest.mark.parametrize("shared_run_ids", [True, False], ids=["shared-run-ids", "run-ids-per-chip"])
-def test_steps_are_per_device(tmp_path: Path, layer: RealModule, chips: int, shared_run_ids: bool) -> None:
+@pytest.mark.parametrize(("shared_run_ids", "module_events"), [(True, True), (False, True), (False, False)],
+                         ids=["shared-run-ids", "run-ids-per-chip", "no-module-events"])
+def test_steps_are_per_device(tmp_path: Path, layer: RealModule, chips: int, shared_run_ids: bool,
+                              module_events: bool) -> None:
+    # Without module events (no execution ids), the first op's events of every chip were taken
+    # as the runs of one device: 4 chips x 5 runs read as 20 steps, each op's time divided by 4.
     space = SpaceBuilder()
-    _chips(space, layer, chips, shared_run_ids=shared_run_ids)
+    _chips(space, layer, chips, shared_run_ids=shared_run_ids, module_events=module_events)
     xplane = space.write(tmp_path / "run")
     expected = xprof_rows(find_xplanes(xplane), tmp_path)
     stats = load_opstats(xplane)
