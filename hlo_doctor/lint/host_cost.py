@@ -13,10 +13,11 @@ Removing the call removes all of them. This module reads them from the trace, ne
   removes (its caller is the user's line). Without the Python tracer the span is the dispatch alone.
   ``host_us`` sums these spans; ``dispatch_us`` is the ``PjitFunction`` part, ``python_us`` the rest.
 - **What the step gets back** (critical path, per step): the device's idle time inside those spans
-  (host work the device waited for) plus the program's own device time during which the host waited
-  for it (inside the call's span, as on XLA:CPU, which runs it inside its dispatch; in
-  ``block_until_ready``; in XLA:CPU's execution of a program). On a host-bound GPU step the convert's
-  kernel runs while the host is busy elsewhere: only the host part counts; on XLA:CPU both count.
+  (host work the device waited for) plus the program's own device time while the host waited for it
+  (inside the call's span, in ``block_until_ready``, in XLA:CPU's execution of a program inside a
+  dispatch). On a host-bound GPU step the convert's kernel runs while the host is busy elsewhere and
+  the host part counts; on a device-bound XLA:CPU step the host waits for the convert in
+  ``block_until_ready`` and its device time counts, the call's Python mostly hidden behind other ops.
 
 **One owner per interval of host time.** HD003 owns the spans of the standalone programs it flags;
 HD015 (the host-bound step) counts only the Python outside them, and its finding says how much of
