@@ -15,9 +15,10 @@ For each engine size (batch x vocab) on this machine's backend:
 The two steps are not the same measurement (the profiled step runs under the profiler, verify's does
 not), so the table gives the promise both ways: in ms of the profiled step, and as its share of the
 profiled step applied to verify's baseline step ("scaled"). Then, with no accelerator here, the promise
-read from the H200 capture (``sample_traces/gpu_h200_original``) against the decode-step ratios
-verify measured on that machine (x0.748 and x0.607, ``/work/shared`` README of the captures and
-docs/verify.md).
+read from the H200 captures against the captures of the fixed programs (``sample_traces/gpu_h200_*``:
+the same profiled step on both sides) and, for the engine, against the decode-step ratios verify
+measured on that machine (x0.748 and x0.607, docs/verify.md). The table goes to stdout (Markdown),
+the rows to ``OUT/estimate.json`` (written after each size). Slow: ~1-4 minutes per size on 2 cores.
 
 Usage::
 
