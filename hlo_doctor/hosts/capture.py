@@ -1,9 +1,11 @@
 """Reading a capture of several host files: the work spread, the steps agreed, one table.
 
-:func:`read_capture` takes what ``load_opstats`` takes. A capture with one host file, an export or
-a trace JSON is read as it always was; the host files of a log directory are each read by a
-worker (:class:`~hlo_doctor.hosts.local.LocalPool`, :class:`~hlo_doctor.hosts.cluster.DaskCluster`,
-or this process one after another) and their parts merged (:mod:`.merge`).
+:func:`read_capture` takes what ``load_opstats`` takes. An export, a trace JSON or one small host
+file is read as it always was; the host files of a log directory (and one large host file) are each
+read by a worker (:class:`~hlo_doctor.hosts.local.LocalPool`, :class:`~hlo_doctor.hosts.cluster.DaskCluster`,
+or this process one after another) and their parts merged (:mod:`.merge`). The command's process
+parses the HLO modules once, before the workers start: they are told the source paths their
+frames need and parse none.
 
 Each host first decides its steps from its own events; the capture's steps are then decided from
 the evidence of all (:func:`~hlo_doctor.opstats.totals.choose_steps`), and a host that chose
@@ -22,12 +24,15 @@ from hlo_doctor.core.errors import InputError
 from hlo_doctor.hosts.local import InProcess, LocalPool, Result
 from hlo_doctor.hosts.merge import merge_dispatch, merge_parts
 from hlo_doctor.hosts.work import HostFailure, HostPart, HostTask
+from hlo_doctor.opstats.build import modules_from_protos
+from hlo_doctor.opstats.host_time import FrameKinds
 from hlo_doctor.opstats.io import load_opstats, run_info_for
 from hlo_doctor.opstats.schema import OpStats
 from hlo_doctor.opstats.totals import choose_steps, merge_evidence
 from hlo_doctor.trace import find_xplanes
 from hlo_doctor.trace.dispatch import read_host_dispatch
-from hlo_doctor.trace.model import HostDispatch
+from hlo_doctor.trace.model import HostDispatch, ModuleProto
+from hlo_doctor.trace.read import read_module_protos
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +51,13 @@ Run = Callable[[list[HostTask]], Iterable[Result]]
 """Runs tasks somewhere; yields (task index, result) as they finish."""
 
 
+WORKER_MIN_BYTES = 32 << 20
+"""A capture of one host file this large is read in a worker process too (with ``jobs`` > 1): the
+command's own process then holds the table, not the file's events; a smaller one is read in it."""
+
+
 def _runner(options: PodOptions, hosts: int) -> InProcess | LocalPool:
-    if options.jobs <= 1 or hosts <= 1:
+    if options.jobs <= 1:
         return InProcess()
     return LocalPool(min(options.jobs, hosts))
 
@@ -71,9 +81,24 @@ def read_capture(path: str | Path, options: PodOptions, *,
     if not _is_xplane_capture(p):
         return load_opstats(p), None
     xplanes = find_xplanes(p)
-    if len(xplanes) < 2 and options.scheduler is None:
+    if len(xplanes) < 2 and options.scheduler is None and (options.jobs <= 1 or _size(xplanes[0]) < WORKER_MIN_BYTES):
         return load_opstats(p), None
-    tasks = [HostTask(str(x), str(x.resolve()), dispatch=dispatch) for x in xplanes]
+    # The modules first, here: the workers are told the source paths their frames need and parse
+    # nothing (nor import XLA); their parts come back without the modules.
+    protos: dict[str, list[ModuleProto]] = {}
+    unreadable: list[HostFailure] = []
+    for x in xplanes:
+        try:
+            protos[str(x)] = read_module_protos(x)
+        except InputError as exc:
+            unreadable.append(_failed(HostFailure(str(x), exc.what), options))
+    if not protos:
+        raise InputError(f"none of the {len(xplanes)} host files could be read: {unreadable[0].reason}",
+                         "capture again; the files may be truncated or corrupt")
+    modules = modules_from_protos(p for x in xplanes for p in protos.get(str(x), ()))
+    frame_paths = tuple(sorted(FrameKinds.from_modules(modules[0]).paths.items()))
+    tasks = [HostTask(str(x), str(x.resolve()), dispatch=dispatch, frame_paths=frame_paths, keep_modules=False)
+             for x in xplanes if str(x) in protos]
     if options.scheduler is not None:
         from hlo_doctor.hosts.cluster import DaskCluster
 
@@ -84,17 +109,28 @@ def read_capture(path: str | Path, options: PodOptions, *,
             cluster.close()
     else:
         parts, left_out = _read_hosts(lambda t: _runner(options, len(t)).run(t), tasks, options)
-    stats = merge_parts(parts, source_path=str(p), run=run_info_for(xplanes, p), left_out=left_out)
+    for part in parts:
+        part.read.protos = protos[part.read.path]
+    order = {str(x): i for i, x in enumerate(xplanes)}
+    left_out = sorted([*unreadable, *left_out], key=lambda f: order[f.path])
+    stats = merge_parts(parts, source_path=str(p), run=run_info_for(xplanes, p), left_out=left_out, modules=modules)
     return stats, (merge_dispatch(parts) if dispatch else None)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _read_hosts(run: Run, tasks: list[HostTask], options: PodOptions) -> tuple[list[HostPart], list[HostFailure]]:
     """Every host's part, in the order of the files (the steps agreed); the files left out."""
-    results = _collect(run, tasks, options)
+    results = _collect(run, tasks, options) if tasks else []
     left_out = [r for r in results if isinstance(r, HostFailure)]
     parts = {i: r for i, r in enumerate(results) if isinstance(r, HostPart)}
     if not parts:
-        raise InputError(f"none of the {len(tasks)} host files could be read: {left_out[0].reason}",
+        raise InputError("none of the host files could be read" + (f": {left_out[0].reason}" if left_out else ""),
                          "capture again; the files may be truncated or corrupt")
     evidence = merge_evidence([r.totals.evidence for r in parts.values() if r.totals is not None])
     choice = choose_steps(evidence)
@@ -112,18 +148,23 @@ def _collect(run: Run, tasks: list[HostTask], options: PodOptions) -> list[HostP
     """Every task's result in task order; stops at the first host that fails, unless it may be left out."""
     results: list[HostPart | HostFailure | None] = [None] * len(tasks)
     for i, result in run(tasks):
-        if isinstance(result, HostFailure):
-            if result.kind == "died":
-                raise InputError(f"{result.path}: {result.reason}",
-                                 "the file may need more memory than a worker has; read it with --jobs 1, "
-                                 "or leave it out of the folder")
-            if not options.skip_bad_hosts:
-                raise InputError(result.reason if result.path in result.reason else f"{result.path}: {result.reason}",
-                                 "capture it again, or pass --skip-bad-hosts to leave it out of the table "
-                                 "(the table then says so)")
-        results[i] = result
+        results[i] = _failed(result, options) if isinstance(result, HostFailure) else result
     assert all(r is not None for r in results)
     return results  # type: ignore[return-value]
+
+
+def _failed(failure: HostFailure, options: PodOptions) -> HostFailure:
+    """A host that failed: the command stops, naming it, unless it may be left out (a file that
+    cannot be read, with ``skip_bad_hosts``)."""
+    if failure.kind == "died":
+        raise InputError(f"{failure.path}: {failure.reason}",
+                         "the file may need more memory than a worker has; read it with --jobs 1, "
+                         "or leave it out of the folder")
+    if not options.skip_bad_hosts:
+        raise InputError(failure.reason if failure.path in failure.reason else f"{failure.path}: {failure.reason}",
+                         "capture it again, or pass --skip-bad-hosts to leave it out of the table "
+                         "(the table then says so)")
+    return failure
 
 
 class CaptureReader:

@@ -11,13 +11,12 @@ import dataclasses
 import os
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.hlo import HloModule
 from hlo_doctor.opstats.build import modules_from_trace
+from hlo_doctor.opstats.host_time import FrameKinds
 from hlo_doctor.opstats.io import op_texts_from_xprof
 from hlo_doctor.opstats.totals import EventTotals, StepChoice, event_totals
 from hlo_doctor.trace.columns import OpColumns
@@ -40,6 +39,11 @@ class HostTask:
     """The capture's steps, once decided over every host; None: this host's own."""
     dispatch: bool = False
     """Also count the host's dispatch spans (what ``diagnose`` needs)."""
+    frame_paths: tuple[tuple[str, str], ...] | None = None
+    """Base name -> full path of the capture's source files (``FrameKinds.paths`` of its modules),
+    when the command parsed the modules already: the worker then parses none (nor imports jax)."""
+    keep_modules: bool = True
+    """Hand back the host's HLO modules (False: the command has them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,23 +105,25 @@ def _read(task: HostTask) -> HostPart:
     cols = OpColumns()
     read = read_host(source, cols, origin=task.path)
     if not read.ops:
-        return HostPart(read=dataclasses.replace(read, compiles_annotated=True), totals=None,
-                        dispatch=_dispatch(task))
+        return HostPart(read=dataclasses.replace(read, compiles_annotated=True,
+                                                 protos=read.protos if task.keep_modules else []),
+                        totals=None, dispatch=_dispatch(task))
     trace = combine_hosts([read], cols.finish())
     del cols
-    parsed: list[tuple[HloModule, ...]] = []
 
-    def modules() -> Sequence[HloModule]:
-        # Parsed only when the breakdown classifies Python frames: the merge parses them anyway.
-        if not parsed:
-            parsed.append(modules_from_trace(trace)[0])
-        return parsed[0]
+    def frame_kinds() -> FrameKinds:
+        # Only when the breakdown classifies Python frames; from the command's modules when it has them.
+        if task.frame_paths is not None:
+            return FrameKinds(dict(task.frame_paths))
+        return FrameKinds.from_modules(modules_from_trace(trace)[0])
 
-    totals = event_totals(trace, modules, task.choice)
+    totals = event_totals(trace, frame_kinds, task.choice)
     texts: tuple[tuple[str, int, str, str], ...] = ()
     if trace.backend != "cpu" and not trace.module_protos:
         texts = tuple(_xprof_texts(task))
-    read = dataclasses.replace(read, compiles=list(trace.compile_events), compiles_annotated=True)
+    # The step marks stay here: the sums hold what they decided (and the compiles their steps).
+    read = dataclasses.replace(read, compiles=list(trace.compile_events), compiles_annotated=True,
+                               protos=read.protos if task.keep_modules else [], steps=[], device_steps=[])
     return HostPart(read=read, totals=totals, op_texts=texts, dispatch=_dispatch(task))
 
 

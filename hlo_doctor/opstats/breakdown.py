@@ -172,9 +172,10 @@ class StepBreakdown:
 
     # -- JSON ----------------------------------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (times in microseconds); :func:`breakdown_from_dict` reads it back."""
-        return {
+    def to_dict(self, *, steps: bool = True) -> dict[str, Any]:
+        """A JSON-ready dict (times in microseconds); :func:`breakdown_from_dict` reads it back.
+        ``steps=False`` leaves out the slice of each device and step (the summary stays)."""
+        out = {
             "schema": BREAKDOWN_SCHEMA,
             "step_source": self.step_source,
             "busy_definition": self.busy_definition,
@@ -188,11 +189,14 @@ class StepBreakdown:
                         "host_by_kind_us": self.host_by_kind(), "window_idle_pct": self.window_idle_pct(),
                         "devices": self.per_device()},
             "steps": [{**asdict(s), "host_us": dict(s.host_us), "idle_by_kind": dict(s.idle_by_kind),
-                       "idle_us": s.idle_us} for s in self.steps],
+                       "idle_us": s.idle_us} for s in self.steps] if steps else None,
             "lines": [{**asdict(line), "source": line.source} for line in self.lines],
             "windows": [{**asdict(w), "idle_pct": w.idle_pct} for w in self.windows],
             "notes": list(self.notes),
         }
+        if not steps:
+            del out["steps"]
+        return out
 
 
 def _take(cls: type, d: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ each lie in one step and one segment, whose idle time is their length minus thei
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,7 +69,8 @@ def build_breakdown(trace: Trace, ev: pd.DataFrame, step_source: str,
     """The step breakdown of ``trace``: ``ev`` are the table's op events (columns host, device,
     start_ns, duration_ns, occurrences), ``step_source`` the table's; ``modules`` (their HLO
     metadata) name the full paths of the Python tracer's files."""
-    return finish_breakdown([breakdown_part(trace, ev, step_source, lambda: modules)], step_source, trace.backend)
+    return finish_breakdown([breakdown_part(trace, ev, step_source, lambda: FrameKinds.from_modules(modules))],
+                            step_source, trace.backend)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,8 @@ class BreakdownPart:
     :func:`finish_breakdown` puts the parts together: its slices and windows, and the host time and
     device idle time of each (host, segment label), not yet per step."""
 
-    slices: tuple[StepSlice, ...]
+    slices: tuple[SliceColumns, ...]
+    """One per device: its step slices as columns (objects are made once, by :func:`finish_breakdown`)."""
     windows: tuple[DeviceWindow, ...]
     line_idle: dict[tuple[str, Label], float]
     line_host: dict[tuple[str, Label], float]
@@ -92,17 +94,18 @@ class BreakdownPart:
 
 
 def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
-                   modules: Callable[[], Sequence[HloModule]], *, step_name: str | None = None,
+                   frame_kinds: Callable[[], FrameKinds], *, step_name: str | None = None,
                    main: tuple[str, int] | None = None) -> BreakdownPart:
-    """The breakdown of the devices of ``ev`` (see :func:`build_breakdown`); ``modules`` is called
-    only when the host has Python frames to classify. ``step_name`` and ``main`` fix the step
+    """The breakdown of the devices of ``ev`` (see :func:`build_breakdown`); ``frame_kinds`` (what
+    tells a framework's frame from the user's: from the HLO modules' stacks) is called only when the
+    host has Python frames to classify. ``step_name`` and ``main`` fix the step
     annotation and the main module where other hosts decide them (:func:`~hlo_doctor.opstats.step_spans.step_spans`)."""
     aggregated = int((ev["occurrences"].to_numpy() > 1).sum())
     which, devices = device_index(ev)
     spans = step_spans(trace, ev, step_source, which, devices, name=step_name, main=main)
     threads = read_driver_threads([Path(p) for p in trace.paths])
     # Which of the Python tracer's files are a framework's: only needed when there are frames.
-    kinds = FrameKinds.from_modules(modules()) if any(t.frames for t in threads.values()) else FrameKinds.empty()
+    kinds = frame_kinds() if any(t.frames for t in threads.values()) else FrameKinds.empty()
     compiles = group_compiles(trace.compile_events)
     segments = {host: host_segments(threads.get(host), kinds, _compiles_of(compiles, host),
                                     execution_waits=trace.backend == "cpu")
@@ -117,7 +120,7 @@ def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
         del order
     bounds = np.r_[0, np.cumsum(np.bincount(which, minlength=len(devices)))]
     del which
-    slices: list[StepSlice] = []
+    slices: list[SliceColumns] = []
     windows: list[DeviceWindow] = []
     line_idle: dict[tuple[str, Label], float] = {}
     line_host: dict[tuple[str, Label], float] = {}
@@ -131,7 +134,7 @@ def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
                                steps if step_source == "device-steps" else None))
         seg = segments[host]
         step_rows, piece_idle, piece_host = _attribute(host, device, busy, steps, seg, starts, durations)
-        slices.extend(step_rows)
+        slices.append(step_rows)
         for k, us in piece_idle.items():
             line_idle[(host, seg.labels[k])] = line_idle.get((host, seg.labels[k]), 0.0) + us
         for k, us in piece_host.items():
@@ -154,11 +157,13 @@ def finish_breakdown(parts: Sequence[BreakdownPart], step_source: str, backend: 
     if aggregated:
         notes.append(f"{aggregated} aggregated op events (num_occurrences) have no place in time: "
                      "left out of busy time")
-    slices = [s for p in parts for s in p.slices]
+    columns = [c for p in parts for c in p.slices]
     windows = [w for p in parts for w in p.windows]
     if device_rank is not None:
-        slices.sort(key=lambda s: device_rank[(s.host, s.device)])
+        columns.sort(key=lambda c: device_rank[(c.host, c.device)])
         windows.sort(key=lambda w: device_rank[(w.host, w.device)])
+    slices = [s for c in columns for s in c.slices()]
+    del columns
     line_idle: dict[tuple[str, Label], float] = {}
     line_host: dict[tuple[str, Label], float] = {}
     paths: dict[str, str] = {}
@@ -209,7 +214,7 @@ def _window(host: str, device: str, busy: _Busy, starts: np.ndarray, ends: np.nd
 
 
 def _attribute(host: str, device: str, busy: _Busy, steps: StepSpans, seg: Segments, op_starts: np.ndarray,
-               durations: np.ndarray) -> tuple[list[StepSlice], dict[int, float], dict[int, float]]:
+               durations: np.ndarray) -> tuple[SliceColumns, dict[int, float], dict[int, float]]:
     """Step rows of one device, and device idle time / host time (us) by segment label."""
     a, b = steps.start_ns, steps.end_ns
     bounds = busy(np.concatenate([a, b]))
@@ -218,44 +223,96 @@ def _attribute(host: str, device: str, busy: _Busy, steps: StepSpans, seg: Segme
     sorted_starts = op_starts[order]
     cum = np.r_[0.0, np.cumsum(durations[order])]
     op_us = (cum[np.searchsorted(sorted_starts, b, side="left")] - cum[np.searchsorted(sorted_starts, a, side="left")]) / 1e3
-    # Pieces: the host segments cut at the step boundaries, inside a step.
-    cuts = np.unique(np.concatenate([seg.start_ns, seg.end_ns, a, b]))
-    cuts = cuts[(cuts >= a.min()) & (cuts <= b.max())] if len(a) else cuts[:0]
-    lo, hi = cuts[:-1], cuts[1:]
-    mid = (lo + hi) / 2
-    j = np.searchsorted(a, mid, side="right") - 1
-    in_step = (j >= 0) & (mid < b[np.maximum(j, 0)])
-    lo, hi, mid, j = lo[in_step], hi[in_step], mid[in_step], j[in_step]
-    k = np.searchsorted(seg.start_ns, mid, side="right") - 1
-    in_seg = (k >= 0) & (mid < seg.end_ns[np.maximum(k, 0)]) if len(seg.start_ns) else np.zeros(len(mid), bool)
-    label = np.where(in_seg, seg.label[np.maximum(k, 0)] if len(seg.label) else 0, 0)
-    length = (hi - lo) / 1e3
-    edges = busy(np.concatenate([lo, hi]))
-    idle = length - (edges[len(lo):] - edges[:len(lo)]) / 1e3
     kind_of = np.asarray([HOST_KINDS.index(lab.kind) for lab in seg.labels], np.int64) if seg.labels else \
         np.zeros(1, np.int64)
-    kind = kind_of[label] if len(label) else np.zeros(0, np.int64)
-    n_steps, n_kinds = len(a), len(HOST_KINDS)
-    host_by = np.bincount(j * n_kinds + kind, weights=length, minlength=n_steps * n_kinds).reshape(n_steps, n_kinds)
-    idle_by = np.bincount(j * n_kinds + kind, weights=idle, minlength=n_steps * n_kinds).reshape(n_steps, n_kinds)
+    n_steps, n_kinds, n_labels = len(a), len(HOST_KINDS), max(len(seg.labels), 1)
+    host_flat, idle_flat = np.zeros(n_steps * n_kinds), np.zeros(n_steps * n_kinds)
+    host_label, idle_label = np.zeros(n_labels), np.zeros(n_labels)
+    for lo, hi, mid, j in _pieces(a, b, seg):
+        k = np.searchsorted(seg.start_ns, mid, side="right") - 1
+        in_seg = (k >= 0) & (mid < seg.end_ns[np.maximum(k, 0)]) if len(seg.start_ns) else np.zeros(len(mid), bool)
+        label = np.where(in_seg, seg.label[np.maximum(k, 0)] if len(seg.label) else 0, 0)
+        length = (hi - lo) / 1e3
+        edges = busy(np.concatenate([lo, hi]))
+        idle = length - (edges[len(lo):] - edges[:len(lo)]) / 1e3
+        kind = kind_of[label] if len(label) else np.zeros(0, np.int64)
+        host_flat += np.bincount(j * n_kinds + kind, weights=length, minlength=n_steps * n_kinds)
+        idle_flat += np.bincount(j * n_kinds + kind, weights=idle, minlength=n_steps * n_kinds)
+        host_label += np.bincount(label, weights=length, minlength=n_labels)
+        idle_label += np.bincount(label, weights=idle, minlength=n_labels)
+    host_by, idle_by = host_flat.reshape(n_steps, n_kinds), idle_flat.reshape(n_steps, n_kinds)
     wall_us = (b - a) / 1e3
     # Step time the host pieces do not cover (no segment at all) is untraced host time.
     untraced = HOST_KINDS.index("untraced")
     host_by[:, untraced] += np.maximum(wall_us - host_by.sum(axis=1), 0.0)
     idle_left = np.maximum(wall_us - busy_us, 0.0) - idle_by.sum(axis=1)
     idle_by[:, untraced] += np.maximum(idle_left, 0.0)
-    # Plain lists: one StepSlice per step of every device (thousands on a long device trace).
-    host_rows, idle_rows = host_by.tolist(), idle_by.tolist()
-    starts_us, walls, busies, ops = (a / 1e3).tolist(), wall_us.tolist(), busy_us.tolist(), op_us.tolist()
-    numbers = steps.step.tolist()
-    rows = [StepSlice(host, device, numbers[i], starts_us[i], walls[i], busies[i], ops[i],
-                      dict(zip(HOST_KINDS, host_rows[i], strict=True)), dict(zip(HOST_KINDS, idle_rows[i], strict=True)))
-            for i in range(n_steps)]
-    n_labels = max(len(seg.labels), 1)
-    idle_label = np.bincount(label, weights=idle, minlength=n_labels)
-    host_label = np.bincount(label, weights=length, minlength=n_labels)
+    rows = SliceColumns(host, device, np.asarray(steps.step, np.int64), a / 1e3, wall_us, busy_us, op_us,
+                        host_by, idle_by)
     return (rows, {i: float(v) for i, v in enumerate(idle_label) if v > 0},
             {i: float(v) for i, v in enumerate(host_label) if v > 0})
+
+
+@dataclass(frozen=True, slots=True)
+class SliceColumns:
+    """The step slices of one device as columns (host time and idle time: one column per kind of
+    :data:`HOST_KINDS`): compact to hold and to hand from a worker to the merge."""
+
+    host: str
+    device: str
+    step: np.ndarray
+    start_us: np.ndarray
+    wall_us: np.ndarray
+    busy_us: np.ndarray
+    op_us: np.ndarray
+    host_us: np.ndarray
+    idle_by_kind: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    def slices(self) -> list[StepSlice]:
+        """The slices as :class:`StepSlice` objects."""
+        host_rows, idle_rows = self.host_us.tolist(), self.idle_by_kind.tolist()
+        starts, walls, busies, ops = (self.start_us.tolist(), self.wall_us.tolist(), self.busy_us.tolist(),
+                                      self.op_us.tolist())
+        numbers = self.step.tolist()
+        return [StepSlice(self.host, self.device, numbers[i], starts[i], walls[i], busies[i], ops[i],
+                          dict(zip(HOST_KINDS, host_rows[i], strict=True)),
+                          dict(zip(HOST_KINDS, idle_rows[i], strict=True)))
+                for i in range(len(numbers))]
+
+
+_PIECES = 1 << 20
+"""Pieces of host time cut at a time (a block of steps): a driver thread of millions of Python
+frames is cut in blocks, so the arrays of one block are what the cut needs beside the segments."""
+
+
+def _pieces(a: np.ndarray, b: np.ndarray, seg: Segments) -> Iterator[tuple[np.ndarray, ...]]:
+    """The host segments cut at the step boundaries, inside a step: (start, end, middle, step index)
+    of each piece, a block of steps at a time.
+
+    The cut points are every segment boundary and step boundary in the steps' span; a block of steps
+    [s0, s1) holds the pieces between its first step's start and the next block's (both are cut
+    points, so no piece straddles two blocks)."""
+    n = len(a)
+    if not n:
+        return
+    block = max(1, int(n * _PIECES / max(2 * len(seg.start_ns) + 2 * n, 1)))
+    last = float(b.max())
+    for s0 in range(0, n, block):
+        s1 = min(s0 + block, n)
+        lo_t, hi_t = float(a[s0]), (float(a[s1]) if s1 < n else last)
+        parts = [seg.start_ns[np.searchsorted(seg.start_ns, lo_t):np.searchsorted(seg.start_ns, hi_t, side="right")],
+                 seg.end_ns[np.searchsorted(seg.end_ns, lo_t):np.searchsorted(seg.end_ns, hi_t, side="right")],
+                 a[s0:s1 + 1], b[(b >= lo_t) & (b <= hi_t)], np.asarray([lo_t, hi_t])]
+        cuts = np.unique(np.concatenate(parts))
+        cuts = cuts[(cuts >= lo_t) & (cuts <= hi_t)]
+        lo, hi = cuts[:-1], cuts[1:]
+        mid = (lo + hi) / 2
+        j = np.searchsorted(a, mid, side="right") - 1
+        in_step = (j >= 0) & (mid < b[np.maximum(j, 0)])
+        yield lo[in_step], hi[in_step], mid[in_step], j[in_step]
 
 
 def _lines(idle: Mapping[tuple[str, Label], float], host: Mapping[tuple[str, Label], float], n: int,

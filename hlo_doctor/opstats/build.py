@@ -28,21 +28,27 @@ from hlo_doctor.hlo import HloInstruction, HloModule, HloShape, module_text_from
 from hlo_doctor.hlo.categories import categorize, categorize_opcodes
 from hlo_doctor.hlo.navigation import key_instruction
 from hlo_doctor.opstats.breakdown_build import finish_breakdown
+from hlo_doctor.opstats.host_time import FrameKinds
 from hlo_doctor.opstats.keys import assign_canonical_keys, body_digest, natural
 from hlo_doctor.opstats.optext import parse_op_text
 from hlo_doctor.opstats.roofline import add_roofline
 from hlo_doctor.opstats.schema import PER_STEP_COLUMNS, OpStats, table_from_rows
 from hlo_doctor.opstats.totals import EventTotals, event_totals
-from hlo_doctor.trace import Trace
+from hlo_doctor.trace import ModuleProto, Trace
 from hlo_doctor.trace.peaks import device_peaks
 
 
 def modules_from_trace(trace: Trace) -> tuple[tuple[HloModule, ...], tuple[str, ...]]:
     """Parse the HLO modules stored in the trace (one per (name, program id)); and warnings."""
+    return modules_from_protos(trace.module_protos)
+
+
+def modules_from_protos(protos: Iterable[ModuleProto]) -> tuple[tuple[HloModule, ...], tuple[str, ...]]:
+    """Parse HLO modules of a trace's metadata planes (the first of each (name, program id)); and warnings."""
     seen: set[tuple[str, int | None]] = set()
     modules: list[HloModule] = []
     warnings: list[str] = []
-    for proto in trace.module_protos:
+    for proto in protos:
         key = (proto.name, proto.program_id)
         if key in seen:
             continue
@@ -101,7 +107,7 @@ def build_opstats(
         notes.extend(more)
     else:
         parsed = tuple(modules)
-    totals = event_totals(trace, lambda: parsed)
+    totals = event_totals(trace, lambda: FrameKinds.from_modules(parsed))
     return opstats_from_totals(trace, totals, parsed, run=run, source_path=source_path, warnings=notes,
                                op_texts=op_texts)
 

@@ -19,11 +19,14 @@ framework or the standard library holds a file of that name (:class:`FrameKinds`
 
 from __future__ import annotations
 
+import heapq
 import importlib.util
+import itertools
 import os
 import re
 import sysconfig
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -226,11 +229,15 @@ def host_segments(thread: DriverThread | None, kinds: FrameKinds, compiles: Sequ
     while this one waited is compile time here too (without a driver thread, the compiles alone).
     A child event that outlives its parent is cut at the parent's end.
     """
-    events = [] if thread is None else [
-        (float(s), float(e), thread.names[c]) for s, e, c in
-        zip(thread.start_ns.tolist(), thread.end_ns.tolist(), thread.name_code.tolist(), strict=True)]
-    events += [(c.start_us * 1e3, (c.start_us + c.duration_us) * 1e3, _COMPILE_SPAN + c.module) for c in compiles]
-    events.sort(key=lambda ev: (ev[0], -ev[1]))
+    # The thread's events (sorted by start, longest first) merged with the compiles, a slice of the
+    # arrays at a time: a driver thread holds millions of Python-tracer events, never a tuple each.
+    spans = sorted(((c.start_us * 1e3, (c.start_us + c.duration_us) * 1e3, _COMPILE_SPAN + c.module) for c in compiles),
+                   key=lambda ev: (ev[0], -ev[1]))
+    events: Iterator[tuple[float, float, str]] = heapq.merge(_thread_events(thread), spans,
+                                                             key=lambda ev: (ev[0], -ev[1]))
+    first = next(events, None)
+    if first is not None:
+        events = itertools.chain((first,), events)
     index: dict[Label, int] = {}
     labels: list[Label] = []
 
@@ -242,9 +249,7 @@ def host_segments(thread: DriverThread | None, kinds: FrameKinds, compiles: Sequ
         return k
 
     untraced = code(Label("untraced"))
-    starts: list[float] = []
-    ends: list[float] = []
-    which: list[int] = []
+    starts, ends, which = array("d"), array("d"), array("q")
 
     def emit(a: float, b: float, k: int) -> None:
         if b > a:
@@ -253,7 +258,7 @@ def host_segments(thread: DriverThread | None, kinds: FrameKinds, compiles: Sequ
             which.append(k)
 
     stack: list[tuple[float, Label, int]] = []  # (end, label, its code)
-    t = events[0][0] if events else 0.0
+    t = first[0] if first is not None else 0.0
     for start, end, name in events:
         while stack and stack[-1][0] <= start:
             top_end, _, k = stack.pop()
@@ -269,5 +274,14 @@ def host_segments(thread: DriverThread | None, kinds: FrameKinds, compiles: Sequ
         top_end, _, k = stack.pop()
         emit(t, top_end, k)
         t = max(t, top_end)
-    return Segments(np.asarray(starts, np.float64), np.asarray(ends, np.float64), np.asarray(which, np.int64),
-                    tuple(labels))
+    return Segments(np.frombuffer(starts, np.float64), np.frombuffer(ends, np.float64),
+                    np.frombuffer(which, np.int64), tuple(labels))
+
+
+def _thread_events(thread: DriverThread | None, chunk: int = 1 << 16) -> Iterator[tuple[float, float, str]]:
+    """(start, end, name) of the thread's events in their order, converted a slice at a time."""
+    if thread is None:
+        return
+    for a in range(0, len(thread), chunk):
+        names = [thread.names[c] for c in thread.name_code[a:a + chunk].tolist()]
+        yield from zip(thread.start_ns[a:a + chunk].tolist(), thread.end_ns[a:a + chunk].tolist(), names, strict=True)

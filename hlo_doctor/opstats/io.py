@@ -57,9 +57,7 @@ def to_json(stats: OpStats, *, per_step: bool = True, compact: bool = False) -> 
     table and the summaries, its size set by the ops, not the steps. ``compact``: on one line.
     """
     rows = [{k: json_safe(v) for k, v in rec.items()} for rec in stats.table.to_dict(orient="records")]
-    breakdown = json_safe(stats.breakdown.to_dict()) if stats.breakdown is not None else None
-    if breakdown is not None and not per_step:
-        del breakdown["steps"]
+    breakdown = json_safe(stats.breakdown.to_dict(steps=per_step)) if stats.breakdown is not None else None
     doc = {
         "schema": JSON_SCHEMA,
         "source_path": stats.source_path,

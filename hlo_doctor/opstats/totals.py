@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hlo_doctor.hlo import HloModule
 from hlo_doctor.opstats.breakdown_build import BreakdownPart, breakdown_part
+from hlo_doctor.opstats.host_time import FrameKinds
 from hlo_doctor.opstats.steps import steps_from_executions, steps_from_marks
 from hlo_doctor.trace import Trace
 
@@ -147,10 +147,11 @@ def step_evidence(trace: Trace) -> StepEvidence:
                         tuple((m_, p_, ns) for (m_, p_), ns in module_ns.items()))
 
 
-def event_totals(trace: Trace, modules: Callable[[], Sequence[HloModule]],
+def event_totals(trace: Trace, frame_kinds: Callable[[], FrameKinds],
                  choice: StepChoice | None = None) -> EventTotals:
     """The sums of ``trace``'s op events, its steps decided by ``choice`` (default: from this trace
-    alone). ``modules`` is called only when the breakdown needs the HLO's source paths."""
+    alone). ``frame_kinds`` is called only when the breakdown classifies Python frames
+    (:meth:`~hlo_doctor.opstats.host_time.FrameKinds.from_modules` of the capture's modules)."""
     evidence = step_evidence(trace)
     choice = choice or choose_steps(evidence)
     ev = events_frame(trace)
@@ -164,7 +165,7 @@ def event_totals(trace: Trace, modules: Callable[[], Sequence[HloModule]],
     del step_of
     starts, durations = trace.ops.start_ns, trace.ops.duration_ns
     span = (float(starts.min()), float((starts + durations).max())) if len(starts) else (0.0, 0.0)
-    part = breakdown_part(trace, ev, choice.source, modules, step_name=choice.name, main=choice.main)
+    part = breakdown_part(trace, ev, choice.source, frame_kinds, step_name=choice.name, main=choice.main)
     return EventTotals(
         **sums, step_times_us=tuple(float(t) for t in times), step_count=int(count), choice=choice,
         evidence=evidence, span_ns=span, breakdown=(part,),

@@ -157,6 +157,17 @@ def read_host(source: Path | bytes, cols: OpColumns, origin: str = "") -> HostRe
     return out
 
 
+def read_module_protos(source: Path | bytes, origin: str = "") -> list[ModuleProto]:
+    """The HLO modules of one host's xplane (its ``/host:metadata`` plane alone is read).
+
+    Raises :class:`InputError` as :func:`read_host` does.
+    """
+    origin = origin or str(source)
+    with XSpaceFile(source, origin) as space:
+        return [m for ref in space.planes if ref.name == METADATA_PLANE
+                for m in metadata_plane_modules(space.plane(ref), host_of(origin)) if m.hlo_proto]
+
+
 def read_trace(paths: list[Path]) -> Trace:
     """Read the xplane files of one capture (one per host) in this process.
 

@@ -26,22 +26,22 @@ from hlo_doctor.opstats import OpStats, load_opstats  # noqa: E402
 BIN = Path(sys.executable).parent
 
 
-def _layer(x: jnp.ndarray, w: jnp.ndarray) -> jnp.ndarray:
+def _pod_layer(x: jnp.ndarray, w: jnp.ndarray) -> jnp.ndarray:
     return jnp.tanh(x @ w) * 0.5 + x
 
 
-def _sample(logits: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+def _pod_sample(logits: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     return jnp.argmax(logits.astype(jnp.float32), axis=-1), logits
 
 
 @pytest.fixture(scope="session")
 def layer() -> RealModule:
-    return compile_module(_layer, jnp.ones((8, 64), jnp.float32), jnp.ones((64, 64), jnp.float32))
+    return compile_module(_pod_layer, jnp.ones((8, 64), jnp.float32), jnp.ones((64, 64), jnp.float32))
 
 
 @pytest.fixture(scope="session")
 def sampler() -> RealModule:
-    return compile_module(_sample, jnp.ones((8, 512), jnp.bfloat16))
+    return compile_module(_pod_sample, jnp.ones((8, 512), jnp.bfloat16))
 
 
 @pytest.fixture(scope="session")

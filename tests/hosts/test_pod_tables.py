@@ -66,10 +66,10 @@ def test_hosts_that_differ_merge_into_the_rows_of_all(tpu_logdir: Path) -> None:
     doc = stats_doc(tpu_logdir, "--jobs", "2")
     rows = {(r["module"], r["program_id"], r["op"]): r for r in doc["rows"]}
     # The sampler recompiled on one host only: both programs are rows, each on that host's chips.
-    samplers = {pid: r for (module, pid, _), r in rows.items() if module.startswith("jit__sample")}
+    samplers = {pid: r for (module, pid, _), r in rows.items() if module.startswith("jit__pod_sample")}
     assert len({pid for pid in samplers}) == 2
     # The layer's last op ran on two of the three hosts: 4 of 6 chips.
-    assert sorted({r["devices"] for (m, _, _), r in rows.items() if m.startswith("jit__layer")}) == [4, 6]
+    assert sorted({r["devices"] for (m, _, _), r in rows.items() if m.startswith("jit__pod_layer")}) == [4, 6]
     assert doc["num_devices"] == 6 and doc["step_source"] == "device-steps"
 
 
