@@ -51,7 +51,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dic
     tmp = tmp_path_factory.mktemp("pages")
     out: dict[str, tuple[Path, dict[str, Any]]] = {}
     for name, run in (("capture-cpu", SAMPLES / "engine_b64_original_a"), ("capture-gpu", SAMPLES / "gpu_h200_original")):
-        _run("stats", str(run), "--format", "json", "-o", str(tmp / f"{name}.json"))
+        _run("stats", str(run), "--format", "json", "--per-step", "-o", str(tmp / f"{name}.json"))
         _run("report", str(run), "-o", str(tmp / f"{name}.html"))
         out[name] = (tmp / f"{name}.html", json.loads((tmp / f"{name}.json").read_text()))
     _run("diagnose", str(SAMPLES / "engine_b64_original_a"), "--format", "json", "-o", str(tmp / "diagnosis.json"))

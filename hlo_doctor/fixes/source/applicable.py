@@ -74,6 +74,20 @@ def editable_frames(finding: Finding, root: Path) -> Iterator[tuple[Path, int]]:
             continue
         if path.is_file() and _inside(path, root):
             yield path, line
+        elif (here := _in_this_checkout(Path(file), root)) is not None:
+            yield here, line
+
+
+def _in_this_checkout(path: Path, root: Path) -> Path | None:
+    """The same file in this project when the capture was made in another checkout of it (a TPU VM's
+    ``/srv/app/pkg/mod.py`` is this tree's ``pkg/mod.py``): the longest tail of the path, of two parts
+    or more, that names a file under ``root``."""
+    parts = path.parts[1:] if path.is_absolute() else path.parts
+    for k in range(len(parts), 1, -1):
+        candidate = root.joinpath(*parts[-k:])
+        if candidate.is_file() and _inside(candidate.resolve(), root):
+            return candidate.resolve()
+    return None
 
 
 def candidates(finding: Finding) -> list[CatalogEntry]:
