@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.hlo import HloModule
 from hlo_doctor.hosts.local import InProcess, LocalPool, Result
 from hlo_doctor.hosts.merge import merge_dispatch, merge_parts
 from hlo_doctor.hosts.work import HostFailure, HostPart, HostTask
@@ -83,6 +84,28 @@ def read_capture(path: str | Path, options: PodOptions, *,
     xplanes = find_xplanes(p)
     if len(xplanes) < 2 and options.scheduler is None and (options.jobs <= 1 or _size(xplanes[0]) < WORKER_MIN_BYTES):
         return load_opstats(p), None
+    if options.scheduler is None:
+        parts, left_out, protos, modules = _read_pod(xplanes, lambda t: _runner(options, len(t)).run(t),
+                                                     options, dispatch)
+    else:
+        from hlo_doctor.hosts.cluster import DaskCluster
+
+        cluster = DaskCluster(options.scheduler)  # first: an unreachable scheduler stops it before any work
+        try:
+            parts, left_out, protos, modules = _read_pod(xplanes, cluster.run, options, dispatch)
+        finally:
+            cluster.close()
+    for part in parts:
+        part.read.protos = protos[part.read.path]
+    stats = merge_parts(parts, source_path=str(p), run=run_info_for(xplanes, p), left_out=left_out, modules=modules)
+    return stats, (merge_dispatch(parts) if dispatch else None)
+
+
+def _read_pod(xplanes: list[Path], run: Run, options: PodOptions, dispatch: bool
+              ) -> tuple[list[HostPart], list[HostFailure], dict[str, list[ModuleProto]],
+                         tuple[tuple[HloModule, ...], tuple[str, ...]]]:
+    """Every host's part (in the order of the files), the host files left out, each host's modules
+    and the parsed modules of all."""
     # The modules first, here: the workers are told the source paths their frames need and parse
     # nothing (nor import XLA); their parts come back without the modules.
     protos: dict[str, list[ModuleProto]] = {}
@@ -99,22 +122,9 @@ def read_capture(path: str | Path, options: PodOptions, *,
     frame_paths = tuple(sorted(FrameKinds.from_modules(modules[0]).paths.items()))
     tasks = [HostTask(str(x), str(x.resolve()), dispatch=dispatch, frame_paths=frame_paths, keep_modules=False)
              for x in xplanes if str(x) in protos]
-    if options.scheduler is not None:
-        from hlo_doctor.hosts.cluster import DaskCluster
-
-        cluster = DaskCluster(options.scheduler)
-        try:
-            parts, left_out = _read_hosts(cluster.run, tasks, options)
-        finally:
-            cluster.close()
-    else:
-        parts, left_out = _read_hosts(lambda t: _runner(options, len(t)).run(t), tasks, options)
-    for part in parts:
-        part.read.protos = protos[part.read.path]
+    parts, left_out = _read_hosts(run, tasks, options)
     order = {str(x): i for i, x in enumerate(xplanes)}
-    left_out = sorted([*unreadable, *left_out], key=lambda f: order[f.path])
-    stats = merge_parts(parts, source_path=str(p), run=run_info_for(xplanes, p), left_out=left_out, modules=modules)
-    return stats, (merge_dispatch(parts) if dispatch else None)
+    return parts, sorted([*unreadable, *left_out], key=lambda f: order[f.path]), protos, modules
 
 
 def _size(path: Path) -> int:
