@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from hlo_doctor.opstats.steps import execution_starts
 from hlo_doctor.trace import Trace
 
 Device = tuple[str, str]
@@ -100,12 +101,7 @@ def _executions(ev: pd.DataFrame, which: np.ndarray, devices: list[Device],
         main = ev[on & is_main]
         if not len(main):
             continue
-        if main["run_id"].ge(0).all():
-            exec_starts = np.sort(main.groupby("run_id")["start_ns"].min().to_numpy())
-        else:
-            per_op = main.groupby(main["op"].astype(str))["start_ns"].agg(["size", "min"])
-            first_op = per_op.sort_values(["size", "min"], ascending=[False, True]).index[0]
-            exec_starts = np.sort(main[main["op"].astype(str) == first_op]["start_ns"].to_numpy())
+        exec_starts = execution_starts(main)
         last = max(float(ends[on].max()), float(exec_starts[-1]))
         bounds = np.append(exec_starts, last)
         out[d] = StepSpans(bounds[:-1].astype(np.float64), bounds[1:].astype(np.float64),

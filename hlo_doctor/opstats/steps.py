@@ -55,6 +55,17 @@ def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: 
     return step_of, times, max(counts) if counts else 0
 
 
+def execution_starts(main: pd.DataFrame) -> np.ndarray:
+    """Sorted start times of the executions of the main program in ``main`` (one device's events of
+    it): the first event of each execution id, or, without ids, each event of its most frequent op
+    (ties: the op that starts first, i.e. the head of the program)."""
+    if main["run_id"].ge(0).all():
+        return np.sort(main.groupby("run_id")["start_ns"].min().to_numpy())
+    per_op = main.groupby(main["op"].astype(str))["start_ns"].agg(["size", "min"])
+    first_op = per_op.sort_values(["size", "min"], ascending=[False, True]).index[0]
+    return np.sort(main[main["op"].astype(str) == first_op]["start_ns"].to_numpy())
+
+
 def steps_from_executions(ev: pd.DataFrame, main_key: tuple[str, int] | None = None
                           ) -> tuple[np.ndarray, list[float], int, str]:
     """Steps from the executions of the main module (the one with the most op time), per device.
@@ -81,14 +92,7 @@ def steps_from_executions(ev: pd.DataFrame, main_key: tuple[str, int] | None = N
         main = ev[on_device & is_main]
         if not len(main):
             continue
-        if main["run_id"].ge(0).all():
-            exec_starts = np.sort(main.groupby("run_id")["start_ns"].min().to_numpy())
-        else:
-            # No execution ids: each event of the main module's most frequent op marks one run
-            # (ties: the op that starts first, i.e. the head of the program).
-            per_op = main.groupby(main["op"].astype(str))["start_ns"].agg(["size", "min"])
-            first_op = per_op.sort_values(["size", "min"], ascending=[False, True]).index[0]
-            exec_starts = np.sort(main[main["op"].astype(str) == first_op]["start_ns"].to_numpy())
+        exec_starts = execution_starts(main)
         last_end = float(ends[on_device].max())
         bounds = np.append(exec_starts, max(last_end, float(exec_starts[-1])))
         counts.append(len(exec_starts))
