@@ -23,7 +23,7 @@ from hlo_doctor.fixes.argmax_without_softmax.examples import INVALID, VALID
 from hlo_doctor.fixes.argmax_without_softmax.maps import Peeled, Selection, describe, peel, selection_of
 from hlo_doctor.fixes.source.base import Hint, NotApplicable, SiteEdit, SourceExample
 from hlo_doctor.fixes.source.code import Change, Code, Codemod, Plan, remove_line
-from hlo_doctor.fixes.source.flow import name_uses, scope_of
+from hlo_doctor.fixes.source.flow import name_uses, reads_after, scope_of
 
 __all__ = ["FIX", "ArgmaxWithoutSoftmax"]
 
@@ -144,17 +144,9 @@ class ArgmaxWithoutSoftmax(Codemod):
             return NotApplicable(peeled.refusal, "refused")
         scope = scope_of(code, stmt)
         after = code.end_position(stmt)
-        readers: list[cst.Name] = []
-        for u in name_uses(code, scope, name):
-            if u.nested and u.kind == "load":
-                return NotApplicable(f"{name} is read by a nested function or lambda at line {u.line}", "refused")
-            if u.position < after or u.nested:
-                continue
-            if u.kind != "load":
-                break
-            readers.append(u.node)
-        if not readers:
-            return NotApplicable(f"{name} is never read after line {code.line(stmt)}", "refused")
+        readers = reads_after(code, stmt, name)
+        if isinstance(readers, str):
+            return NotApplicable(readers, "refused")
         sels = []
         for r in readers:
             sel = selection_of(code, r)

@@ -25,7 +25,7 @@ from hlo_doctor.fixes.eager_widening.analysis import Reader, Widening, read_by, 
 from hlo_doctor.fixes.eager_widening.examples import INVALID, VALID
 from hlo_doctor.fixes.source.base import Hint, NotApplicable, SiteEdit, SourceExample
 from hlo_doctor.fixes.source.code import Change, Code, Codemod, Plan, Result, remove_line
-from hlo_doctor.fixes.source.flow import name_uses, scope_of
+from hlo_doctor.fixes.source.flow import name_uses, reads_after, scope_of
 
 if TYPE_CHECKING:
     from hlo_doctor.core.model import Finding
@@ -49,20 +49,9 @@ def _readers(code: Code, stmt: cst.BaseSmallStatement, w: Widening) -> tuple[lis
     if not (isinstance(stmt, cst.Assign) and stmt.value is w.call and len(stmt.targets) == 1
             and isinstance(stmt.targets[0].target, cst.Name)):
         return [], [read_by(code, w.call, w.wide)]
-    name = stmt.targets[0].target.value
-    scope = scope_of(code, stmt)
-    after = code.end_position(stmt)
-    names: list[cst.Name] = []
-    for u in name_uses(code, scope, name):
-        if u.nested and u.kind == "load":
-            return f"{name} is read by a nested function or lambda at line {u.line}"
-        if u.position < after or u.nested:
-            continue
-        if u.kind != "load":
-            break
-        names.append(u.node)
-    if not names:
-        return f"the widened {name} is never read after line {code.line(stmt)}"
+    names = reads_after(code, stmt, stmt.targets[0].target.value)
+    if isinstance(names, str):
+        return f"the widened {names}" if "never read" in names else names
     return names, [read_by(code, n, w.wide) for n in names]
 
 

@@ -23,7 +23,7 @@ from libcst.helpers import get_full_name_for_node
 from hlo_doctor.fixes.slice_before_matmul.examples import INVALID, VALID
 from hlo_doctor.fixes.source.base import Hint, NotApplicable, SiteEdit, SourceExample
 from hlo_doctor.fixes.source.code import Change, Code, Codemod, Plan
-from hlo_doctor.fixes.source.flow import name_uses, scope_of
+from hlo_doctor.fixes.source.flow import name_uses, reads_after, scope_of
 
 if TYPE_CHECKING:
     from hlo_doctor.core.model import Finding
@@ -153,23 +153,16 @@ class SliceBeforeMatmul(Codemod):
         return Plan(SiteEdit(code.line(sub), what, False, _NOTE), {sub: new})
 
     def _named(self, code: Code, stmt: cst.Assign, name: str, hint: Hint) -> Plan | NotApplicable:
-        scope = scope_of(code, stmt)
-        after = code.end_position(stmt)
+        reads = reads_after(code, stmt, name)
+        if isinstance(reads, str):
+            return NotApplicable(reads, "refused")
         readers: list[cst.Subscript] = []
-        for u in name_uses(code, scope, name):
-            if u.nested and u.kind == "load":
-                return NotApplicable(f"{name} is read by a nested function or lambda at line {u.line}", "refused")
-            if u.position < after or u.nested:
-                continue
-            if u.kind != "load":
-                break
-            parent = code.parent(u.node)
-            if not isinstance(parent, cst.Subscript) or parent.value is not u.node:
-                what = code.source_of(code.statement_of(u.node) or u.node).strip()
-                return NotApplicable(f"{name} is read whole at line {u.line} ({what})", "refused")
+        for node in reads:
+            parent = code.parent(node)
+            if not isinstance(parent, cst.Subscript) or parent.value is not node:
+                what = code.source_of(code.statement_of(node) or node).strip()
+                return NotApplicable(f"{name} is read whole at line {code.line(node)} ({what})", "refused")
             readers.append(parent)
-        if not readers:
-            return NotApplicable(f"{name} is never read after line {code.line(stmt)}", "refused")
         texts = {code.source_of(r.with_changes(value=cst.Name(name))) for r in readers}
         if len(texts) != 1:
             return NotApplicable(f"{name} is read through different subscripts: {', '.join(sorted(texts))}", "refused")

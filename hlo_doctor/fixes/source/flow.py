@@ -15,7 +15,7 @@ import libcst as cst
 
 from hlo_doctor.fixes.source.code import Code
 
-__all__ = ["Use", "assigned_names", "first_use_after", "loops_around", "name_uses", "scope_of"]
+__all__ = ["Use", "assigned_names", "first_use_after", "loops_around", "name_uses", "reads_after", "scope_of"]
 
 UseKind = Literal["load", "store", "del"]
 
@@ -235,3 +235,22 @@ def assigned_names(target: cst.BaseAssignTargetExpression | cst.BaseExpression) 
     if isinstance(target, cst.StarredElement):
         return assigned_names(target.value)
     return []
+
+
+def reads_after(code: Code, stmt: cst.BaseSmallStatement, name: str) -> list[cst.Name] | str:
+    """The reads of ``name`` after ``stmt`` binds it, up to its next binding, in ``stmt``'s function.
+
+    A reason instead when a nested function or lambda reads it (a closure can run at any time, so
+    its reads cannot be placed) or when nothing reads it after ``stmt``.
+    """
+    after = code.end_position(stmt)
+    names: list[cst.Name] = []
+    for u in name_uses(code, scope_of(code, stmt), name):
+        if u.nested and u.kind == "load":
+            return f"{name} is read by a nested function or lambda at line {u.line}"
+        if u.position < after or u.nested:
+            continue
+        if u.kind != "load":
+            break
+        names.append(u.node)
+    return names or f"{name} is never read after line {code.line(stmt)}"
