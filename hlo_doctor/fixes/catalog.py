@@ -78,6 +78,12 @@ CATALOG: tuple[CatalogEntry, ...] = (
         "slice-before-matmul", "slice the input of a matmul, not its result", False, ("HD012",), "file",
         "(x @ W)[:, -1] -> x[:, -1] @ W for a static index that leaves the matmul's last dimension whole",
         "hlo_doctor.fixes.slice_before_matmul"),
+    CatalogEntry(
+        "update-in-place", "update a stacked buffer's row in place, not the whole buffer", True, ("HD013",), "file",
+        "x = dynamic_update_slice(buf[i], row, s); buf = concatenate([buf[:i], x[None], buf[i + 1:]]) -> "
+        "buf = dynamic_update_slice(buf, row[None], (i, *s)) (also .at[...].set); refused where the slab "
+        "comes from a call or the buffer is re-stacked from a list",
+        "hlo_doctor.fixes.update_in_place"),
 )
 
 
