@@ -1,0 +1,112 @@
+"""What each side's compiled programs hold: a short capture of each after the rounds, diagnosed by every
+rule, the findings the treatment must no longer have (check 3), and the ops that stopped running.
+
+The capture is ``hlo-doctor profile``'s own (:func:`hlo_doctor.capture.capture_run`), taken after the
+measured rounds so that the profiler never runs inside one. Ops are matched between the two captures on
+the op-stats table's canonical key (program without its id | opcode | shape), as ``hlo-doctor gate``
+matches them: an op of the baseline whose key the treatment's capture lacks no longer runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hlo_doctor.core.errors import HloDoctorError
+from hlo_doctor.core.model import Finding
+from hlo_doctor.verify.evidence import hlo_evidence
+from hlo_doctor.verify.program.target import Side
+from hlo_doctor.verify.results import Check, HloEvidence, RemovedOp
+from hlo_doctor.verify.settings import ProgressFn
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+NAME = "fixed program's findings"
+
+
+@dataclass(frozen=True, slots=True)
+class Captured:
+    """One side's capture: the diagnosis of it and its op-stats table (None when it failed)."""
+
+    evidence: HloEvidence
+    table: pd.DataFrame | None
+
+
+def capture_side(side: Side, run_dir: Path, steps: int, progress: ProgressFn) -> Captured:
+    """Profile ``steps`` calls of ``side`` (already warm) into ``run_dir`` and diagnose them with every rule."""
+    from hlo_doctor.capture import capture_run
+
+    try:
+        path, stats = capture_run(
+            side.step, steps=steps, warmup=0, out_dir=run_dir, target=f"{side.label}:{side.spec}",
+            progress=lambda stage, done, total: progress(f"profile {side.label}: {stage}", done, total))
+        return Captured(hlo_evidence(path, select=()), stats.table)
+    except HloDoctorError as exc:
+        return Captured(HloEvidence(str(run_dir), (), (), (), None, error=exc.one_line()), None)
+
+
+def _name(f: Finding) -> str:
+    return f"{f.code} {f.module}/{f.op}" + (f" ({f.source})" if f.source else "")
+
+
+def _codes(findings: Sequence[Finding]) -> str:
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[f.code] = counts.get(f.code, 0) + 1
+    return ", ".join(f"{code}" + (f" x{n}" if n > 1 else "") for code, n in sorted(counts.items())) or "none"
+
+
+def check_findings(baseline: HloEvidence, treatment: HloEvidence, rules: Sequence[str]) -> Check:
+    """Check 3: the treatment's capture has no finding of ``rules`` (the fix's); without rules, no finding
+    the baseline did not have. The figure says which findings remain."""
+    for side, ev in (("treatment", treatment), ("baseline", baseline)):
+        if ev.error:
+            return Check(3, NAME, False, f"{side} capture failed", ev.error)
+    crashed = [f for f in treatment.findings if f.code == "HD000"]
+    if crashed:
+        return Check(3, NAME, False, "a rule crashed on the treatment", "; ".join(f.message for f in crashed))
+    base = [f for f in baseline.findings if f.code != "HD000"]
+    treat = [f for f in treatment.findings if f.code != "HD000"]
+    if rules:
+        not_run = [c for c in rules if c not in treatment.rules_run]
+        if not_run:
+            return Check(3, NAME, False, f"rules not run: {', '.join(not_run)}",
+                         "the capture lacked what these rules need (HLO modules, op stats)")
+        had = [f for f in base if f.code in rules]
+        left = [f for f in treat if f.code in rules]
+        others = [f for f in treat if f.code not in rules]
+        figure = f"{', '.join(rules)}: {len(had)} -> {len(left)}; other findings left: {_codes(others)}"
+        if left:
+            return Check(3, NAME, False, figure, "still there: " + "; ".join(_name(f) for f in left[:4]))
+        detail = ("gone: " + "; ".join(_name(f) for f in had[:4])) if had else (
+            "the baseline had no finding of these rules: nothing for the fix to remove")
+        return Check(3, NAME, True, figure, detail)
+    keys = {(f.code, f.module) for f in base}
+    new = [f for f in treat if (f.code, f.module) not in keys]
+    gone = [f for f in base if (f.code, f.module) not in {(g.code, g.module) for g in treat}]
+    figure = f"{len(base)} -> {len(treat)} findings; gone: {_codes(gone)}; left: {_codes(treat)}"
+    if new:
+        return Check(3, NAME, False, figure, "new in the treatment: " + "; ".join(_name(f) for f in new[:4]))
+    return Check(3, NAME, True, figure, ("gone: " + "; ".join(_name(f) for f in gone[:4])) if gone else "")
+
+
+def removed_ops(baseline: Captured, treatment: Captured) -> tuple[RemovedOp, ...]:
+    """The baseline's ops that the treatment's capture does not run, slowest first (the rule that flagged
+    each one, when one did)."""
+    from hlo_doctor.gate.match import aggregate
+
+    if baseline.table is None or treatment.table is None:
+        return ()
+    base = aggregate(baseline.table, "baseline")
+    treat = aggregate(treatment.table, "treatment")
+    flagged = {(f.module, f.op): f.code for f in baseline.evidence.findings}
+    out = []
+    for key in base.index.difference(treat.index, sort=False):
+        row = base.loc[key]
+        ops = str(row["ops"])
+        code = next((flagged[(m, op)] for (m, op) in flagged if op in ops.split(", ") and str(row["module"]) in m), "")
+        out.append(RemovedOp(code, ops, str(row["module"]), str(row["shape"]), float(row["time_per_step_us"]), "gone"))
+    return tuple(sorted(out, key=lambda o: -(o.time_per_step_us or 0.0)))

@@ -1,0 +1,166 @@
+"""Warm both sides, then measured rounds interleaved AB BA AB..., comparing their outputs as they go.
+
+Every call of a step is timed from its call to ``jax.block_until_ready`` of what it returned; its
+outputs are copied to the host after the timer stops (a donated output is gone by the next call).
+A round's backend compiles are counted by the one compile counter (:mod:`hlo_doctor.verify.compiles`),
+with JAX's reason. Round ``k`` of one side is compared with round ``k`` of the other once both have run,
+call by call; so are the warm-up calls. A step that raises ends the measuring: the report names the
+side, the round and the call.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass, field
+
+from hlo_doctor.verify.compiles import compile_window
+from hlo_doctor.verify.program.outputs import Difference, Leaf, first_difference, host_leaves
+from hlo_doctor.verify.program.settings import ProgramSettings
+from hlo_doctor.verify.program.target import Side
+from hlo_doctor.verify.rounds import LABELS, interleaved
+from hlo_doctor.verify.settings import ProgressFn
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramRound:
+    """One measured round of one side: ``steps`` calls of its step function."""
+
+    variant: str
+    index: int
+    """The side's own round number, from 0."""
+    order: int
+    """Position in the whole interleaved sequence, from 0."""
+    step_times_ms: tuple[float, ...]
+    wall_ms: float
+    """The whole round, first call to last result (outputs copied to the host included)."""
+    compiles: tuple[str, ...]
+    """One line per backend compile inside the round: the program and JAX's reason."""
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {"variant": self.variant, "index": self.index, "order": self.order,
+                "step_times_ms": list(self.step_times_ms), "wall_ms": self.wall_ms, "compiles": list(self.compiles)}
+
+
+@dataclass(frozen=True, slots=True)
+class Raised:
+    """A step that raised: which side, when, and what."""
+
+    variant: str
+    when: str
+    """``warm-up call 1`` or ``round 3, step 2``."""
+    error: str
+
+    def describe(self) -> str:
+        """``treatment raised ZeroDivisionError in round 3, step 2: ...``."""
+        return f"{self.variant} raised {self.error} in {self.when}"
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """The first call whose outputs differ between the sides."""
+
+    when: str
+    """``round 2, step 4`` or ``warm-up call 1``."""
+    difference: Difference
+
+    def describe(self) -> str:
+        """``round 2, step 4: output [0], index (3,): 5 vs 9``."""
+        return f"{self.when}: {self.difference.describe()}"
+
+
+@dataclass
+class Measured:
+    """What the rounds gave: per side, its rounds and warm-up time; the first mismatch; a raise."""
+
+    rounds: dict[str, list[ProgramRound]] = field(default_factory=lambda: {label: [] for label in LABELS})
+    warmup_s: dict[str, float] = field(default_factory=dict)
+    compared: int = 0
+    """Calls whose outputs were compared (warm-up calls included)."""
+    mismatch: Mismatch | None = None
+    raised: Raised | None = None
+
+
+class _StepRaised(Exception):
+    def __init__(self, raised: Raised) -> None:
+        super().__init__(raised.describe())
+        self.raised = raised
+
+
+def _call(side: Side, when: str) -> tuple[float, tuple[Leaf, ...]]:
+    """One call: its time in ms (to the last result) and its outputs on the host."""
+    import jax
+
+    from hlo_doctor.capture_guard import call_target
+    from hlo_doctor.core.errors import HloDoctorError
+
+    try:
+        t0 = time.perf_counter()
+        out = call_target(side.step, what=f"{side.label} {side.spec}, {when},")
+        jax.block_until_ready(out)
+        elapsed = (time.perf_counter() - t0) * 1e3
+        return elapsed, host_leaves(out)
+    except HloDoctorError as exc:  # sys.exit inside the step
+        raise _StepRaised(Raised(side.label, when, exc.what)) from exc
+    except Exception as exc:  # noqa: BLE001 - the user's step may raise anything
+        raise _StepRaised(Raised(side.label, when, f"{type(exc).__name__}: {exc}")) from exc
+
+
+def _compare(result: Measured, when: str, a: tuple[Leaf, ...], b: tuple[Leaf, ...], settings: ProgramSettings) -> None:
+    if result.mismatch is not None:
+        return
+    result.compared += 1
+    diff = first_difference(a, b, rtol=settings.rtol, atol=settings.atol)
+    if diff is not None:
+        result.mismatch = Mismatch(when, diff)
+
+
+def measure(base: Side, treat: Side, settings: ProgramSettings, progress: ProgressFn) -> Measured:
+    """Warm both sides, run ``settings.rounds`` interleaved rounds each, compare the outputs call by call."""
+    result = Measured()
+    sides = {"baseline": base, "treatment": treat}
+    try:
+        warm: dict[str, list[tuple[Leaf, ...]]] = {}
+        for label, side in sides.items():
+            progress(f"warm-up {label}", 0, settings.warmup)
+            start = time.perf_counter()
+            warm[label] = []
+            for i in range(settings.warmup):
+                warm[label].append(_call(side, f"warm-up call {i + 1}")[1])
+                progress(f"warm-up {label}", i + 1, settings.warmup)
+            result.warmup_s[label] = time.perf_counter() - start
+        for i, (a, b) in enumerate(zip(warm["baseline"], warm["treatment"], strict=True)):
+            _compare(result, f"warm-up call {i + 1}", a, b, settings)
+        del warm
+        _rounds(result, sides, settings, progress)
+    except _StepRaised as exc:
+        result.raised = exc.raised
+    return result
+
+
+def _rounds(result: Measured, sides: dict[str, Side], settings: ProgramSettings, progress: ProgressFn) -> None:
+    total = 2 * settings.rounds
+    progress("rounds", 0, total)
+    pending: dict[str, list[tuple[Leaf, ...]]] = {}
+    for order, label in enumerate(interleaved(settings.rounds)):
+        side, index = sides[label], len(result.rounds[label])
+        gc.collect()  # outside the window: a collection inside it is the previous round's garbage
+        times: list[float] = []
+        outputs: list[tuple[Leaf, ...]] = []
+        with compile_window(explain=True) as window:
+            start = time.perf_counter()
+            for step in range(settings.steps):
+                elapsed, leaves = _call(side, f"round {index + 1}, step {step + 1}")
+                times.append(elapsed)
+                outputs.append(leaves)
+            wall = (time.perf_counter() - start) * 1e3
+        compiles = window.reasons or tuple(f"{name}: JAX gave no reason" for name in window.programs)
+        result.rounds[label].append(ProgramRound(label, index, order, tuple(times), wall, compiles))
+        pending[label] = outputs
+        if len(pending) == 2:
+            # Both sides ran round `index`: compare it call by call, then let its outputs go.
+            for step, (a, b) in enumerate(zip(pending["baseline"], pending["treatment"], strict=True)):
+                _compare(result, f"round {index + 1}, step {step + 1}", a, b, settings)
+            pending.clear()
+        progress("rounds", order + 1, total)

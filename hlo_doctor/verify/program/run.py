@@ -1,0 +1,147 @@
+"""``run_program``: make the treatment, load both sides, measure them interleaved, capture, decide the checks.
+
+Checks, each pass/fail with the figure that decided it:
+
+1. **compiles**: no backend compile inside any measured round, in either side (JAX's reason when there is one);
+2. **outputs identical**: every call's outputs, warm-up and rounds, bit for bit (or within the tolerance
+   the user set); a difference names the round, the call and the first differing element; a step that
+   raises fails here, naming the side and the call;
+3. **fixed program's findings**: every rule run on the treatment's capture; none of the fix's rules (or
+   ``--rules``) may still find anything there (with ``--treatment`` alone: no finding the baseline had
+   not); the figure says which findings remain;
+4. **step-time verdict**: the core's throughput check (:func:`hlo_doctor.verify.checks.check_throughput`) on
+   every call's time, with each round's wall time as the timing that must not regress.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+from hlo_doctor.statistics import SampleComparison
+from hlo_doctor.verify.checks import check_throughput, not_run
+from hlo_doctor.verify.program.evidence import Captured, capture_side, check_findings, removed_ops
+from hlo_doctor.verify.program.measure import Measured, ProgramRound, measure
+from hlo_doctor.verify.program.results import ProgramReport, SideSummary
+from hlo_doctor.verify.program.settings import ProgramSettings, validate_program_settings
+from hlo_doctor.verify.program.target import FixedCopy, Side, load_side, make_fixed_copy
+from hlo_doctor.verify.results import Check
+from hlo_doctor.verify.settings import ProgressFn
+from hlo_doctor.verify.stats import compare
+from hlo_doctor.verify.workspace import workspace
+
+NAMES = {1: "steady-state compiles", 2: "outputs identical", 3: "fixed program's findings", 4: "step-time verdict"}
+
+
+def _load(settings: ProgramSettings, work: Path) -> tuple[Side, Side, FixedCopy | None]:
+    """The treatment first (a fix that does not apply is refused before anything is imported), then both sides."""
+    from hlo_doctor.capture import keep_gpu_ops_visible
+
+    fixed = make_fixed_copy(settings.baseline, settings.fix, work) if settings.fix is not None else None
+    keep_gpu_ops_visible()  # before the targets' imports start a backend: per-op events stay in the trace
+    base = load_side("baseline", settings.baseline)
+    if fixed is not None:
+        treat = load_side("treatment", fixed.spec, shown=f"{fixed.original} with {settings.fix}",
+                          neighbours=fixed.original.parent)
+    else:
+        assert settings.treatment is not None
+        treat = load_side("treatment", settings.treatment)
+    return base, treat, fixed
+
+
+def rules_of(settings: ProgramSettings) -> tuple[str, ...]:
+    """The rules check 3 holds the treatment to: ``--rules``, else the fix's rules, else none."""
+    from hlo_doctor.fixes.catalog import catalog_entry
+    from hlo_doctor.lint import load_rulebook
+
+    rules = settings.rules or (catalog_entry(settings.fix).rules if settings.fix else ())
+    load_rulebook().select(rules)  # an unknown code is bad input, named before anything runs
+    return tuple(rules)
+
+
+def run_program(settings: ProgramSettings, progress: ProgressFn | None = None) -> ProgramReport:
+    """Compare ``settings.baseline`` with its treatment (a fixed copy or another target) in this process.
+
+    Raises :class:`~hlo_doctor.core.errors.InputError` before anything runs for unusable settings, a fix
+    that does not apply to the file, or a target that cannot be imported.
+    """
+    import jax
+
+    validate_program_settings(settings)
+    report = progress or (lambda stage, done, total: None)
+    started, load_start = time.perf_counter(), os.getloadavg()[0]
+    rules = rules_of(settings)
+    with workspace(settings.out_dir) as work:
+        base, treat, fixed = _load(settings, work)
+        measured = measure(base, treat, settings, report)
+        b_sum, t_sum = (SideSummary(s.label, s.spec, s.source, measured.warmup_s.get(s.label, 0.0),
+                                    tuple(measured.rounds[s.label])) for s in (base, treat))
+        notes = list(fixed.notes) if fixed is not None else []
+        if fixed is not None and not fixed.safe:
+            notes.append(f"{settings.fix} is an unsafe fix here (it can change a value in a case the source does not "
+                         "rule out): check 2 is what shows that the outputs stayed the same")
+        captured: tuple[Captured, Captured] | None = None
+        if measured.raised is None:
+            # After the rounds: the profiler never runs inside a measured round.
+            captured = (capture_side(base, work / "baseline-run", settings.profile_steps, report),
+                        capture_side(treat, work / "treatment-run", settings.profile_steps, report))
+    step_time = round_time = None
+    if captured is None:
+        assert measured.raised is not None
+        why = measured.raised.describe()
+        findings, verdict = not_run(3, NAMES[3], why), not_run(4, NAMES[4], why)
+    else:
+        findings = check_findings(captured[0].evidence, captured[1].evidence, rules)
+        step_time, round_time, verdict = _verdict(settings, b_sum, t_sum)
+    return ProgramReport(
+        settings=settings, baseline=b_sum, treatment=t_sum,
+        checks=(_check_compiles(measured), _check_outputs(measured, settings), findings, verdict),
+        step_time=step_time, round_time=round_time,
+        baseline_hlo=captured[0].evidence if captured else None, treatment_hlo=captured[1].evidence if captured else None,
+        removed_ops=removed_ops(*captured) if captured else (), outputs=_outputs(measured, settings),
+        fix_diff=fixed.diff if fixed else "", fix_safe=fixed.safe if fixed else None,
+        elapsed_s=time.perf_counter() - started, backend=jax.default_backend(),
+        load_average=(load_start, os.getloadavg()[0]), notes=tuple(notes))
+
+
+def _verdict(settings: ProgramSettings, base: SideSummary,
+             treat: SideSummary) -> tuple[SampleComparison, SampleComparison, Check]:
+    """Check 4: every call's time decides; each round's wall time must not regress."""
+    step_time = compare(settings, base.step_times_ms, treat.step_times_ms)
+    round_time = compare(settings, [r.wall_ms for r in base.rounds], [r.wall_ms for r in treat.rounds])
+    check = check_throughput(step_time, round_time, settings.require_improvement, second="round wall time")
+    # The core's check words its first timing as a throughput; here it is every call's time.
+    detail = check.detail.replace("throughput: ", "step time: ", 1)
+    return step_time, round_time, dataclasses.replace(check, number=4, name=NAMES[4], detail=detail)
+
+
+def _check_compiles(measured: Measured) -> Check:
+    """Check 1: no backend compile inside a measured round (JAX's reason for each one)."""
+    parts, reasons = [], []
+    for label in ("treatment", "baseline"):
+        rounds: list[ProgramRound] = measured.rounds[label]
+        parts.append(f"{label} {sum(len(r.compiles) for r in rounds)}")
+        reasons += [f"{label} round {r.index + 1}: {'; '.join(r.compiles)}" for r in rounds if r.compiles]
+    if reasons:
+        return Check(1, NAMES[1], False, ", ".join(parts), " | ".join(reasons))
+    return Check(1, NAMES[1], True, ", ".join(parts), "every measured call ran on programs compiled in the warm-up")
+
+
+def _outputs(measured: Measured, settings: ProgramSettings) -> str:
+    how = "bit for bit" if settings.bitwise else f"within rtol={settings.rtol:g}, atol={settings.atol:g}"
+    return f"{how}, {measured.compared} call(s) compared"
+
+
+def _check_outputs(measured: Measured, settings: ProgramSettings) -> Check:
+    """Check 2: the outputs of every call the same on both sides; a raise or the first difference fails it."""
+    how = "bit-identical" if settings.bitwise else f"equal within rtol={settings.rtol:g}, atol={settings.atol:g}"
+    if measured.raised is not None:
+        r = measured.raised
+        return Check(2, NAMES[2], False, f"{r.variant} raised in {r.when}", r.describe())
+    if measured.mismatch is not None:
+        m = measured.mismatch
+        return Check(2, NAMES[2], False, f"differ in {m.when}", m.describe())
+    return Check(2, NAMES[2], True, f"{how} in {measured.compared}/{measured.compared} calls",
+                 "warm-up calls and every measured call compared")

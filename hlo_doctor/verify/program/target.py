@@ -1,0 +1,126 @@
+"""The two sides of ``verify FILE.py:FUNC``: the target as written, and a fixed copy of its file or
+another target, each loaded the way ``hlo-doctor profile FILE.py:FUNC`` loads a target.
+
+The fixed copy is made in the run's own work folder (the user's file is only read): the file's bytes
+are copied there and the catalog's codemod is applied to the copy through the fixes' transaction. The
+copy imports its neighbours from the original file's folder, as the original does.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from hlo_doctor.core.errors import InputError
+
+Step = Callable[[], object]
+"""A target: takes no argument, runs one step, returns JAX arrays (any pytree of them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FixedCopy:
+    """The treatment made by ``--fix``: the copy's target, the diff, and what the codemod said."""
+
+    spec: str
+    """``<work>/treatment/FILE.py:FUNC``."""
+    original: Path
+    diff: str
+    safe: bool
+    """Whether every edit is safe (output-identical by construction); unsafe ones are what verify checks."""
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One side, loaded: its label, the target as named, the file it came from, the step function."""
+
+    label: str
+    spec: str
+    source: str
+    step: Step
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """(``FILE.py`` or ``package.module``, ``FUNC``) of a target."""
+    module, _, func = spec.rpartition(":")
+    return module, func
+
+
+def is_file_spec(spec: str) -> bool:
+    """Whether a target names a file (``path/to/file.py:func``), not a module."""
+    module, _ = split_spec(spec)
+    return module.endswith(".py") or "/" in module
+
+
+def make_fixed_copy(spec: str, fix_id: str, work: Path) -> FixedCopy:
+    """Copy the target's file into ``work`` and apply ``fix_id`` to the copy (never to the file itself).
+
+    :class:`InputError` with the codemod's reason when the fix does not apply to the file.
+    """
+    # Imported here: the fixes load libcst.
+    from hlo_doctor.fixes import FixApplied
+    from hlo_doctor.fixes.catalog import catalog_entry, load_source_fix
+    from hlo_doctor.fixes.source.apply import apply_source_fix
+
+    catalog_entry(fix_id)  # an unknown fix names the known ones
+    load_source_fix(fix_id)  # a fix of a whole project (bf16-greedy-sampler) is not a file fix
+    module, func = split_spec(spec)
+    if not is_file_spec(spec):
+        raise InputError(f"--fix {fix_id} needs a file target (FILE.py:FUNC), not the module {module}",
+                         "pass the module's file path instead")
+    original = Path(module)
+    if not original.is_file():
+        raise InputError(f"TARGET file {original} does not exist", "check the path before ':'")
+    dest = work / "treatment" / original.name
+    if dest.parent.exists():
+        shutil.rmtree(dest.parent)
+    dest.parent.mkdir(parents=True)
+    dest.write_bytes(original.read_bytes())
+    # Unsafe edits too: the A/B below is what tells whether they change the outputs.
+    result = apply_source_fix(fix_id, dest, unsafe=True)
+    if not isinstance(result, FixApplied):
+        reason = getattr(result, "reason", "") or type(result).__name__
+        raise InputError(f"--fix {fix_id} does not apply to {original}: {reason}",
+                         f"hlo-doctor apply-fix {fix_id} {original} --dry-run shows where it looks")
+    diff = result.diff.replace(f"a/{dest.name}", f"a/{original.name}").replace(f"b/{dest.name}", f"b/{original.name}")
+    safe = all(not e.detail.startswith("unsafe") for e in result.elements)
+    return FixedCopy(f"{dest}:{func}", original, diff, safe, tuple(result.notes))
+
+
+@contextmanager
+def _neighbours(folder: Path | None) -> Iterator[None]:
+    """``folder`` on ``sys.path`` for the block: the copy imports the original's neighbours."""
+    if folder is None:
+        yield
+        return
+    entry = str(folder.resolve())
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        try:
+            sys.path.remove(entry)
+        except ValueError:
+            pass
+
+
+def load_side(label: str, spec: str, *, shown: str = "", neighbours: Path | None = None) -> Side:
+    """Import ``spec``'s module as ``profile`` does and return its step function.
+
+    ``shown``: how the side is named in messages and the report (the original file for a fixed copy).
+    An import that fails is an :class:`InputError` (exit 2) naming the side.
+    """
+    from hlo_doctor.capture import resolve_target
+    from hlo_doctor.core.errors import HloDoctorError
+
+    name = shown or spec
+    try:
+        with _neighbours(neighbours):
+            step = resolve_target(spec)
+    except HloDoctorError as exc:
+        raise InputError(f"{label} {name}: {exc.what}", exc.hint) from exc
+    return Side(label, name, split_spec(spec)[0], step)
