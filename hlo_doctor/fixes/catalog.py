@@ -84,6 +84,11 @@ CATALOG: tuple[CatalogEntry, ...] = (
         "buf = dynamic_update_slice(buf, row[None], (i, *s)) (also .at[...].set); refused where the slab "
         "comes from a call or the buffer is re-stacked from a list",
         "hlo_doctor.fixes.update_in_place"),
+    CatalogEntry(
+        "drop-round-trip", "drop a narrowing widened straight back", False, ("HD007",), "file",
+        "x.astype(bf16).astype(f32) -> x (h = y.astype(bf16) read only as h.astype(f32) too); unsafe: the "
+        "narrowing's rounding goes; refused where the narrow value is read as such",
+        "hlo_doctor.fixes.drop_round_trip"),
 )
 
 
