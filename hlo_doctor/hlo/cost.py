@@ -1,4 +1,4 @@
-"""What one run of an HLO op costs: bytes it moves and FLOPs of its matrix work, counted the way XLA's
+"""What one run of an HLO op costs: bytes it moves and FLOPs it does, counted the way XLA's
 cost analysis counts them (``xla/service/hlo_cost_analysis.cc`` and its GPU variant
 ``gpu_hlo_cost_analysis.cc``, which xprof's hlo_stats uses for GPU ops).
 
@@ -17,25 +17,22 @@ Bytes accessed:
 - ``custom-call`` other than cuBLAS GEMMs and cuDNN convolutions, ``while``, ``conditional`` and
   ``call`` are not estimated (None).
 
-FLOPs: the matrix work only, 2 per multiply-add: ``dot`` (2 x result elements x contracted size),
-``convolution`` (2 x input features per group x output features x batch x valid window positions),
-the same for cuBLAS GEMM and cuDNN convolution custom calls, and the dots and convolutions inside
-a fusion (weighted by how much of them the fusion's result uses). An op that only moves data
-(``copy``, slices, ``transpose``, ``broadcast``, ``gather``...) does 0 FLOPs. Elementwise arithmetic and
-reductions are not counted: an op with such work and no matrix work has no FLOP count (None).
+FLOPs: :mod:`hlo_doctor.hlo.flops` prices each instruction by the convention asked for (``xla``:
+XLA's generic cost analysis, what ``compiled.cost_analysis()`` reports; ``gpu``: its GPU variant, as
+xprof's hlo_stats prices GPU ops). A fusion's FLOPs are its fused instructions' (the ``gpu``
+convention weights each by the utilization above; the ``xla`` one counts each in full); None when
+one of them has no estimate.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from dataclasses import dataclass
 
-import numpy as np
-
+from hlo_doctor.hlo.flops import Convention, instruction_flops, is_matrix_custom_call, result_shape
+from hlo_doctor.hlo.flops import elements as _elements
+from hlo_doctor.hlo.flops import integers as _ints
 from hlo_doctor.hlo.module import HloComputation, HloInstruction, HloModule
-from hlo_doctor.hlo.shape import HloShape
 
 # XLA's elementwise opcodes (HloInstruction::IsElementwise): their operands are read where the result is.
 _ELEMENTWISE = frozenset({
@@ -48,15 +45,8 @@ _ELEMENTWISE = frozenset({
 })
 _NO_MEMORY = frozenset({"bitcast", "get-tuple-element", "parameter", "constant", "tuple", "after-all",
                         "add-dependency", "domain", "opt-barrier"})
-# Ops that move data and compute nothing: 0 FLOPs in any cost model.
-_DATA_MOVEMENT = frozenset({"copy", "slice", "dynamic-slice", "dynamic-update-slice", "bitcast", "reshape",
-                            "transpose", "broadcast", "gather", "pad", "reverse", "parameter", "constant", "tuple",
-                            "get-tuple-element", "copy-start", "copy-done"})
 _NOT_ESTIMATED = frozenset({"while", "conditional", "call", "async-start", "async-update", "async-done"})
-_GEMM_TARGETS = re.compile(r"^__cublas\$(gemm|lt\$matmul)")
-_CONV_TARGETS = re.compile(r"^__cudnn\$conv")
 _WARP = 32
-_FMA_FLOPS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,29 +56,15 @@ class OpCost:
     bytes_accessed: float | None
     """Bytes read and written (None: not estimated for this opcode)."""
     flops: float | None
-    """FLOPs of its dots and convolutions (None: it has none)."""
+    """FLOPs by the convention asked for (None: not estimated, e.g. a custom call XLA does not price)."""
 
 
-def op_cost(module: HloModule, inst: HloInstruction) -> OpCost:
-    """The cost of one run of ``inst`` (an op of ``module``'s entry or of any computation)."""
+def op_cost(module: HloModule, inst: HloInstruction, convention: Convention = "xla") -> OpCost:
+    """The cost of one run of ``inst`` (an op of ``module``'s entry or of any computation); FLOPs by
+    ``convention`` (:mod:`hlo_doctor.hlo.flops`)."""
     if inst.opcode == "fusion":
-        return _Fusion(module, inst).cost()
-    flops = _matrix_flops(module, inst)
-    if flops is None and inst.opcode in _DATA_MOVEMENT:
-        flops = 0.0
-    return OpCost(_plain_bytes(module, inst), flops)
-
-
-def _elements(shape: HloShape) -> int:
-    """Elements of an array, or of all the arrays of a tuple."""
-    if shape.is_tuple or shape.is_buffer:
-        return sum(_elements(e) for e in shape.elements)
-    return shape.num_elements
-
-
-def _result(shape: HloShape) -> HloShape:
-    """A custom call's result: the first element of the (result, workspace) tuple it returns."""
-    return shape.elements[0] if shape.is_tuple and shape.elements else shape
+        return _Fusion(module, inst, convention).cost()
+    return OpCost(_plain_bytes(module, inst), instruction_flops(module, inst, convention))
 
 
 def _plain_bytes(module: HloModule, inst: HloInstruction) -> float | None:
@@ -112,104 +88,10 @@ def _plain_bytes(module: HloModule, inst: HloInstruction) -> float | None:
         n = (len(sizes) - 1) // 2
         return 3.0 * sum(sizes[n + 1:]) + sizes[n]
     if op == "custom-call":
-        target = inst.attribute("custom_call_target").strip('"')
-        if not (_GEMM_TARGETS.match(target) or _CONV_TARGETS.match(target)):
+        if not is_matrix_custom_call(inst):
             return None
-        out = _result(inst.shape).nbytes
+        out = result_shape(inst.shape).nbytes
     return float(out + sum(sizes))
-
-
-# ---------------------------------------------------------------------------------------------
-# Matrix FLOPs
-# ---------------------------------------------------------------------------------------------
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in re.findall(r"-?\d+", text)]
-
-
-def _dot_flops(lhs: HloShape, result: HloShape, contracting: list[int]) -> float:
-    width = 1
-    for d in contracting:
-        if 0 <= d < len(lhs.dims):
-            width *= lhs.dims[d]
-    return float(_FMA_FLOPS * result.num_elements * width)
-
-
-def _gemm_contracting(inst: HloInstruction) -> list[int] | None:
-    """lhs contracting dimensions from a cuBLAS custom call's ``gemm_backend_config``."""
-    try:
-        config = json.loads(inst.attribute("backend_config") or "{}")
-    except ValueError:
-        return None
-    gemm = config.get("gemm_backend_config", config) if isinstance(config, dict) else {}
-    dims = (gemm.get("dot_dimension_numbers") or {}).get("lhs_contracting_dimensions")
-    return [int(d) for d in dims] if isinstance(dims, list) else None
-
-
-def _window(text: str) -> dict[str, list[list[int]]]:
-    """``window={size=3x3 stride=2x2 pad=0_1x0_1 lhs_dilate=1x1 rhs_dilate=1x1}`` as lists per field."""
-    out: dict[str, list[list[int]]] = {}
-    for key, value in re.findall(r"(\w+)=([\d_x-]+)", text):
-        out[key] = [_ints(part) for part in value.split("x")]
-    return out
-
-
-def _valid_positions(in_size: int, kernel: int, out_size: int, stride: int, pad_low: int,
-                     lhs_dilate: int, rhs_dilate: int) -> int:
-    """(kernel index, output index) pairs of one spatial dimension that read an input element."""
-    outputs = np.arange(out_size, dtype=np.int64)
-    count = 0
-    for k in range(kernel):
-        undilated = outputs * stride - pad_low + k * rhs_dilate
-        lhs = undilated // lhs_dilate
-        ok = (lhs * lhs_dilate == undilated) & (lhs >= 0) & (lhs < in_size)
-        count += int(ok.sum())
-    return count
-
-
-def _conv_flops(inst: HloInstruction, lhs: HloShape, rhs: HloShape, result: HloShape) -> float | None:
-    labels = inst.attribute("dim_labels")
-    m = re.fullmatch(r"(\w+)_(\w+)->(\w+)", labels)
-    if not m:
-        return None
-    lhs_l, rhs_l, out_l = m.groups()
-    if not (len(lhs_l) == len(lhs.dims) and len(rhs_l) == len(rhs.dims) and len(out_l) == len(result.dims)):
-        return None
-    window = _window(inst.attribute("window"))
-    spatial = [c for c in lhs_l if c.isdigit()]
-    valid = 1
-    for i, c in enumerate(sorted(spatial)):
-        def field(name: str, default: int, i: int = i) -> int:
-            values = window.get(name)
-            return values[i][0] if values and i < len(values) and values[i] else default
-        pads = window.get("pad")
-        pad_low = pads[i][0] if pads and i < len(pads) and pads[i] else 0
-        valid *= _valid_positions(lhs.dims[lhs_l.index(c)], rhs.dims[rhs_l.index(c)], result.dims[out_l.index(c)],
-                                  field("stride", 1), pad_low, field("lhs_dilate", 1), field("rhs_dilate", 1))
-    groups = max(int(inst.attribute("feature_group_count", "1") or 1), 1)
-    batch_groups = max(int(inst.attribute("batch_group_count", "1") or 1), 1)
-    fma = (lhs.dims[lhs_l.index("f")] // groups) * result.dims[out_l.index("f")] * \
-        (lhs.dims[lhs_l.index("b")] // batch_groups) * valid
-    return float(_FMA_FLOPS * fma)
-
-
-def _matrix_flops(module: HloModule, inst: HloInstruction) -> float | None:
-    """FLOPs of a dot, convolution, cuBLAS GEMM or cuDNN convolution; None for any other op."""
-    operands = [o.shape for o in module.operands_of(inst)]
-    if len(operands) < 2:
-        return None
-    if inst.opcode == "dot":
-        return _dot_flops(operands[0], inst.shape, _ints(inst.attribute("lhs_contracting_dims")))
-    if inst.opcode == "convolution":
-        return _conv_flops(inst, operands[0], operands[1], inst.shape)
-    if inst.opcode == "custom-call":
-        target = inst.attribute("custom_call_target").strip('"')
-        if _GEMM_TARGETS.match(target):
-            contracting = _gemm_contracting(inst)
-            return None if contracting is None else _dot_flops(operands[0], _result(inst.shape), contracting)
-        if _CONV_TARGETS.match(target):
-            return _conv_flops(inst, operands[0], operands[1], _result(inst.shape))
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,8 +101,8 @@ def _matrix_flops(module: HloModule, inst: HloInstruction) -> float | None:
 class _Fusion:
     """One fusion's cost: utilization of each fused instruction, then bytes and FLOPs."""
 
-    def __init__(self, module: HloModule, fusion: HloInstruction) -> None:
-        self.module, self.fusion = module, fusion
+    def __init__(self, module: HloModule, fusion: HloInstruction, convention: Convention = "xla") -> None:
+        self.module, self.fusion, self.convention = module, fusion, convention
         self.body = module.fusion_body(fusion)
 
     def cost(self) -> OpCost:
@@ -231,7 +113,8 @@ class _Fusion:
             # A custom fusion around a gather or scatter costs that gather or scatter.
             for inst in body.instructions:
                 if inst.opcode in ("gather", "scatter"):
-                    return OpCost(_plain_bytes(self.module, inst), None)
+                    return OpCost(_plain_bytes(self.module, inst), instruction_flops(self.module, inst,
+                                                                                     self.convention))
         written, in_place = self._output_bytes(body)
         util = self._utilizations(body, in_place)
         read = 0.0
@@ -328,7 +211,7 @@ class _Fusion:
             # A warp that straddles two operands runs both branches (XLA's GPU model counts it).
             return math.ceil(size / _WARP) * _WARP / size
         if op == "fusion":
-            nested = _Fusion(self.module, inst)
+            nested = _Fusion(self.module, inst, self.convention)
             if nested.body is not None:
                 _, nested_in_place = nested._output_bytes(nested.body)
                 nested_util = nested._utilizations(nested.body, nested_in_place)
@@ -345,16 +228,14 @@ class _Fusion:
         return float(math.floor(param.shape.nbytes * min(util.get(param.name, 0.0), 1.0)))
 
     def _flops(self, body: HloComputation, util: dict[str, float]) -> float | None:
-        """Matrix FLOPs of the body; 0 when it only moves data; None when it computes other things."""
-        total: float | None = None
-        arithmetic = False
+        """The fused instructions' FLOPs: weighted by utilization (``gpu``) or each in full (``xla``)."""
+        total = 0.0
         for inst in body.instructions:
             if inst.opcode == "fusion":
-                flops = _Fusion(self.module, inst).cost().flops
-                arithmetic = arithmetic or flops is None
+                flops = _Fusion(self.module, inst, self.convention).cost().flops
             else:
-                flops = _matrix_flops(self.module, inst)
-                arithmetic = arithmetic or (flops is None and inst.opcode not in _DATA_MOVEMENT)
-            if flops is not None:
-                total = (total or 0.0) + util.get(inst.name, 0.0) * flops
-        return total if total is not None or arithmetic else 0.0
+                flops = instruction_flops(self.module, inst, self.convention)
+            if flops is None:
+                return None
+            total += flops * (util.get(inst.name, 0.0) if self.convention == "gpu" else 1.0)
+        return total

@@ -149,7 +149,7 @@ def opstats_from_totals(
         notes.append("no HLO module in the trace for " + ", ".join(f"{m}({p})" for m, p in missing[:5]))
     assign_canonical_keys(rows, digests)
     peaks = device_peaks(trace.peaks, trace.device_kind, trace.backend)
-    add_roofline(rows, hlo.module_of, trace.op_costs, peaks)
+    add_roofline(rows, hlo.module_of, trace.op_costs, peaks, trace.backend)
     _rank(rows)
     table = table_from_rows(rows)
     return OpStats(

@@ -7,15 +7,19 @@ its "Measured memory BW", FLOP rate and "Operational intensity"):
 - ``cost_bytes_per_run``: the trace's ``bytes_accessed`` (TPU op metadata, a GPU event stat), else
   XLA's cost analysis of the op's HLO (:mod:`hlo_doctor.hlo.cost`), else, for an op whose module the
   trace does not hold, its operands plus its result (from its HLO text);
-- ``flops_per_run``: the trace's ``flops``, else the FLOPs of the HLO's dots and convolutions;
-  unknown (NaN) for an op with neither;
+- ``flops_per_run``: the trace's ``flops``, else XLA's cost analysis of the op's HLO
+  (:mod:`hlo_doctor.hlo.flops`): on GPU by XLA's GPU conventions as xprof's hlo_stats counts them
+  (an elementwise op priced at the cycles XLA's GPU op profile gives it per element, a fusion's
+  instructions weighted by how much of them it uses), elsewhere by XLA's generic ones (one FLOP per
+  element of an elementwise op, transcendentals apart); unknown (NaN) for an op with neither
+  (a custom call XLA does not price, an op whose module the trace does not hold);
 - ``memory_bw_gibps`` = bytes x runs / total time (GiB/s, 2**30), ``flop_rate_gflops`` = FLOPs x
   runs / total time, ``intensity_flop_per_byte`` = FLOPs / bytes;
 - ``pct_of_peak_bw`` and ``pct_of_peak_flops`` against the device's peaks
   (:mod:`hlo_doctor.trace.peaks`: the device plane's stats, else known chips; never XLA:CPU);
 - ``bound_by``: the resource the op uses the larger share of its peak of, as xprof decides it
   (``compute`` when its FLOP share is at least its bandwidth share, which is an intensity at or above
-  the ridge point); ``memory`` for an op that moves bytes and has no matrix FLOPs; empty when a peak
+  the ridge point); ``memory`` for an op that moves bytes and has no FLOP count; empty when a peak
   is unknown.
 """
 
@@ -27,6 +31,7 @@ from typing import Any
 
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.hlo.cost import op_cost
+from hlo_doctor.hlo.flops import Convention
 from hlo_doctor.trace.peaks import DevicePeaks
 
 GIB = float(2**30)
@@ -45,14 +50,15 @@ def _or_nan(value: float | None) -> float:
 
 
 def run_cost(row: dict[str, Any], stated: tuple[float | None, float | None],
-             module: HloModule | None) -> tuple[float | None, float | None]:
-    """(FLOPs, bytes) of one run of the row's op: what the trace states, completed from the HLO."""
+             module: HloModule | None, convention: Convention = "xla") -> tuple[float | None, float | None]:
+    """(FLOPs, bytes) of one run of the row's op: what the trace states, completed from the HLO
+    (FLOPs by ``convention``: ``gpu`` for a GPU capture, ``xla`` otherwise)."""
     flops, nbytes = stated
     if flops is not None and nbytes is not None:
         return flops, nbytes
     inst = module.instruction(str(row["op"])) if module is not None else None
     if inst is not None:
-        cost = op_cost(module, inst)  # type: ignore[arg-type]
+        cost = op_cost(module, inst, convention)  # type: ignore[arg-type]
         return (flops if flops is not None else cost.flops,
                 nbytes if nbytes is not None else cost.bytes_accessed)
     if nbytes is None and int(row.get("bytes_accessed") or 0) > 0:
@@ -99,20 +105,23 @@ def roofline_values(row: dict[str, Any], flops: float | None, nbytes: float | No
 
 def add_roofline(rows: list[dict[str, Any]], module_of: ModuleLookup,
                  op_costs: Iterable[tuple[str, int, str, float | None, float | None]],
-                 peaks: DevicePeaks | None) -> None:
+                 peaks: DevicePeaks | None, backend: str = "") -> None:
     """Fill :data:`ROOFLINE_COLUMNS` of each row (keys ``module``, ``program_id``, ``op``,
     ``occurrences``, ``total_time_us``, ``bytes_accessed``) in place.
 
+    ``backend`` (``gpu``, ``tpu``, ``cpu``) picks the FLOP convention of ops the trace does not
+    price: XLA's GPU cost analysis on ``gpu``, its generic one otherwise.
     ``op_costs`` are the trace's own (module, program id, op, FLOPs, bytes) of one run (program id -1
     when unknown); ``module_of`` finds an op's parsed module.
     """
     stated = {(m, p, o): (f, b) for m, p, o, f, b in op_costs}
+    convention: Convention = "gpu" if backend == "gpu" else "xla"
     for row in rows:
         pid = row["program_id"]
         key = (str(row["module"]), -1 if pid is None else int(pid), str(row["op"]))
         cost = stated.get(key, (None, None))
         module = module_of(key[0], pid) if None in cost else None
-        flops, nbytes = run_cost(row, cost, module)
+        flops, nbytes = run_cost(row, cost, module, convention)
         row.update(roofline_values(row, flops, nbytes, peaks))
 
 
