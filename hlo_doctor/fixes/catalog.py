@@ -89,6 +89,12 @@ CATALOG: tuple[CatalogEntry, ...] = (
         "x.astype(bf16).astype(f32) -> x (h = y.astype(bf16) read only as h.astype(f32) too); unsafe: the "
         "narrowing's rounding goes; refused where the narrow value is read as such",
         "hlo_doctor.fixes.drop_round_trip"),
+    CatalogEntry(
+        "widen-weights-once", "widen a jitted function's weights once, not on every call", True, ("HD014",), "file",
+        "params[\"emb\"].astype(f32) in a jitted step whose callers in the file pass one module-level dict: "
+        "PARAMS_F32 = {**PARAMS, \"emb\": PARAMS[\"emb\"].astype(f32)} once, passed instead; refused for a "
+        "module's attribute (flax, keras) or weights loaded elsewhere",
+        "hlo_doctor.fixes.widen_weights_once"),
 )
 
 
