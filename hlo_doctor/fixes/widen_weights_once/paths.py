@@ -133,7 +133,7 @@ def step_casts(code: Code, at: list[WeightCast]) -> tuple[JitSite, list[WeightCa
     return sites[0], casts
 
 
-def global_dict(code: Code, site: JitSite, param: str) -> tuple[str, cst.Assign, list[cst.BaseExpression]] | str:
+def global_dict(code: Code, site: JitSite, param: str) -> tuple[str, cst.Assign, list[cst.Name]] | str:
     """The module-level dict every call of ``site`` passes for ``param``, its assignment and the
     arguments; why not, when a call passes something else or the dict changes after it is bound."""
     fn = site.function.name.value
@@ -142,7 +142,7 @@ def global_dict(code: Code, site: JitSite, param: str) -> tuple[str, cst.Assign,
         return f"{fn}() is used as a value at line {calls.other[0][0]}: its calls cannot all be read"
     if not calls.calls:
         return f"no call of {fn}() in this file: its callers pass {param}; {_LOADED_ELSEWHERE}"
-    args: list[cst.BaseExpression] = []
+    args: list[cst.Name] = []
     for c in calls.calls:
         arg = bound_argument(site, c.call, param)
         if not isinstance(arg, cst.Name):
