@@ -58,7 +58,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
-from scipy import stats
 
 from hlo_doctor.core.format import json_float
 
@@ -112,6 +111,11 @@ class SampleComparison:
     lower_is_better: bool
     reason: str
     """One sentence saying why the outcome is what it is."""
+    method: str = "samples"
+    """``samples``: the two samples as independent draws (this module). ``paired rounds``: per-round
+    medians compared within each interleaved pair of rounds (:func:`hlo_doctor.verify.stats.compare_blocks`)."""
+    blocks: int = 0
+    """With ``paired rounds``: the pairs of rounds the ratio, CI and p-value come from."""
 
     @property
     def change_pct(self) -> float:
@@ -140,6 +144,8 @@ class SampleComparison:
             "alpha": json_float(self.alpha),
             "lower_is_better": self.lower_is_better,
             "reason": self.reason,
+            "method": self.method,
+            "blocks": self.blocks,
         }
 
 
@@ -236,6 +242,9 @@ def compare_samples(
     if np.all(b == b[0]) and np.all(c == b[0]):
         # Identical constant samples: the test is undefined, the answer is not.
         return result(Outcome.NO_CHANGE, 1.0, (1.0, 1.0), 1.0, "all samples are identical")
+    # scipy (0.5-1 s to import) only where a test runs: not for too few samples or constant ones.
+    from scipy import stats
+
     p_value = float(stats.mannwhitneyu(c, b, alternative="two-sided").pvalue)
     ci_low, ci_high = _bootstrap_ratio_ci(b, c, alpha=alpha, n_bootstrap=n_bootstrap, seed=seed)
     upper = 1.0 + min_effect

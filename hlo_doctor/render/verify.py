@@ -30,7 +30,10 @@ def metric_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str, str
     """(metric, baseline, treatment, ratio, interval, outcome) rows: the table people read.
 
     Throughput, batch TTFT, TPOT and decode step are medians (over rounds; the decode step over every
-    step of every round); ``removed ms/step`` and ``argmax ms/step`` come from the two captures.
+    step of every round); the decode step's and the throughput's ratio and interval are the paired
+    rounds' (geometric mean of the per-pair ratios). ``profiled step ms`` (the step of verify's own
+    captures, what diagnose's % of step divides by), ``removed ms/step`` and ``argmax ms/step`` come
+    from the two captures.
     """
     b, t = report.baseline, report.treatment
     rows: list[tuple[str, str, str, str, str, str]] = []
@@ -52,6 +55,10 @@ def metric_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str, str
     rows.append(("TPOT ms", f"{b.median('tpot_ms'):,.1f}", f"{t.median('tpot_ms'):,.1f}",
                  f"x{_ratio(t.median('tpot_ms'), b.median('tpot_ms')):.3f}", "-", ""))
     cmp_row("decode step ms", report.step_time, ",.1f")
+    base_us, treat_us = report.profiled_step_us
+    if base_us is not None and treat_us is not None:
+        rows.append(("profiled step ms", f"{base_us / 1e3:,.1f}", f"{treat_us / 1e3:,.1f}",
+                     f"x{_ratio(treat_us, base_us):.3f}", "-", "captured"))
     rows.append(("compiles", str(b.compiles), str(t.compiles), "-", "-", ""))
     removed = report.removed_time_per_step_us
     if removed is not None:
@@ -83,8 +90,10 @@ def to_markdown(report: VerifyReport) -> str:
     if details:
         lines.append("")
         lines += [f"- check {c.number} ({c.name}): {_md(c.detail)}" for c in details]
-    lines += ["", "Medians over the rounds (decode step: over every step of every round); removed and argmax "
-              "times from the captures.", "", "| metric | baseline | treatment | ratio | 95% interval | outcome |",
+    lines += ["", "Medians over the rounds (decode step: over every step of every round); the decode step's and "
+              "the throughput's ratio and interval come from the paired rounds (each round's median, compared "
+              "within each AB/BA pair: t-test over the pairs). Profiled step, removed and argmax times come "
+              f"from the captures ({s.profile_steps} profiled decode steps). {_stopping(report)}", "", "| metric | baseline | treatment | ratio | 95% interval | outcome |",
               "|---|---:|---:|---:|---|---|"]
     for row in metric_rows(report):
         lines.append("| " + " | ".join(_md(x) for x in row) + " |")
@@ -101,6 +110,16 @@ def to_markdown(report: VerifyReport) -> str:
         lines += ["", "<details><summary>What the fix changed</summary>", "", "```diff", report.fix_diff.rstrip(),
                   "```", "</details>"]
     return "\n".join(lines) + "\n"
+
+
+def _stopping(report: VerifyReport) -> str:
+    """How many rounds ran and why no more, as a sentence."""
+    stop = report.stopping
+    if stop is None:
+        return ""
+    if stop.budget_s is None:
+        return f"Rounds: {stop.rounds} a side (no --budget)."
+    return f"Rounds: {stop.describe()}, {stop.looks} look(s) at the verdict."
 
 
 def _md(text: str) -> str:
@@ -128,6 +147,8 @@ def to_terminal(report: VerifyReport) -> RenderableType:
     for row in metric_rows(report):
         table.add_row(*(Text(cell) for cell in row))
     parts.append(table)
+    if report.stopping is not None:
+        parts.append(Text(f"  {_stopping(report)}", style="dim"))
     for op in report.removed_ops:
         now = "" if op.status == "gone" else f" ({fmt_ms(op.treatment_time_per_step_us)}/step)"
         parts.append(Text(f"  {op.code} {op.module}/{op.op} {fmt_shape(op.shape)}: {fmt_ms(op.time_per_step_us)}/step in "

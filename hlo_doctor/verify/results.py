@@ -73,3 +73,41 @@ class HloEvidence:
             "rules_run": list(self.rules_run), "argmax_reads": list(self.argmax_reads),
             "argmax_times_us": dict(self.argmax_times), "step_time_us": self.step_time_us, "error": self.error,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    """How many rounds were measured and why no more: the settings' count, the interval decided, or
+    the time budget ran out."""
+
+    rounds: int
+    """Rounds measured per variant (pairs of rounds)."""
+    initial_rounds: int
+    """The settings' round count (measured before the first look)."""
+    budget_s: float | None
+    """Seconds the measured rounds may take in all; None = exactly ``initial_rounds``."""
+    spent_s: float
+    """Seconds the measured rounds took."""
+    decided: bool
+    """With a budget: whether the last look's verdict was other than inconclusive (False without one)."""
+    looks: int = 1
+    """How many times the verdict was computed (1 without a budget)."""
+
+    @property
+    def reason(self) -> str:
+        """``fixed`` (no budget), ``decided`` or ``budget spent``."""
+        if self.budget_s is None:
+            return "fixed"
+        return "decided" if self.decided else "budget spent"
+
+    def describe(self) -> str:
+        """One phrase for the check's figure: ``decided at round 8 (budget 120 s, 41 s used)``."""
+        if self.budget_s is None:
+            return f"{self.rounds} rounds a side"
+        used = f"budget {self.budget_s:.0f} s, {self.spent_s:.0f} s used"
+        if self.decided:
+            return f"decided at round {self.rounds} ({used})"
+        return f"budget spent at round {self.rounds} ({used})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "reason": self.reason, "text": self.describe()}

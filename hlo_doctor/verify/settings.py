@@ -40,6 +40,12 @@ def check_rounds(rounds: int) -> None:
         raise InputError(f"--rounds {rounds}: need at least one round", "pass --rounds 5 or more")
 
 
+def check_budget(budget_s: float | None) -> None:
+    """Raise :class:`InputError` for a time budget that cannot hold a round."""
+    if budget_s is not None and not budget_s > 0:
+        raise InputError(f"--budget {budget_s}: must be a positive number of seconds", "pass --budget 300")
+
+
 def check_ttft_bound(bound: float) -> None:
     """Raise :class:`InputError` for a TTFT bound that would fail a treatment as fast as its baseline."""
     if not bound >= 1.0:

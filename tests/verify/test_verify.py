@@ -70,6 +70,12 @@ def test_fix_passes_the_safety_checks(fix_report: VerifyReport) -> None:
     assert "argmax reads jit_sample: bf16[8,1024]" in checks[4].figure
     assert fix_report.throughput is not None and fix_report.throughput.outcome in set(Outcome)
     assert fix_report.throughput.n_baseline == fix_report.throughput.n_candidate == 5
+    # Check 5 decides on the decode steps, paired rounds: 5 pairs of 5 decode steps a side.
+    step = fix_report.step_time
+    assert step is not None and step.method == "paired rounds" and step.blocks == 5 and step.n_baseline == 25
+    assert checks[5].name == "step-time verdict" and checks[5].figure.startswith(f"{step.outcome}: step x")
+    assert fix_report.verdict == str(step.outcome) and fix_report.stopping is not None
+    assert fix_report.stopping.rounds == 5 and fix_report.stopping.reason == "fixed"
 
 
 def test_fix_removes_the_copy_and_the_convert_program(fix_report: VerifyReport) -> None:
@@ -95,6 +101,13 @@ def test_reports_render(fix_report: VerifyReport) -> None:
     assert md.startswith("## hlo-doctor verify: ")
     assert "| 1 | steady-state compiles | pass |" in md
     assert "| throughput tok/s |" in md
+    # The profiled step of verify's own captures beside the decode step it measured, both named.
+    base_us, treat_us = fix_report.profiled_step_us
+    assert base_us and treat_us
+    assert doc["step"]["profiled_step_ms"]["treatment"] == pytest.approx(treat_us / 1e3)
+    assert doc["step"]["decode_step_ms"]["baseline"] == pytest.approx(fix_report.step_time.baseline_median)
+    assert "| profiled step ms |" in md and "| decode step ms |" in md
+    assert doc["stopping"]["text"] == "5 rounds a side" and doc["step_time"]["method"] == "paired rounds"
 
 
 def _assert_fails_for_the_right_reason(report: VerifyReport) -> None:
@@ -183,13 +196,17 @@ def _summary(label: str, ttfts: list[float]) -> VariantSummary:
     return VariantSummary(label, "tree", "module", 0.0, rounds)
 
 
-def test_ttft_check_uses_medians_with_cold_rounds_and_worst_rounds_without() -> None:
+def test_ttft_check_uses_fastest_rounds_with_cold_rounds_and_worst_rounds_without() -> None:
     base = _summary("baseline", [100, 100, 100, 100, 100])
     one_spike = _summary("treatment", [300, 100, 100, 100, 100])
     every_round = _summary("treatment", [130, 130, 130, 130, 130])
-    # Cold rounds: a miss compiles in every round, so the median decides and one spike does not.
+    # Cold rounds: a miss compiles in every round, so it stays in the fastest round; one spike does not.
     assert check_ttft(base, one_spike, 1.25, cold=True).passed
     assert not check_ttft(base, every_round, 1.25, cold=True).passed
+    # Two rounds a side and one slow baseline round (a loaded machine): the medians would pass a compile
+    # in every treatment round (x0.70); the fastest rounds show it (x1.40).
+    hiccup = check_ttft(_summary("baseline", [100, 300]), _summary("treatment", [140, 140]), 1.25, cold=True)
+    assert not hiccup.passed and hiccup.figure.startswith("x1.40 fastest round") and "median x0.70" in hiccup.figure
     # Warm rounds: a miss compiles in the first round only, so the worst round counts as well.
     assert not check_ttft(base, one_spike, 1.25, cold=False).passed
     check = check_ttft(base, _summary("treatment", [110, 100, 100, 100, 100]), 1.25, cold=False)

@@ -99,7 +99,8 @@ def check_compiles(baseline: VariantSummary, treatment: VariantSummary) -> Check
 
 
 def check_ttft(baseline: VariantSummary, treatment: VariantSummary, bound: float, *, cold: bool = True) -> Check:
-    """Check 2: the batch TTFT ratio treatment/baseline against ``bound`` (medians; worst rounds too when warm)."""
+    """Check 2: the batch TTFT ratio treatment/baseline against ``bound`` (the fastest rounds when every
+    round starts cold; the worst rounds and the medians when warm)."""
     t_worst = max(r.batch_ttft_ms for r in treatment.rounds)
     b_worst = max(r.batch_ttft_ms for r in baseline.rounds)
     worst = ratio(t_worst, b_worst)
@@ -107,10 +108,16 @@ def check_ttft(baseline: VariantSummary, treatment: VariantSummary, bound: float
     detail = (f"median {treatment.median('batch_ttft_ms'):.1f} vs {baseline.median('batch_ttft_ms'):.1f} ms; "
               f"worst round {t_worst:.1f} vs {b_worst:.1f} ms")
     if cold:
-        # Every round starts its sampler cold, so a menu miss compiles inside every round's prefill:
-        # the medians carry it, and one scheduler hiccup of either side cannot decide the check.
-        figure = f"x{median:.2f} median (bound {bound:.2f}); worst round x{worst:.2f}"
-        return Check(2, "batch TTFT ratio", median <= bound, figure, detail)
+        # Every round starts its sampler cold, so a menu miss compiles inside every round's prefill and
+        # stays in the treatment's fastest round, while a shared machine's load only ever adds time: the
+        # fastest rounds compare what each variant costs, and no hiccup of either side decides (with 2
+        # rounds a side a median is a mean, and one slow baseline round hid a compile at x1.18).
+        t_best = min(r.batch_ttft_ms for r in treatment.rounds)
+        b_best = min(r.batch_ttft_ms for r in baseline.rounds)
+        best = ratio(t_best, b_best)
+        figure = f"x{best:.2f} fastest round (bound {bound:.2f}); median x{median:.2f}"
+        return Check(2, "batch TTFT ratio", best <= bound, figure,
+                     f"fastest round {t_best:.1f} vs {b_best:.1f} ms; {detail}")
     # Warm rounds: a miss compiles in the first round only, so the worst rounds must be compared too.
     figure = f"x{median:.2f} median, x{worst:.2f} worst round (bound {bound:.2f})"
     return Check(2, "batch TTFT ratio", max(worst, median) <= bound, figure, detail)

@@ -11,7 +11,7 @@ import numpy as np
 
 from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.engine.settings import VerifySettings
-from hlo_doctor.verify.results import Check, HloEvidence, RemovedOp
+from hlo_doctor.verify.results import Check, HloEvidence, RemovedOp, Stopping
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,9 @@ class VerifyReport:
     treatment: VariantSummary
     checks: tuple[Check, ...]
     throughput: SampleComparison | None
+    """Per-round throughput, paired rounds (must not regress)."""
     step_time: SampleComparison | None
+    """Decode step times, paired rounds: what check 5 decides on."""
     ttft: SampleComparison | None
     treatment_hlo: HloEvidence | None
     baseline_hlo: HloEvidence | None
@@ -97,6 +99,8 @@ class VerifyReport:
     elapsed_s: float = 0.0
     backend: str = ""
     notes: tuple[str, ...] = field(default=())
+    stopping: Stopping | None = None
+    """How many rounds ran and why no more (the settings' count, decided, or the budget spent)."""
 
     @property
     def passed(self) -> bool:
@@ -105,11 +109,37 @@ class VerifyReport:
 
     @property
     def verdict(self) -> str:
-        """``improved`` / ``no change`` / ``regressed`` / ``inconclusive`` (throughput), or ``FAIL: ...``."""
+        """``improved`` / ``no change`` / ``regressed`` / ``inconclusive`` (the decode step, paired
+        rounds), or ``FAIL: ...`` naming failed checks 1-4."""
         failed = [c for c in self.checks if not c.passed and c.number != 5]
         if failed:
             return "FAIL: " + "; ".join(c.name for c in failed)
-        return str(self.throughput.outcome) if self.throughput is not None else "inconclusive"
+        return str(self.step_time.outcome) if self.step_time is not None else "inconclusive"
+
+    @property
+    def profiled_step_us(self) -> tuple[float | None, float | None]:
+        """(baseline, treatment) step time of verify's own captures (what diagnose's % of step divides
+        by), beside the decode step the rounds measured without a profiler."""
+        return (self.baseline_hlo.step_time_us if self.baseline_hlo else None,
+                self.treatment_hlo.step_time_us if self.treatment_hlo else None)
+
+    def profiled_step(self) -> dict[str, Any]:
+        """The profiled step of both captures next to the measured decode step, in milliseconds."""
+        base, treat = self.profiled_step_us
+        b_ms = None if base is None else base / 1e3
+        t_ms = None if treat is None else treat / 1e3
+        step = self.step_time
+        return {
+            "profiled_step_ms": {"baseline": b_ms, "treatment": t_ms,
+                                 "ratio": t_ms / b_ms if b_ms and t_ms is not None else None,
+                                 "source": "baseline: " + ("--baseline-run" if self.settings.baseline_run else
+                                                           "verify's capture") + "; treatment: verify's capture",
+                                 "profiled_steps": self.settings.profile_steps},
+            "decode_step_ms": {"baseline": step.baseline_median if step else None,
+                               "treatment": step.candidate_median if step else None,
+                               "ratio": step.ratio if step else None,
+                               "source": "median of every decode step of the measured rounds, no profiler"},
+        }
 
     @property
     def removed_time_per_step_us(self) -> float | None:
@@ -124,6 +154,8 @@ class VerifyReport:
             "checks": [c.to_dict() for c in self.checks],
             "throughput": self.throughput.to_dict() if self.throughput else None,
             "step_time": self.step_time.to_dict() if self.step_time else None,
+            "step": self.profiled_step(),
+            "stopping": self.stopping.to_dict() if self.stopping else None,
             "batch_ttft": self.ttft.to_dict() if self.ttft else None,
             "removed_ops": [o.to_dict() for o in self.removed_ops],
             "removed_time_per_step_us": self.removed_time_per_step_us,

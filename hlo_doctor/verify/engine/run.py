@@ -8,17 +8,18 @@ from pathlib import Path
 
 from hlo_doctor.core.errors import HloDoctorError
 from hlo_doctor.core.format import json_safe
-from hlo_doctor.verify.checks import check_throughput
+from hlo_doctor.statistics import Outcome, SampleComparison
+from hlo_doctor.verify.checks import check_step_verdict
 from hlo_doctor.verify.engine.capture import capture_variant
 from hlo_doctor.verify.engine.checks import check_compiles, check_hlo, check_tokens, check_ttft, removed_ops
 from hlo_doctor.verify.engine.results import RoundResult, VariantSummary, VerifyReport
 from hlo_doctor.verify.engine.settings import VerifySettings, validate_settings
 from hlo_doctor.verify.engine.variants import Variant, load_variant, make_treatment, shipped_engine_dir
 from hlo_doctor.verify.evidence import hlo_evidence
-from hlo_doctor.verify.results import HloEvidence, RemovedOp
-from hlo_doctor.verify.rounds import interleaved
+from hlo_doctor.verify.results import HloEvidence, RemovedOp, Stopping
+from hlo_doctor.verify.rounds import run_rounds
 from hlo_doctor.verify.settings import ProgressFn
-from hlo_doctor.verify.stats import compare
+from hlo_doctor.verify.stats import alpha_at_look, compare, compare_rounds
 from hlo_doctor.verify.workspace import workspace
 
 
@@ -46,10 +47,12 @@ def run_verify(settings: VerifySettings, progress: ProgressFn | None = None) -> 
 
 
 def _warm_and_measure(settings: VerifySettings, base: Variant, treat: Variant,
-                      report: ProgressFn) -> tuple[dict[str, list[RoundResult]], list[str], bool]:
-    """Warm both variants, then ``settings.rounds`` pairs of rounds: AB, BA, AB...
+                      report: ProgressFn) -> tuple[dict[str, list[RoundResult]], list[str], bool, Stopping]:
+    """Warm both variants, then ``settings.rounds`` pairs of rounds: AB, BA, AB... (and, with a budget,
+    more pairs until check 5 decides or the budget is spent).
 
-    Returns the rounds per label, the notes on how they ran, and whether every round started cold.
+    Returns the rounds per label, the notes on how they ran, whether every round started cold, and
+    how many rounds ran and why no more.
     """
     rounds: dict[str, list[RoundResult]] = {"baseline": [], "treatment": []}
     variants = {"baseline": base, "treatment": treat}
@@ -65,19 +68,39 @@ def _warm_and_measure(settings: VerifySettings, base: Variant, treat: Variant,
     if not cold:
         notes.append("the engine cannot restart its sampler cold between rounds (no restart_sampler): a menu miss "
                      "compiles in the first round only, and check 2 compares worst rounds")
-    total = 2 * settings.rounds
-    report("rounds", 0, total)
-    for order, label in enumerate(interleaved(settings.rounds)):
+    done = [0]
+
+    def measure(label: str, order: int) -> None:
         rounds[label].append(variants[label].measure_round(len(rounds[label]), order))
-        report("rounds", order + 1, total)
-    return rounds, notes, cold
+        done[0] += 1
+        # With a budget the total grows by a pair at each look that does not decide.
+        report("rounds", done[0], max(2 * settings.rounds, done[0] + done[0] % 2))
+
+    def decided(look: int) -> bool:
+        step = _step_comparison(settings, rounds, look)
+        return step.outcome != Outcome.INCONCLUSIVE
+
+    report("rounds", 0, 2 * settings.rounds)
+    stopping = run_rounds(settings.rounds, measure, budget_s=settings.budget_s, decided=decided)
+    return rounds, notes, cold, stopping
+
+
+def _alpha(settings: VerifySettings, looks: int) -> float:
+    """The significance level of the last look: the settings' alpha, spent over the looks with a budget."""
+    return settings.alpha if settings.budget_s is None else alpha_at_look(settings.alpha, looks)
+
+
+def _step_comparison(settings: VerifySettings, rounds: dict[str, list[RoundResult]], looks: int) -> SampleComparison:
+    """Check 5's statistic: the paired-rounds comparison of the decode step times."""
+    return compare_rounds(settings, [r.step_times_ms for r in rounds["baseline"]],
+                          [r.step_times_ms for r in rounds["treatment"]], alpha=_alpha(settings, looks))
 
 
 def _measure(settings: VerifySettings, base: Variant, treat: Variant, work: Path, fix_diff: str,
              report: ProgressFn, started: float) -> VerifyReport:
     import jax
 
-    rounds, notes, cold = _warm_and_measure(settings, base, treat, report)
+    rounds, notes, cold, stopping = _warm_and_measure(settings, base, treat, report)
     b, t = (VariantSummary(v.label, v.source, v.module.__name__, v.warmup_s, tuple(rounds[v.label]))
             for v in (base, treat))
 
@@ -92,16 +115,19 @@ def _measure(settings: VerifySettings, base: Variant, treat: Variant, work: Path
     else:
         base_hlo = capture_variant(base, settings, work / "baseline-run", report)
 
-    throughput = compare(settings, [r.throughput_tok_s for r in b.rounds], [r.throughput_tok_s for r in t.rounds],
-                         lower_is_better=False)
-    step_time = compare(settings, b.step_times_ms, t.step_times_ms)
+    # Check 5 decides on the steps, rounds as blocks; the throughput (one value per round) is paired the
+    # same way and must not regress; the batch TTFT is reported (check 2 decides on it).
+    step_time = _step_comparison(settings, rounds, stopping.looks)
+    throughput = compare_rounds(settings, [[r.throughput_tok_s] for r in b.rounds],
+                                [[r.throughput_tok_s] for r in t.rounds], lower_is_better=False,
+                                alpha=_alpha(settings, stopping.looks))
     ttft = compare(settings, [r.batch_ttft_ms for r in b.rounds], [r.batch_ttft_ms for r in t.rounds])
     checks = (
         check_compiles(b, t),
         check_ttft(b, t, settings.ttft_bound, cold=cold),
         check_tokens(base, treat, settings.logprobs),
         check_hlo(treat_hlo),
-        check_throughput(throughput, step_time, settings.require_improvement),
+        check_step_verdict(step_time, throughput, settings.require_improvement, stopping),
     )
     removed = removed_ops(base_hlo, treat_hlo)
     backend = jax.default_backend()
@@ -110,7 +136,7 @@ def _measure(settings: VerifySettings, base: Variant, treat: Variant, work: Path
         settings=settings, config=json_safe(dataclasses.asdict(base.config)), baseline=b, treatment=t,
         checks=checks, throughput=throughput, step_time=step_time, ttft=ttft, treatment_hlo=treat_hlo,
         baseline_hlo=base_hlo, removed_ops=removed, fix_diff=fix_diff,
-        elapsed_s=time.perf_counter() - started, backend=backend, notes=tuple(notes),
+        elapsed_s=time.perf_counter() - started, backend=backend, notes=tuple(notes), stopping=stopping,
     )
 
 

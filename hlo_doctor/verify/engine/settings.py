@@ -43,6 +43,9 @@ class VerifySettings:
     out_dir: Path | None = None
     """Where run directories of check 4 and the patched treatment go; None = a temporary folder."""
     seed: int = 0
+    budget_s: float | None = None
+    """Seconds the measured rounds may take in all: after ``rounds`` pairs, pairs are added until check
+    5 decides or the next pair would not fit (None: exactly ``rounds``)."""
     baseline_run: Path | None = None
     """An existing capture of the baseline at the same sizes (``hlo-doctor doctor``'s profile): used for
     the removed-ops figure instead of capturing the baseline again."""
@@ -81,6 +84,7 @@ def validate_settings(settings: VerifySettings) -> None:
     if settings.vocab is not None and settings.vocab < 2:
         raise InputError(f"--vocab {settings.vocab}: must be at least 2", "pass --vocab 256000")
     shared.check_ttft_bound(settings.ttft_bound)
+    shared.check_budget(settings.budget_s)
     if settings.fix is None and settings.treatment is None:
         raise InputError("nothing to verify: no --fix and no --treatment",
                          "pass --fix bf16-greedy-sampler, or --treatment PATH (and --baseline PATH)")
