@@ -95,6 +95,12 @@ CATALOG: tuple[CatalogEntry, ...] = (
         "PARAMS_F32 = {**PARAMS, \"emb\": PARAMS[\"emb\"].astype(f32)} once, passed instead; refused for a "
         "module's attribute (flax, keras) or weights loaded elsewhere",
         "hlo_doctor.fixes.widen_weights_once"),
+    CatalogEntry(
+        "init-once", "run the model's initialiser once, not on every call", False, ("HD014",), "file",
+        "@functools.cache on the initialiser (init_cache...) an eager generate() calls every time; unsafe: the "
+        "result is shared between calls; refused for a random key from the caller, attributes set, or an "
+        "initialiser defined in another file",
+        "hlo_doctor.fixes.init_once"),
 )
 
 
