@@ -16,12 +16,11 @@ import datetime as _dt
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
-from hlo_doctor.cli.apply_fix_views import print_from_run, print_summary
 from hlo_doctor.cli.common import (
     FormatChoice,
     console,
@@ -33,18 +32,21 @@ from hlo_doctor.cli.common import (
 )
 from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.core.lookup import repository_root
-from hlo_doctor.core.model import Finding
-from hlo_doctor.fixes import FixApplied, FixRefused, FixResult, apply_fix, revert_fix
-from hlo_doctor.fixes.catalog import CATALOG, catalog_entry
-from hlo_doctor.fixes.source.applicable import with_applicable_fixes
-from hlo_doctor.fixes.source.apply import apply_source_fix, revert_source_fix
-from hlo_doctor.fixes.source.base import Hint
-from hlo_doctor.fixes.source.from_run import FromRun, apply_from_findings, finding_from_dict
+
+if TYPE_CHECKING:
+    # The fixes (and the views of their outcomes) are imported by the code paths that apply them.
+    from rich.table import Table
+
+    from hlo_doctor.core.model import Finding
+    from hlo_doctor.fixes import FixResult
+    from hlo_doctor.fixes.source.from_run import FromRun
 
 JSON_SCHEMA = "hlo-doctor.apply-fix/1"
 
 
 def _exit_code(result: FixResult) -> int:
+    from hlo_doctor.fixes import FixRefused
+
     if isinstance(result, FixRefused):
         return int(ExitCode.FINDINGS) if result.kind == "half-fixed" else int(ExitCode.USAGE)
     return int(ExitCode.OK)
@@ -59,6 +61,9 @@ def _file_and_line(spec: str) -> tuple[Path, int | None]:
 
 
 def _finish(result: FixResult, fmt: str, output: Path | None) -> None:
+    from hlo_doctor.cli.apply_fix_views import print_summary
+    from hlo_doctor.fixes import FixApplied
+
     print_summary(result)
     if fmt == "json":
         write_output(json.dumps({"schema": JSON_SCHEMA, **result.to_dict()}, indent=2) + "\n", output)
@@ -69,6 +74,10 @@ def _finish(result: FixResult, fmt: str, output: Path | None) -> None:
 
 
 def _catalog_table() -> Table:
+    from rich.table import Table
+
+    from hlo_doctor.fixes.catalog import CATALOG
+
     t = Table(header_style="bold", box=None, pad_edge=False)
     for col in ("fix", "safety", "rules", "edits"):
         t.add_column(col, no_wrap=True)
@@ -94,6 +103,9 @@ def _created(run: Path) -> float | None:
 
 def _findings(run: Path, root: Path) -> list[Finding]:
     """The findings of ``run``: a ``diagnose --format json`` file, or any input ``diagnose`` reads."""
+    from hlo_doctor.fixes.source.applicable import with_applicable_fixes
+    from hlo_doctor.fixes.source.from_run import finding_from_dict
+
     if run.is_file() and run.suffix == ".json":
         try:
             doc = json.loads(run.read_text(encoding="utf-8"))
@@ -108,6 +120,9 @@ def _findings(run: Path, root: Path) -> list[Finding]:
 
 
 def _from_run(run: Path, root: Path, unsafe: bool, dry_run: bool, fmt: str, output: Path | None) -> None:
+    from hlo_doctor.cli.apply_fix_views import print_from_run
+    from hlo_doctor.fixes.source.from_run import apply_from_findings
+
     findings = _findings(run, root)
     outcome: FromRun = apply_from_findings(findings, root, unsafe=unsafe, dry_run=dry_run, created=_created(run))
     print_from_run(outcome)
@@ -165,6 +180,12 @@ def apply_fix_cmd(
     Exit codes: 0 applied / already applied / reverted / dry run; 1 half-fixed project (use
     --complete); 2 the code does not match, an unsafe fix without --unsafe, or bad input; 3 internal error.
     """
+    # Imported here, not with the module: --help and the other commands start without them.
+    from hlo_doctor.fixes import FixRefused, apply_fix, revert_fix
+    from hlo_doctor.fixes.catalog import catalog_entry
+    from hlo_doctor.fixes.source.apply import apply_source_fix, revert_source_fix
+    from hlo_doctor.fixes.source.base import Hint
+
     if list_fixes:
         print_wide(_catalog_table())
         return

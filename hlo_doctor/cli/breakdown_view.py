@@ -12,12 +12,14 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hlo_doctor.cli.common import plain_text, print_wide, write_output
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.opstats import OpStats
-from hlo_doctor.opstats.breakdown import HOST_KINDS, StepBreakdown
-from hlo_doctor.render.breakdown import to_json, to_markdown, to_terminal
+
+if TYPE_CHECKING:
+    from hlo_doctor.opstats import OpStats
+    from hlo_doctor.opstats.breakdown import StepBreakdown
 
 BREAKDOWN_HELP = ("Print the step breakdown instead of the op table: per device and step, device busy (union of "
                   "the op intervals), idle, and what the host ran while the device idled (Python lines, dispatch, "
@@ -25,6 +27,8 @@ BREAKDOWN_HELP = ("Print the step breakdown instead of the op table: per device 
 
 
 def _csv(b: StepBreakdown) -> str:
+    from hlo_doctor.opstats.breakdown import HOST_KINDS
+
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["host", "device", "step", "start_us", "wall_us", "busy_us", "idle_us", "op_us",
@@ -38,6 +42,9 @@ def _csv(b: StepBreakdown) -> str:
 
 def emit_breakdown(stats: OpStats, fmt: str, output: Path | None) -> None:
     """Print or write the breakdown of ``stats`` in ``fmt``; exit 2 (one line) when it has none."""
+    # Imported here, not with the module, as every renderer of the CLI: the commands start fast.
+    from hlo_doctor.render.breakdown import to_json, to_markdown, to_terminal
+
     b = stats.breakdown
     if b is None:
         raise InputError(f"{stats.source_path}: no step breakdown (an opstats.json written before it, or "

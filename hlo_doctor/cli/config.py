@@ -22,7 +22,6 @@ from typing import Any
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.pyproject import find_pyproject, repository_root, tool_table, unknown_key_hint
-from hlo_doctor.hlo.frames import set_extra_frameworks
 
 __all__ = ["TABLE", "default_map", "find_pyproject", "repository_root"]
 
@@ -96,6 +95,9 @@ def default_map(start: Path) -> dict[str, Any]:
     Raises:
         InputError: invalid TOML, an unknown key (with a suggestion), a value of the wrong type.
     """
+    # Here, not at the top: the hlo package imports numpy, which --help and --version never need.
+    from hlo_doctor.hlo.frames import set_extra_frameworks
+
     set_extra_frameworks(())
     path = find_pyproject(start)
     if path is None:

@@ -28,9 +28,6 @@ from hlo_doctor.cli.config import repository_root
 from hlo_doctor.cli.hosts import host_options, left_out_note, pod_options
 from hlo_doctor.core.errors import ExitCode
 from hlo_doctor.core.model import Severity
-from hlo_doctor.fixes.source.applicable import with_applicable_fixes
-from hlo_doctor.hosts import CaptureReader
-from hlo_doctor.lint import diagnose, load_context, load_rulebook
 from hlo_doctor.render.registry import DIAGNOSIS, RenderOptions
 
 _SEVERITIES = [s.name.lower() for s in Severity]
@@ -78,6 +75,11 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     Exit codes: 0 done (no finding at or above --fail-on), 1 findings at or above --fail-on,
     2 usage or input error, 3 internal error.
     """
+    # Imported here, not with the module: --help and the other commands start without them.
+    from hlo_doctor.fixes.source.applicable import with_applicable_fixes
+    from hlo_doctor.hosts import CaptureReader
+    from hlo_doctor.lint import diagnose, load_context, load_rulebook
+
     fmt = fmt or ("github" if in_github_actions() and output is None else "table")
     book = load_rulebook(rules_dirs)
     reader = CaptureReader(pod_options(jobs, scheduler, skip_bad_hosts))

@@ -8,9 +8,11 @@ import click
 
 from hlo_doctor.cli.common import examples, handle_errors, print_wide
 from hlo_doctor.cli.progress import progress_bars
-from hlo_doctor.doctor import DoctorSettings, run_doctor
 from hlo_doctor.render.registry import DOCTOR
-from hlo_doctor.verify import DEFAULT_MAX_TOKENS, DEFAULT_ROUNDS, DEFAULT_TTFT_BOUND
+
+# verify's defaults, as the verify core defines them (tests/cli/test_cold_start.py holds them equal):
+# written here so that --help does not import the core (numpy, scipy, the engine).
+DEFAULT_ROUNDS, DEFAULT_MAX_TOKENS, DEFAULT_TTFT_BOUND = 6, 16, 1.25
 
 
 @click.command("doctor", epilog=examples(
@@ -46,6 +48,8 @@ def doctor_cmd(engine: Path | None, out_dir: Path, variant: str, rounds: int, ma
     \b
     Exit codes: 0 verified (or nothing found), 1 a check failed or findings without a fix, 2 bad input.
     """
+    from hlo_doctor.doctor import DoctorSettings, run_doctor
+
     settings = DoctorSettings(engine=engine, out_dir=out_dir, variant=variant, rounds=rounds,
                               max_tokens=max_tokens, batch=batch, vocab=vocab, profile_steps=profile_steps,
                               ttft_bound=ttft_bound)

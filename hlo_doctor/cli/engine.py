@@ -8,12 +8,10 @@ from typing import Any
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
 from hlo_doctor.cli.common import console, examples, handle_errors, output_option, print_wide, write_output
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.core.errors import ExitCode, HloDoctorError
-from hlo_doctor.engines import checked_config, engine_source_dir, load_engine
 
 _STAGES = {"warmup": "warm-up (parameters + precompiled menu)", "precompile": "precompile (programs)",
            "prefill": "prefill", "decode": "decode"}
@@ -65,6 +63,9 @@ def run_cmd(engine_path: Path | None, fmt: str, output: Path | None, check_recom
     (any compile there means a call missed the precompiled menu; JAX's reason is shown).
     Exit codes: 0 ran, 1 --check-recompilation tripped, 2 impossible configuration.
     """
+    # Imported here, not with the module: the engine loader imports numpy; the engine, JAX.
+    from hlo_doctor.engines import checked_config, engine_source_dir, load_engine
+
     engine = load_engine(engine_path)
     if check_recompilation:
         fields["check_recompilation"] = True
@@ -85,6 +86,8 @@ def run_cmd(engine_path: Path | None, fmt: str, output: Path | None, check_recom
 
 
 def _render(summary: dict[str, Any]) -> None:
+    from rich.table import Table
+
     config = summary["config"]
     mode = "sampling" if config["do_sampling"] else "greedy"
     console.print(f"[bold]engine run[/] {escape(str(summary['engine_source']))}", soft_wrap=True)

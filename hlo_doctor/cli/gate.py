@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.text import Text
@@ -20,10 +21,12 @@ from hlo_doctor.cli.common import (
 from hlo_doctor.cli.config import repository_root
 from hlo_doctor.cli.hosts import host_options, left_out_note, pod_options
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.gate import GateResult, Verdict, gate, resolve_policy
-from hlo_doctor.hosts import PodOptions, read_capture
-from hlo_doctor.opstats import OpStats
 from hlo_doctor.render.registry import GATE, RenderOptions
+
+if TYPE_CHECKING:
+    from hlo_doctor.gate import GateResult
+    from hlo_doctor.hosts import PodOptions
+    from hlo_doctor.opstats import OpStats
 
 _STYLE = {
     "regressed": "bold red", "new: fails the gate": "bold red", "inconclusive": "yellow",
@@ -32,6 +35,8 @@ _STYLE = {
 
 
 def _load(path: Path, side: str, options: PodOptions) -> OpStats:
+    from hlo_doctor.hosts import read_capture
+
     if not path.exists():
         raise InputError(f"{side} {path} does not exist",
                          "pass a run directory, an .xplane.pb file or an opstats.json export")
@@ -51,6 +56,8 @@ def _print_result(result: GateResult, max_rows: int) -> None:
 
     Plain fixed-width lines (no wrapping table): CI logs are not terminals and must stay greppable.
     """
+    from hlo_doctor.gate import Verdict
+
     colour = {Verdict.PASS: "green", Verdict.REGRESSION: "red", Verdict.INCONCLUSIVE: "yellow"}[result.verdict]
     lines = GATE.text("table", result, RenderOptions(rows=max_rows, fit=people_see_a_terminal())).splitlines()
     console.print(Text(lines[0], style=f"bold {colour}"))
@@ -136,6 +143,9 @@ def gate_cmd(
     \b
     Exit codes: 0 pass, 1 regression (or inconclusive under --strict), 2 bad input or policy.
     """
+    # Imported here, not with the module: --help and the other commands start without them.
+    from hlo_doctor.gate import gate, resolve_policy
+
     policy = resolve_policy(policy_file, {
         "max_step_regression_pct": max_step_regression_pct, "max_op_regression_pct": max_op_regression_pct,
         "op_floor_us": op_floor_us, "fail_on_new": fail_on_new, "new_op_min_bytes": new_op_min_bytes,

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from hlo_doctor.hosts import PodOptions, cores_available
+if TYPE_CHECKING:
+    from hlo_doctor.hosts import PodOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,6 +35,9 @@ def host_options(func: F) -> F:
 
 def pod_options(jobs: int | None, scheduler: str | None, skip_bad_hosts: bool) -> PodOptions:
     """The :class:`PodOptions` the flags ask for."""
+    # Here, not at the top: the host readers import the op-stats table's libraries (pandas).
+    from hlo_doctor.hosts import PodOptions, cores_available
+
     return PodOptions(jobs=jobs if jobs is not None else cores_available(), scheduler=scheduler or None,
                       skip_bad_hosts=skip_bad_hosts)
 

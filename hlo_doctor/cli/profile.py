@@ -7,10 +7,9 @@ import functools
 import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import pandas as pd
 from rich.console import Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
@@ -32,13 +31,12 @@ from hlo_doctor.cli.hosts import host_options, pod_options
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.cli.report import write_capture_report
 from hlo_doctor.core.errors import InputError, NotAvailableError
-from hlo_doctor.core.format import fmt_bytes, fmt_source
 from hlo_doctor.core.model import ProgressFn
-from hlo_doctor.hlo.shape import fmt_shape
-from hlo_doctor.hosts import read_capture
-from hlo_doctor.opstats import OpStats, group_by_shape, to_csv, to_json
-from hlo_doctor.opstats.roofline import peaks_line
-from hlo_doctor.render.opstats import ROOFLINE_HEADERS, roofline_cells, to_markdown
+
+if TYPE_CHECKING:
+    # The table's libraries (pandas, numpy) and the capture readers are imported by the commands
+    # that build or print a table, not when the CLI starts.
+    from hlo_doctor.opstats import OpStats
 
 _PHASES = {"warmup": "warm-up (untraced)", "precompile": "precompile (programs)", "capture": "capture (traced)",
            "analyze": "building the table"}
@@ -81,6 +79,14 @@ def pct_note(backend: str) -> str:
 def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
     """The table people read, with its header lines and notes; ``wide`` adds n, program, bytes, the
     roofline (bandwidth, FLOP rate, intensity, bound-by, % of the device's peaks) and source."""
+    import pandas as pd
+
+    from hlo_doctor.core.format import fmt_bytes, fmt_source
+    from hlo_doctor.hlo.shape import fmt_shape
+    from hlo_doctor.opstats import group_by_shape
+    from hlo_doctor.opstats.roofline import peaks_line
+    from hlo_doctor.render.opstats import ROOFLINE_HEADERS, roofline_cells
+
     parts: list[RenderableType] = [
         Text.from_markup(f"[bold]op stats[/] {escape(stats.source_path)}"),
         Text(header_line(stats)),
@@ -128,6 +134,9 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
 
 def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None, wide: bool = False,
           per_step: bool = False) -> None:
+    from hlo_doctor.opstats import group_by_shape, to_csv, to_json
+    from hlo_doctor.render.opstats import to_markdown
+
     if fmt == "table" and output is not None:
         write_output(plain_text(_table(stats, top, group_by, wide=True)), output)
         return
@@ -309,6 +318,8 @@ def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | No
     opstats.json export. The host files of a log directory are read side by side (--jobs, or a Dask
     cluster: --scheduler) into one table.
     """
+    from hlo_doctor.hosts import read_capture
+
     stats, _ = read_capture(source, pod_options(jobs, scheduler, skip_bad_hosts))
     if breakdown:
         emit_breakdown(stats, fmt, output)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING
 
 from hlo_doctor.cli.common import console, people_see_a_terminal
 from hlo_doctor.core.model import ProgressFn
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 __all__ = ["plain_progress", "progress_bars"]
 
@@ -33,6 +35,9 @@ def progress_bars(labels: Mapping[str, str] | None = None, *, keep: bool = False
         with plain_progress(names) as update:
             yield update
         return
+    # rich's progress display only on a terminal (and only then imported).
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     description = "{task.description}" if label_width is None else f"{{task.description:<{label_width}}}"
     with Progress(TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=not keep) as bar:

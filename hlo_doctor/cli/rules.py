@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.markdown import Markdown
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -23,8 +23,9 @@ from hlo_doctor.cli.common import (
     write_output,
 )
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.fixes.catalog import fixes_for_rule
-from hlo_doctor.lint import LoadedRule, RuleBook, load_rulebook
+
+if TYPE_CHECKING:
+    from hlo_doctor.lint import LoadedRule, RuleBook
 
 _RULES_OPTION = click.option("--rules", "rules_dirs", multiple=True, type=click.Path(path_type=Path),
                              help="Also load the rule files of this folder; repeatable.")
@@ -32,6 +33,8 @@ _RULES_OPTION = click.option("--rules", "rules_dirs", multiple=True, type=click.
 
 def _fixes(r: LoadedRule) -> list[str]:
     """The catalog's fixes for the rule (``id (safe)``), and the one the rule names if the catalog has none."""
+    from hlo_doctor.fixes.catalog import fixes_for_rule
+
     served = [f"{e.fix_id} ({e.safety})" for e in fixes_for_rule(r.code)] if r.bundled else []
     if r.rule.fix and not any(f.startswith(f"{r.rule.fix} ") for f in served):
         served.append(r.rule.fix)
@@ -69,6 +72,8 @@ def rules_cmd(ctx: click.Context, rules_dirs: tuple[Path, ...], fmt: str, output
     ctx.obj = rules_dirs
     if ctx.invoked_subcommand is not None:
         return
+    from hlo_doctor.lint import load_rulebook
+
     book = load_rulebook(rules_dirs)
     rows = [_row(r) for r in book.rules]
     if fmt == "json":
@@ -105,6 +110,11 @@ def rules_cmd(ctx: click.Context, rules_dirs: tuple[Path, ...], fmt: str, output
 @handle_errors
 def explain_cmd(ctx: click.Context, code: str, rules_dirs: tuple[Path, ...]) -> None:
     """Print one rule's documentation (What it flags / Why it costs / Example / Fix) and its examples."""
+    # rich's Markdown (markdown-it, pygments) only for this view.
+    from rich.markdown import Markdown
+
+    from hlo_doctor.lint import load_rulebook
+
     book = load_rulebook(tuple(ctx.obj or ()) + rules_dirs)
     rule = book.get(code)
     if rule is None:

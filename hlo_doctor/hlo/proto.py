@@ -14,7 +14,9 @@ def module_text_from_proto(data: bytes, *, origin: str = "") -> str:
     xprof writes ``<module>(<program_id>).hlo_proto.pb`` files holding an ``HloProto`` whose field 1
     is the ``HloModuleProto``; a bare ``HloModuleProto`` (field 1 is its name, a string) is accepted too.
     """
-    from jax._src.lib import xla_client
+    # jaxlib's own xla_client (XLA's HLO printer, ~0.25 s to import), not jax's: reading a capture
+    # never imports jax (~1.5 s more), whose lib module re-exports this one.
+    from jaxlib import xla_client
 
     module_bytes = _hlo_module_field(data)
     for candidate in (module_bytes, data):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from hlo_doctor.fixes.base import Plan
 from hlo_doctor.fixes.bf16_greedy_sampler.elements import FIX_ID, LOGPROBS_ELEMENTS, TITLE
-from hlo_doctor.fixes.bf16_greedy_sampler.plan import build_plan
 from hlo_doctor.fixes.targets import Target
 
 __all__ = ["FIX_ID", "Bf16GreedySampler"]
@@ -41,6 +40,9 @@ class Bf16GreedySampler:
 
     def plan(self, target: Target, sources: dict[str, str], variant: str) -> Plan:
         """Analyse the three files of ``target`` and build the patched sources for ``variant``."""
+        # libcst is imported by the plan, when a fix is computed: not by every command that lists fixes.
+        from hlo_doctor.fixes.bf16_greedy_sampler.plan import build_plan
+
         return build_plan(target, sources, variant)
 
     def explain_half_fixed(self, plan: Plan, variant: str) -> str:
