@@ -176,7 +176,7 @@ def update_of(code: Code, rb: Rebuild) -> Update | str:
         return f"{rb.slab} is not bound by an assignment before line {code.line(rb.stmt)} in this function"
     parts = _update_parts(bound.value, rb)
     if parts is None:
-        return (f"{rb.slab} (line {code.line(bound)}) is {_src(bound.value).strip()[:80]}, not an update of "
+        return (f"{rb.slab} (line {code.line(bound)}) is {' '.join(_src(bound.value).split())[:80]}, not an update of "
                 f"{rb.buffer}[{rb.index}] written here (dynamic_update_slice or .at[...].set): which rows it changes "
                 f"is not visible in this file")
     owner = code.parent(bound)
@@ -210,7 +210,7 @@ def restacked(code: Code, stmt: cst.BaseSmallStatement) -> str:
                 f.value.value == pieces and call.args and isinstance(call.args[0].value, cst.Name):
             piece = _last_binding(code, call.args[0].value.value, call)
             if piece is not None:
-                source = f"; each piece is {_src(piece).strip()[:80]} (line {code.line(piece)})"
+                source = f"; each piece is {' '.join(_src(piece).split())[:100]} (line {code.line(piece)})"
     return (f"the buffer is put back together from the list {pieces} by {func}(){source}: making it one update of the "
             f"stacked buffer needs each piece's rows, which this fix reads only from "
             f"concatenate([buf[:i], x[None], buf[i + 1:]]) with x an update of buf[i] written in this function")

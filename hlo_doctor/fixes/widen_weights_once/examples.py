@@ -87,7 +87,7 @@ VALID = (
                   note="a function jitted elsewhere"),
     SourceExample(code=_EMBEDDER, line=6, reason="self.input_embedding_table, a module's attribute",
                   note="recurrentgemma: the table is the module's parameter"),
-    SourceExample(code=_CONV1D, line=8, kind="no-pattern", reason="holds no params",
+    SourceExample(code=_CONV1D, line=9, reason="kernel, bound from self.param(",
                   note="GPT-2's Conv1D: the kernel comes from self.param, converted by jnp.asarray to self.dtype"),
 )
 

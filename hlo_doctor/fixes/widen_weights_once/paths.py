@@ -94,10 +94,37 @@ def casts_at(code: Code, line: int) -> list[WeightCast] | NotApplicable:
     if roots:
         return NotApplicable(f"the weight widened at line {line} is {_src(roots[0])}, a module's attribute, not a "
                              f"parameter of a function jitted in this file: {_LOADED_ELSEWHERE}", "refused")
+    local = _module_param(code, calls, fn, params)
+    if local:
+        return NotApplicable(f"the weight widened at line {line} is {local}, not a parameter of a function jitted "
+                             f"in this file: {_LOADED_ELSEWHERE}", "refused")
     if found:
         return NotApplicable(f"{found[0].param} (line {line}) is not a parameter of the function it is widened in",
                              "refused")
     return NotApplicable(f"line {line} holds no params[...].astype(float32) of a function's parameter")
+
+
+def _module_param(code: Code, calls: list[cst.Call], fn: cst.FunctionDef | None, params: set[str]) -> str:
+    """``kernel, bound from self.param(...) at line N`` when a name converted on the line (``jnp.asarray(x,
+    dtype)``, ``x.astype(...)``) was bound in the function from a module's attribute or parameter."""
+    if fn is None:
+        return ""
+    for call in calls:
+        name = (get_full_name_for_node(call.func) or "").rsplit(".", 1)[-1]
+        given = [call.func.value] if name == "astype" and isinstance(call.func, cst.Attribute) else \
+            [a.value for a in call.args[:1]] if name in ("asarray", "promote_dtype") else []
+        for value in given:
+            root, _ = _path(_receiver(value))
+            if not isinstance(root, cst.Name) or root.value in params:
+                continue
+            binds = [u for u in name_uses(code, fn, root.value)
+                     if u.kind == "store" and u.position < code.position(code.statement_of(call) or call)]
+            bound = code.statement_of(binds[-1].node) if binds else None
+            if isinstance(bound, cst.Assign) and any(isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name)
+                                                     and n.value.value == "self" for n in code.all(cst.Attribute,
+                                                                                                  under=bound.value)):
+                return f"{root.value}, bound from {' '.join(_src(bound.value).split())[:60]} at line {code.line(bound)}"
+    return ""
 
 
 def step_casts(code: Code, at: list[WeightCast]) -> tuple[JitSite, list[WeightCast]] | str:
