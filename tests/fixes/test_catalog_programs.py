@@ -3,87 +3,31 @@ the rule's finding on the compiled HLO before and after.
 
 The programs are in ``tests/fixes/programs/``; each is copied, fixed through ``apply_source_fix`` (the
 transaction a user's file goes through) at the line a finding names, and both copies are imported
-side by side. Outputs are compared bit for bit (``tobytes``), NaN and ties included.
+side by side (``fix_programs``). Outputs are compared bit for bit (``tobytes``), NaN and ties included.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
+from fix_programs import SEEDS, bits, count_findings, fixed_pair, same_outputs
+from fix_programs import forget_modules as forget_modules  # autouse: imported copies dropped after each test
 
-from hlo_doctor.fixes import FixApplied
-from hlo_doctor.fixes.source.apply import apply_source_fix
 from hlo_doctor.fixes.source.base import Hint
-from hlo_doctor.lint import diagnose, load_context, load_rulebook
-
-PROGRAMS = Path(__file__).parent / "programs"
-SEEDS = (0, 1, 2, 3)
-BOOK = load_rulebook()
-
-
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-def _line(path: Path, text: str) -> int:
-    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
-
-
-def _fixed(tmp_path: Path, program: str, fix_id: str, sites: list[tuple[str, Hint]]) -> tuple[ModuleType, ModuleType,
-                                                                                                FixApplied]:
-    """The program as written and fixed, both imported."""
-    before, after = tmp_path / "before" / program, tmp_path / "after" / program
-    for p in (before, after):
-        p.parent.mkdir()
-        shutil.copy(PROGRAMS / program, p)
-    result = apply_source_fix(fix_id, after, [(_line(after, text), hint) for text, hint in sites], unsafe=True)
-    assert isinstance(result, FixApplied), result
-    assert after.read_text() != before.read_text()
-    stem = f"{program[:-3]}_{fix_id.replace('-', '_')}"
-    return _load(before, f"{stem}_before"), _load(after, f"{stem}_after"), result
-
-
-def _bits(outputs: tuple[Any, ...]) -> list[tuple[str, tuple[int, ...], bytes]]:
-    return [(str(np.asarray(o).dtype), np.asarray(o).shape, np.asarray(o).tobytes()) for o in outputs]
-
-
-def _same_outputs(before: ModuleType, after: ModuleType) -> None:
-    for seed in SEEDS:
-        assert _bits(before.outputs(seed)) == _bits(after.outputs(seed)), f"seed {seed}"
-
-
-def _count(tmp_path: Path, code: str, name: str, compiled: Callable[[], Any]) -> int:
-    """Findings of rule ``code`` on the optimized HLO of ``compiled()``."""
-    path = tmp_path / f"{name}.hlo.txt"
-    path.write_text(compiled().compile().as_text())
-    return sum(1 for f in diagnose(load_context(path), BOOK, select=[code]).findings if f.code == code)
 
 
 def test_donate_state_on_a_gemma_style_sampler_loop(tmp_path: Path) -> None:
-    before, after, result = _fixed(tmp_path, "sampler_loop.py", "donate-state",
-                                   [("jax.lax.while_loop", Hint(argument="state"))])
+    before, after, result = fixed_pair(tmp_path, "sampler_loop.py", "donate-state",
+                                       [("jax.lax.while_loop", Hint(argument="state"))])
     assert 'donate_argnames="state"' in result.diff and result.variant == "safe"
-    _same_outputs(before, after)
+    same_outputs(before, after)
     # The copies of the caches before the loop are gone: HD009 on the compiled loop, before and after.
     for module, expected in ((before, 1), (after, 0)):
         params, state = module.init(0)
-        got = _count(tmp_path, "HD009", module.__name__,
-                     lambda m=module, p=params, s=state: m.SamplerLoop._sample_loop.lower(m.LOOP, params=p, state=s))
+        got = count_findings(tmp_path, "HD009", module.__name__,
+                             lambda m=module, p=params, s=state: m.SamplerLoop._sample_loop.lower(m.LOOP, params=p, state=s))
         assert got == expected, module.__name__
     # The donated state really is handed over: the caller's caches are deleted after the call.
     params, state = after.init(0)
@@ -93,12 +37,12 @@ def test_donate_state_on_a_gemma_style_sampler_loop(tmp_path: Path) -> None:
 
 def test_eager_widening_dropped_and_moved(tmp_path: Path) -> None:
     bf16 = Hint(narrow_dtype="bf16", wide_dtype="f32")
-    before, after, result = _fixed(tmp_path, "greedy_widen.py", "eager-widening",
-                                   [("logits = logits.astype(jnp.float32)", bf16),
-                                    ("sample_with_logits(logits.astype", bf16)])
+    before, after, result = fixed_pair(tmp_path, "greedy_widen.py", "eager-widening",
+                                       [("logits = logits.astype(jnp.float32)", bf16),
+                                        ("sample_with_logits(logits.astype", bf16)])
     assert [e.detail.split(":")[0] for e in result.elements] == ["safe", "unsafe"]
     assert "logits = logits.astype(jnp.float32)" in result.diff.split("@@")[-1]  # moved into the sampler
-    _same_outputs(before, after)
+    same_outputs(before, after)
     logits = before.inputs(0)
     assert logits.dtype == jnp.bfloat16
     # The jitted samplers now take the bf16 logits: no f32 copy is made outside them.
@@ -106,33 +50,27 @@ def test_eager_widening_dropped_and_moved(tmp_path: Path) -> None:
 
 
 def test_argmax_without_softmax_on_a_temperature_softmax(tmp_path: Path) -> None:
-    before, after, result = _fixed(tmp_path, "softmax_greedy.py", "argmax-without-softmax",
-                                   [("jax.nn.softmax", Hint())])
+    before, after, result = fixed_pair(tmp_path, "softmax_greedy.py", "argmax-without-softmax",
+                                       [("jax.nn.softmax", Hint())])
     assert result.variant == "unsafe" and "probabilities" in result.diff
-    _same_outputs(before, after)
+    same_outputs(before, after)
     args = (jnp.zeros((8, 4096), jnp.bfloat16), jnp.float32(0.7))
-    assert _count(tmp_path, "HD011", "before", lambda: before.sample.lower(*args)) == 1
-    assert _count(tmp_path, "HD011", "after", lambda: after.sample.lower(*args)) == 0
+    assert count_findings(tmp_path, "HD011", "before", lambda: before.sample.lower(*args)) == 1
+    assert count_findings(tmp_path, "HD011", "after", lambda: after.sample.lower(*args)) == 0
 
 
 def test_slice_before_matmul_on_a_prefill(tmp_path: Path) -> None:
-    before, after, result = _fixed(tmp_path, "prefill_head.py", "slice-before-matmul",
-                                   [("logits = h @ w", Hint(rank=3))])
+    before, after, result = fixed_pair(tmp_path, "prefill_head.py", "slice-before-matmul",
+                                       [("logits = h @ w", Hint(rank=3))])
     assert "logits = h[:, -1] @ w" in result.diff and result.variant == "unsafe"
     for seed in SEEDS:
         (tok_a, last_a), (tok_b, last_b) = before.outputs(seed), after.outputs(seed)
-        assert _bits((tok_a,)) == _bits((tok_b,)), seed
+        assert bits((tok_a,)) == bits((tok_b,)), seed
         # Why the fix is unsafe: XLA:CPU tiles a 4-row matmul differently from a 64-row one, and the
         # logits differ in their last bits (the tokens do not, here).
         np.testing.assert_allclose(np.asarray(last_a), np.asarray(last_b), rtol=0, atol=1e-5)
     args = (jnp.zeros((4, 16, 128)), jnp.zeros((128, 8000)))
-    assert _count(tmp_path, "HD012", "before", lambda: before.prefill.lower(*args)) == 1
-    assert _count(tmp_path, "HD012", "after", lambda: after.prefill.lower(*args)) == 0
+    assert count_findings(tmp_path, "HD012", "before", lambda: before.prefill.lower(*args)) == 1
+    assert count_findings(tmp_path, "HD012", "after", lambda: after.prefill.lower(*args)) == 0
 
 
-@pytest.fixture(autouse=True)
-def _forget_modules() -> Any:
-    yield
-    for name in [n for n in sys.modules if n.endswith(("_before", "_after"))]:
-        del sys.modules[name]
-    jax.clear_caches()
