@@ -1,7 +1,7 @@
 """Every renderer in one table, chosen by (subject, format): the commands ask here, never with if-chains.
 
 A subject is what a command reports (``diagnosis``, ``gate``, ``verify``, ``verify-target``,
-``doctor``); a format is what ``--format`` names (``table`` is the people's view on stderr, the
+``verify-program``, ``doctor``); a format is what ``--format`` names (``table`` is the people's view on stderr, the
 others are text for machines or files). Each entry takes the result and one :class:`RenderOptions`,
 of which it reads only what its format needs, and returns text or, for ``table``, a rich renderable.
 """
@@ -16,17 +16,18 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from rich.console import RenderableType
 
 from hlo_doctor.gate.result import GateResult
-from hlo_doctor.render import diagnosis, doctor, gate, verify, verify_target
+from hlo_doctor.render import diagnosis, doctor, gate, verify, verify_program, verify_target
 from hlo_doctor.render.doctor import DoctorOutcome
 from hlo_doctor.render.html.subjects import gate_to_html
 from hlo_doctor.verify.engine.results import VerifyReport
+from hlo_doctor.verify.program.results import ProgramReport
 from hlo_doctor.verify.tpu_inference.results import TargetReport
 
 if TYPE_CHECKING:
     from hlo_doctor.lint import Diagnosis, RuleBook
 
-__all__ = ["DIAGNOSIS", "DOCTOR", "GATE", "SUBJECTS", "VERIFY", "VERIFY_TARGET", "Formats", "RenderOptions",
-           "formats"]
+__all__ = ["DIAGNOSIS", "DOCTOR", "GATE", "SUBJECTS", "VERIFY", "VERIFY_PROGRAM", "VERIFY_TARGET", "Formats",
+           "RenderOptions", "formats"]
 
 Result = TypeVar("Result", contravariant=True)
 
@@ -106,13 +107,20 @@ VERIFY_TARGET: Formats[TargetReport] = Formats("verify-target", {
     "json": lambda r, o: verify_target.to_json(r),
     "md": lambda r, o: verify_target.to_markdown(r),
 })
+VERIFY_PROGRAM: Formats[ProgramReport] = Formats("verify-program", {
+    "table": lambda r, o: verify_program.to_terminal(r),
+    "json": lambda r, o: verify_program.to_json(r),
+    "md": lambda r, o: verify_program.to_markdown(r),
+    "junit": lambda r, o: verify_program.to_junit(r),
+})
 DOCTOR: Formats[DoctorOutcome] = Formats("doctor", {
     "table": lambda r, o: doctor.to_terminal(r),
     "json": lambda r, o: doctor.to_json(r),
     "md": lambda r, o: doctor.to_markdown(r),
 })
 
-SUBJECTS: Mapping[str, Formats[Any]] = {f.subject: f for f in (DIAGNOSIS, GATE, VERIFY, VERIFY_TARGET, DOCTOR)}
+SUBJECTS: Mapping[str, Formats[Any]] = {f.subject: f for f in (DIAGNOSIS, GATE, VERIFY, VERIFY_TARGET, VERIFY_PROGRAM,
+                                                                    DOCTOR)}
 """The one registry: subject -> its formats -> the renderer."""
 
 

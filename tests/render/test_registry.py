@@ -24,6 +24,7 @@ def test_every_subject_and_the_formats_its_command_offers() -> None:
         "gate": ("table", "github", "json", "md", "junit", "html"),
         "verify": ("table", "json", "md"),
         "verify-target": ("table", "json", "md"),
+        "verify-program": ("table", "json", "md", "junit"),
         "doctor": ("table", "json", "md"),
     }
     with pytest.raises(ValueError, match="unknown subject 'stats'"):

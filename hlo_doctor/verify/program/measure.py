@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hlo_doctor.verify.compiles import compile_window
 from hlo_doctor.verify.program.outputs import Difference, Leaf, first_difference, host_leaves
 from hlo_doctor.verify.program.settings import ProgramSettings
 from hlo_doctor.verify.program.target import Side
-from hlo_doctor.verify.rounds import LABELS, interleaved
+from hlo_doctor.verify.results import Stopping
+from hlo_doctor.verify.rounds import LABELS, run_rounds
 from hlo_doctor.verify.settings import ProgressFn
 
 
@@ -80,6 +82,8 @@ class Measured:
     """Calls whose outputs were compared (warm-up calls included)."""
     mismatch: Mismatch | None = None
     raised: Raised | None = None
+    stopping: Stopping | None = None
+    """How many rounds ran and why no more (None when a step raised)."""
 
 
 class _StepRaised(Exception):
@@ -116,8 +120,10 @@ def _compare(result: Measured, when: str, a: tuple[Leaf, ...], b: tuple[Leaf, ..
         result.mismatch = Mismatch(when, diff)
 
 
-def measure(base: Side, treat: Side, settings: ProgramSettings, progress: ProgressFn) -> Measured:
-    """Warm both sides, run ``settings.rounds`` interleaved rounds each, compare the outputs call by call."""
+def measure(base: Side, treat: Side, settings: ProgramSettings, progress: ProgressFn,
+            decided: Callable[[Measured, int], bool] | None = None) -> Measured:
+    """Warm both sides, run ``settings.rounds`` interleaved rounds each (with a budget, more pairs until
+    ``decided(measured, look)``), comparing the outputs call by call."""
     result = Measured()
     sides = {"baseline": base, "treatment": treat}
     try:
@@ -133,34 +139,51 @@ def measure(base: Side, treat: Side, settings: ProgramSettings, progress: Progre
         for i, (a, b) in enumerate(zip(warm["baseline"], warm["treatment"], strict=True)):
             _compare(result, f"warm-up call {i + 1}", a, b, settings)
         del warm
-        _rounds(result, sides, settings, progress)
+        rounds = _Rounds(result, sides, settings, progress)
+        progress("rounds", 0, 2 * settings.rounds)
+        result.stopping = run_rounds(settings.rounds, rounds.run, budget_s=settings.budget_s,
+                                     decided=None if decided is None else (lambda look: decided(result, look)))
     except _StepRaised as exc:
         result.raised = exc.raised
     return result
 
 
-def _rounds(result: Measured, sides: dict[str, Side], settings: ProgramSettings, progress: ProgressFn) -> None:
-    total = 2 * settings.rounds
-    progress("rounds", 0, total)
-    pending: dict[str, list[tuple[Leaf, ...]]] = {}
-    for order, label in enumerate(interleaved(settings.rounds)):
-        side, index = sides[label], len(result.rounds[label])
-        gc.collect()  # outside the window: a collection inside it is the previous round's garbage
+class _Rounds:
+    """One measured round per call of :meth:`run`; round ``k`` of both sides compared once both ran."""
+
+    def __init__(self, result: Measured, sides: dict[str, Side], settings: ProgramSettings,
+                 progress: ProgressFn) -> None:
+        self.result, self.sides, self.settings, self.progress = result, sides, settings, progress
+        self.pending: dict[str, list[tuple[Leaf, ...]]] = {}
+        self.done = 0
+
+    def run(self, label: str, order: int) -> None:
+        """Round ``order`` of the sequence, on side ``label``."""
+        side, index = self.sides[label], len(self.result.rounds[label])
         times: list[float] = []
         outputs: list[tuple[Leaf, ...]] = []
-        with compile_window(explain=True) as window:
-            start = time.perf_counter()
-            for step in range(settings.steps):
-                elapsed, leaves = _call(side, f"round {index + 1}, step {step + 1}")
-                times.append(elapsed)
-                outputs.append(leaves)
-            wall = (time.perf_counter() - start) * 1e3
+        # No collector pause inside the window (a full collection of JAX's heap takes a fraction of a
+        # second, far more than a step); the young objects of the previous round go first, cheaply.
+        gc.collect(0)
+        gc.disable()
+        try:
+            with compile_window(explain=True) as window:
+                start = time.perf_counter()
+                for step in range(self.settings.steps):
+                    elapsed, leaves = _call(side, f"round {index + 1}, step {step + 1}")
+                    times.append(elapsed)
+                    outputs.append(leaves)
+                wall = (time.perf_counter() - start) * 1e3
+        finally:
+            gc.enable()
         compiles = window.reasons or tuple(f"{name}: JAX gave no reason" for name in window.programs)
-        result.rounds[label].append(ProgramRound(label, index, order, tuple(times), wall, compiles))
-        pending[label] = outputs
-        if len(pending) == 2:
+        self.result.rounds[label].append(ProgramRound(label, index, order, tuple(times), wall, compiles))
+        self.pending[label] = outputs
+        if len(self.pending) == 2:
             # Both sides ran round `index`: compare it call by call, then let its outputs go.
-            for step, (a, b) in enumerate(zip(pending["baseline"], pending["treatment"], strict=True)):
-                _compare(result, f"round {index + 1}, step {step + 1}", a, b, settings)
-            pending.clear()
-        progress("rounds", order + 1, total)
+            for step, (a, b) in enumerate(zip(self.pending["baseline"], self.pending["treatment"], strict=True)):
+                _compare(self.result, f"round {index + 1}, step {step + 1}", a, b, self.settings)
+            self.pending.clear()
+        self.done += 1
+        # With a budget the total grows by a pair at each look that does not decide.
+        self.progress("rounds", self.done, max(2 * self.settings.rounds, self.done + self.done % 2))

@@ -9,7 +9,7 @@ import numpy as np
 from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.program.measure import ProgramRound
 from hlo_doctor.verify.program.settings import ProgramSettings
-from hlo_doctor.verify.results import Check, HloEvidence, RemovedOp
+from hlo_doctor.verify.results import Check, HloEvidence, RemovedOp, Stopping
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,8 @@ class ProgramReport:
     load_average: tuple[float, float] = (0.0, 0.0)
     """The machine's 1-minute load average when the run started and when it ended."""
     notes: tuple[str, ...] = ()
+    stopping: Stopping | None = None
+    """How many rounds ran and why no more (the settings' count, or a budget's look that decided)."""
 
     @property
     def passed(self) -> bool:
@@ -104,5 +106,5 @@ class ProgramReport:
             "treatment_hlo": self.treatment_hlo.to_dict() if self.treatment_hlo else None,
             "settings": self.settings.to_dict(), "fix_diff": self.fix_diff, "fix_safe": self.fix_safe,
             "backend": self.backend, "elapsed_s": self.elapsed_s, "load_average": list(self.load_average),
-            "notes": list(self.notes),
+            "notes": list(self.notes), "stopping": self.stopping.to_dict() if self.stopping else None,
         }

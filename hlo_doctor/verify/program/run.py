@@ -9,8 +9,10 @@ Checks, each pass/fail with the figure that decided it:
 3. **fixed program's findings**: every rule run on the treatment's capture; none of the fix's rules (or
    ``--rules``) may still find anything there (with ``--treatment`` alone: no finding the baseline had
    not); the figure says which findings remain;
-4. **step-time verdict**: the core's throughput check (:func:`hlo_doctor.verify.checks.check_throughput`) on
-   every call's time, with each round's wall time as the timing that must not regress.
+4. **step-time verdict**: the core's step-time check (:func:`hlo_doctor.verify.checks.check_step_verdict`) on
+   every call's time, rounds as blocks (:func:`hlo_doctor.verify.stats.compare_rounds`); with ``--budget``,
+   pairs of rounds are added until it decides or the budget is spent. Each round's wall time is reported
+   beside it (a call is the whole program here: nothing of it runs outside the step times).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import os
 import time
 from pathlib import Path
 
-from hlo_doctor.statistics import SampleComparison
-from hlo_doctor.verify.checks import check_throughput, not_run
+from hlo_doctor.statistics import Outcome, SampleComparison
+from hlo_doctor.verify.checks import check_step_verdict, not_run
 from hlo_doctor.verify.program.evidence import Captured, capture_side, check_findings, removed_ops
 from hlo_doctor.verify.program.measure import Measured, ProgramRound, measure
 from hlo_doctor.verify.program.results import ProgramReport, SideSummary
@@ -29,7 +31,7 @@ from hlo_doctor.verify.program.settings import ProgramSettings, validate_program
 from hlo_doctor.verify.program.target import FixedCopy, Side, load_side, make_fixed_copy
 from hlo_doctor.verify.results import Check
 from hlo_doctor.verify.settings import ProgressFn
-from hlo_doctor.verify.stats import compare
+from hlo_doctor.verify.stats import alpha_at_look, compare_rounds
 from hlo_doctor.verify.workspace import workspace
 
 NAMES = {1: "steady-state compiles", 2: "outputs identical", 3: "fixed program's findings", 4: "step-time verdict"}
@@ -75,7 +77,8 @@ def run_program(settings: ProgramSettings, progress: ProgressFn | None = None) -
     rules = rules_of(settings)
     with workspace(settings.out_dir) as work:
         base, treat, fixed = _load(settings, work)
-        measured = measure(base, treat, settings, report)
+        measured = measure(base, treat, settings, report,
+                           lambda m, look: _step_comparison(settings, m, look).outcome != Outcome.INCONCLUSIVE)
         b_sum, t_sum = (SideSummary(s.label, s.spec, s.source, measured.warmup_s.get(s.label, 0.0),
                                     tuple(measured.rounds[s.label])) for s in (base, treat))
         notes = list(fixed.notes) if fixed is not None else []
@@ -94,7 +97,7 @@ def run_program(settings: ProgramSettings, progress: ProgressFn | None = None) -
         findings, verdict = not_run(3, NAMES[3], why), not_run(4, NAMES[4], why)
     else:
         findings = check_findings(captured[0].evidence, captured[1].evidence, rules)
-        step_time, round_time, verdict = _verdict(settings, b_sum, t_sum)
+        step_time, round_time, verdict = _verdict(settings, measured)
     return ProgramReport(
         settings=settings, baseline=b_sum, treatment=t_sum,
         checks=(_check_compiles(measured), _check_outputs(measured, settings), findings, verdict),
@@ -103,17 +106,29 @@ def run_program(settings: ProgramSettings, progress: ProgressFn | None = None) -
         removed_ops=removed_ops(*captured) if captured else (), outputs=_outputs(measured, settings),
         fix_diff=fixed.diff if fixed else "", fix_safe=fixed.safe if fixed else None,
         elapsed_s=time.perf_counter() - started, backend=jax.default_backend(),
-        load_average=(load_start, os.getloadavg()[0]), notes=tuple(notes))
+        load_average=(load_start, os.getloadavg()[0]), notes=tuple(notes), stopping=measured.stopping)
 
 
-def _verdict(settings: ProgramSettings, base: SideSummary,
-             treat: SideSummary) -> tuple[SampleComparison, SampleComparison, Check]:
-    """Check 4: every call's time decides; each round's wall time must not regress."""
-    step_time = compare(settings, base.step_times_ms, treat.step_times_ms)
-    round_time = compare(settings, [r.wall_ms for r in base.rounds], [r.wall_ms for r in treat.rounds])
-    check = check_throughput(step_time, round_time, settings.require_improvement, second="round wall time")
-    # The core's check words its first timing as a throughput; here it is every call's time.
-    detail = check.detail.replace("throughput: ", "step time: ", 1)
+def _alpha(settings: ProgramSettings, looks: int) -> float:
+    """The last look's significance level: the settings' alpha, spent over the looks with a budget."""
+    return settings.alpha if settings.budget_s is None else alpha_at_look(settings.alpha, looks)
+
+
+def _step_comparison(settings: ProgramSettings, measured: Measured, looks: int) -> SampleComparison:
+    """Check 4's statistic: every call's time, rounds as blocks, paired round by round."""
+    return compare_rounds(settings, [r.step_times_ms for r in measured.rounds["baseline"]],
+                          [r.step_times_ms for r in measured.rounds["treatment"]], alpha=_alpha(settings, looks))
+
+
+def _verdict(settings: ProgramSettings, measured: Measured) -> tuple[SampleComparison, SampleComparison, Check]:
+    """Check 4 on the step times; each round's wall time compared the same way, for the table."""
+    looks = measured.stopping.looks if measured.stopping is not None else 1
+    step_time = _step_comparison(settings, measured, looks)
+    round_time = compare_rounds(settings, [[r.wall_ms] for r in measured.rounds["baseline"]],
+                                [[r.wall_ms] for r in measured.rounds["treatment"]], alpha=_alpha(settings, looks))
+    check = check_step_verdict(step_time, None, settings.require_improvement, measured.stopping)
+    # The core's check words the step as a decode step (the engine's); here it is one call of the target.
+    detail = check.detail.replace("decode step: ", "step: ", 1)
     return step_time, round_time, dataclasses.replace(check, number=4, name=NAMES[4], detail=detail)
 
 

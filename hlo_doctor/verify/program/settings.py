@@ -24,13 +24,13 @@ DEFAULT_PROFILE_STEPS = 3
 def min_rounds() -> int:
     """The fewest rounds per side the statistics can test: below it every verdict is "inconclusive".
 
-    :func:`hlo_doctor.statistics.compare_samples` tests only samples of at least ``DEFAULT_MIN_SAMPLES``
-    values a side, and verify compares one value per round (the round's wall time) beside the step times.
+    The step-time verdict compares the sides pair of rounds by pair of rounds
+    (:func:`hlo_doctor.verify.stats.compare_rounds`), which tests only from ``MIN_PAIRS`` pairs on.
     """
-    # Imported here: hlo_doctor.statistics loads scipy.
-    from hlo_doctor.statistics import DEFAULT_MIN_SAMPLES
+    # Imported here: verify's statistics load numpy and scipy.
+    from hlo_doctor.verify.stats import MIN_PAIRS
 
-    return DEFAULT_MIN_SAMPLES
+    return MIN_PAIRS
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,8 @@ class ProgramSettings:
     alpha: float = shared.DEFAULT_ALPHA
     seed: int = 0
     require_improvement: bool = False
+    budget_s: float | None = None
+    """With a budget: pairs of rounds are added until the verdict decides or the seconds are spent."""
     profile_steps: int = DEFAULT_PROFILE_STEPS
     out_dir: Path | None = None
 
@@ -90,6 +92,7 @@ def validate_program_settings(settings: ProgramSettings) -> None:
     if settings.treatment is not None:
         _spec(settings.treatment, "--treatment")
     shared.check_rounds(settings.rounds)
+    shared.check_budget(settings.budget_s)
     least = min_rounds()
     if settings.rounds < least:
         raise InputError(f"--rounds {settings.rounds}: the statistics need at least {least} rounds per side "
