@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from hlo_doctor.hlo.analysis import (
     ConvertProgram,
@@ -13,6 +14,7 @@ from hlo_doctor.hlo.analysis import (
 from hlo_doctor.hlo.origin import OpOrigin, origin_of
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes
 from hlo_doctor.lint.host_cost import PerStepProgram, call_cost, per_step_convert_programs
+from hlo_doctor.lint.paths import shown_source
 from hlo_doctor.lint.testing import eager_convert
 
 _EAGER_CONVERT = eager_convert("runner.py:210")
@@ -53,8 +55,10 @@ class StandaloneConvertProgram(Rule):
         the next program then reads the wide copy. As its own program it also costs the host its
         call: jax's dispatch (``PjitFunction(convert_element_type)``) and the Python frames around
         it that exist only for it (an eager astype's ``array_methods.py _astype`` down to
-        ``apply_primitive``). The estimate is read from the trace: the device's idle time inside
-        those calls plus the program's device time the host waited for (on a host-bound step the
+        ``apply_primitive``), and any repeat of that call in the same function that converts
+        nothing only because the first one widened (it goes with the fix). The estimate is read
+        from the trace: the device's idle time inside those calls plus the program's device time
+        the host waited for (on a host-bound step the
         call's host time, on a device-bound one the convert's device time); without host events,
         the longer of its device time and its dispatch spans. Inside the consuming jitted program
         XLA could fuse the convert into its consumer, or drop it when the consumer does not need
@@ -64,7 +68,8 @@ class StandaloneConvertProgram(Rule):
         ``sample(logits)``: 1.2 ms per step for bf16 -> f32[512,256000] on TPU v5e.
     Fix:
         Move the convert inside the jitted consumer (or drop it), and rebuild any precompiled
-        menu keyed on the old dtype in the same change; the message names the eager call's line.
+        menu keyed on the old dtype in the same change; the message names the function that issues
+        it each step (from the Python tracer's frames; else the line the HLO names).
         For a greedy sampler: ``hlo-doctor apply-fix bf16-greedy-sampler``. When the convert is
         issued inside a framework (no frame of code you edit in its stack), the message says so:
         hand it arrays already in the dtype it converts to, once, outside the step, or report it.
@@ -97,19 +102,44 @@ class StandaloneConvertProgram(Rule):
             into = "; result matches " + ", ".join(
                 f"parameter {n} of {m}" for m, n, _ in consumers) if consumers else ""
             origin = origin_of(prog.module, prog.convert)
-            yield ctx.finding(
+            caller = _step_caller(ctx, p, origin)
+            finding = ctx.finding(
                 self, prog.module, prog.op,
                 f"program {prog.module.name} only converts {prog.narrow} -> {dtype_shape(prog.shape)} "
                 f"({fmt_bytes(prog.shape.nbytes)} written) and runs {per_step:.1f}x per step{into}: "
-                f"{_move_it(origin, prog.shape.dtype)}",
+                f"{_move_it(origin, prog.shape.dtype, caller)}",
                 recoverable_fraction=1.0, recoverable_us=recoverable, source_inst=prog.convert,
                 # An eager convert program is compiled once and cached: its metadata names the call
                 # that compiled it first (often a warm-up), which may not be the per-step caller.
                 evidence=(prog.convert.raw,
+                          "(the source line is the Python frame that issues it in the traced steps; the "
+                          "HLO names where this cached eager program was first traced)" if caller else
                           "(the source line is where this cached eager program was first traced)"),
                 fix="bf16-greedy-sampler" if feeds_argmax and not origin.framework else "",
                 extra=(("launches_per_step", round(per_step, 2)), ("narrow_dtype", prog.narrow), *host_extra),
             )
+            if caller is not None:
+                # The frame that runs the eager op each step is the line to edit, not the warm-up's.
+                path, line, function = caller
+                finding = replace(finding, source=f"{path}:{line}",
+                                  stack=((path, line, function), *finding.stack))
+            yield finding
+
+
+def _step_caller(ctx: Context, p: PerStepProgram, origin: OpOrigin) -> tuple[str, int, str] | None:
+    """The Python frame that issues the eager program in the traced steps, when it is not the line
+    the HLO names (an eager program's HLO keeps the stack of its first trace, often a warm-up); None
+    without the Python tracer's frames, or when the HLO's line is in that same function (it is then
+    the more precise line: the tracer names a function by the line it starts at)."""
+    cost = call_cost(ctx, p.prog.module)
+    if cost is None or not cost.caller_frames or not origin.eager or origin.framework:
+        return None
+    path, line, function = cost.caller_frames[0]
+    frame = origin.frame
+    if frame is not None and frame.file.replace("\\", "/").rsplit("/", 1)[-1] == path.rsplit("/", 1)[-1] \
+            and frame.function.rsplit(".", 1)[-1] == function:
+        return None
+    return path, line, function
 
 
 def _recoverable(ctx: Context, p: PerStepProgram) -> tuple[float, tuple[tuple[str, object], ...]]:
@@ -117,7 +147,8 @@ def _recoverable(ctx: Context, p: PerStepProgram) -> tuple[float, tuple[tuple[st
 
     From the trace (hlo_doctor.lint.host_cost): the device's idle time inside the calls that issue it
     (its dispatch and the framework frames around it that exist only for it, e.g. an eager astype's)
-    plus its device time the host waited for. Without a driver thread in the input: the longer of
+    and inside their repeats in the same caller that issue nothing (a second astype to the dtype the
+    first produced, which goes with it), plus its device time the host waited for. Without a driver thread in the input: the longer of
     its device time and its dispatch spans (the host waits to launch it; the device waits for the
     launch).
     """
@@ -129,6 +160,8 @@ def _recoverable(ctx: Context, p: PerStepProgram) -> tuple[float, tuple[tuple[st
             ("host_python_us_per_step", round(cost.per_step(cost.python_us), 1)),
             ("idle_us_per_step", round(cost.per_step(cost.idle_us), 1)),
             ("device_waited_us_per_step", round(cost.per_step(cost.device_waited_us), 1)),
+            ("repeat_host_us_per_step", round(cost.per_step(cost.repeat_host_us), 1)),
+            ("repeat_idle_us_per_step", round(cost.per_step(cost.repeat_idle_us), 1)),
             ("host_calls", tuple(cost.frames)))
     dispatch = ctx.dispatch(p.prog.module)
     host_per_step = dispatch.per_call_us * p.per_step if dispatch is not None else 0.0
@@ -148,11 +181,19 @@ def _consumers(ctx: Context, prog: ConvertProgram) -> list[tuple[str, int | None
     return out
 
 
-def _move_it(origin: OpOrigin, wide: str) -> str:
+def _move_it(origin: OpOrigin, wide: str, caller: tuple[str, int, str] | None = None) -> str:
     """What removes a per-step convert program, where it can be done."""
     what = "an eager astype" if origin.eager else "a jitted call that only converts"
     if origin.framework:
         return (f"{what} issued {origin.where()}: hand it {wide} arrays made once, outside the step, "
                 f"or report it upstream")
-    where = f" {origin.where()}" if origin.line else " (the HLO names no line for it)"
+    traced = shown_source(origin.frame.file, origin.frame.line) if origin.frame is not None and origin.line else ""
+    if caller is not None:
+        path, line, function = caller
+        first = f"; first traced at {traced}" if traced else ""
+        where = f" called each step from {function} ({shown_source(path, line)}{first})"
+    elif traced:
+        where = f" {'first traced at' if origin.eager else 'at'} {traced}"
+    else:
+        where = " (the HLO names no line for it)"
     return f"{what}{where}: move it inside the jitted consumer, or drop it"

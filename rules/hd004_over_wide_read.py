@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from hlo_doctor.hlo import DTYPE_BYTES
+from hlo_doctor.hlo import DTYPE_BYTES, HloInstruction, HloModule
 from hlo_doctor.hlo.analysis import (
     dtype_shape,
     fusion_read_of,
@@ -24,6 +24,9 @@ from hlo_doctor.lint import (
     producing_convert_program,
     stage_of,
 )
+from hlo_doctor.lint.bandwidth import ReadPace, read_pace
+from hlo_doctor.lint.host_cost import call_cost
+from hlo_doctor.lint.paths import shown_source
 from hlo_doctor.lint.testing import (
     ARGMAX_F32_TOKENS,
     ARGMAX_REDUCER,
@@ -199,11 +202,19 @@ class OverWideRead(Rule):
                     continue
                 seen.add(op.name)
                 # The bytes ratio is a time estimate only where the reduce is bandwidth-bound (TPU,
-                # GPU). XLA:CPU's argmax is compute-bound and widens bf16 in registers: a bf16
-                # argmax there measured slower than the f32 one (27 vs 18 ms at 8x256000).
-                compute_bound = ctx.backend == "cpu"
-                fraction = 0.0 if compute_bound else 1.0 - needed / read_bytes
-                note = "; no time estimate on XLA:CPU, where this reduce is compute-bound" if compute_bound else ""
+                # GPU). On XLA:CPU the capture says whether it is: the reduce's pace against the
+                # same capture's copies and converts (an argmax there is usually bound by its loop,
+                # and a bf16 read measured slower than f32 on jaxlib 0.10.2, faster on 0.11.2).
+                fraction: float | None = 1.0 - needed / read_bytes
+                note, pace_extra = "", ()
+                if ctx.backend == "cpu":
+                    pace = read_pace(ctx, m, op.name) if ctx.has_opstats else None
+                    note = _cpu_note(pace)
+                    if pace is None or not pace.bandwidth_bound:
+                        fraction = None
+                    if pace is not None:
+                        pace_extra = (("memory_bw_gibps", round(pace.op_gibps, 2)),
+                                      ("stream_bw_gibps", round(pace.stream_gibps, 2)), ("stream_op", pace.stream_op))
                 stage = stage_of(m, ctx.origin)
                 if not stage.optimized:
                     # As lowered, XLA usually fuses the convert into the reduce later: not yet evidence.
@@ -214,22 +225,53 @@ class OverWideRead(Rule):
                     self, m, reduce,
                     f"{kind} in {op.name}{eager} reads {dtype_shape(read.shape)} ({fmt_bytes(read_bytes)}), "
                     f"{origin}: it needs {fmt_bytes(needed)} ({read_bytes / needed:.1f}x fewer bytes); "
-                    f"{_drop_widening(widener, narrow)}{note}",
+                    f"{_drop_widening(widener, narrow, _step_caller(ctx, m, read))}{note}",
                     fix="" if widener.framework else None,
                     recoverable_fraction=fraction,
                     evidence=tuple(evidence),
                     extra=(("bytes_read", read_bytes), ("bytes_needed", needed), ("reduce_kind", kind),
-                           ("narrow_dtype", narrow)),
+                           ("narrow_dtype", narrow), *pace_extra,
+                           *((("estimate", "not priced"),) if fraction is None else ())),
                     bytes_accessed=read_bytes,
                     severity=None if stage.optimized else Severity.LOW,
                 )
 
 
-def _drop_widening(widener: OpOrigin, narrow: str) -> str:
+def _cpu_note(pace: ReadPace | None) -> str:
+    """What the finding says of its time estimate on XLA:CPU."""
+    if pace is None:
+        return "; not priced on XLA:CPU: no large copy or convert in this capture to tell whether its bytes set its time"
+    pct = f"{100.0 * pace.share:.0f}%"
+    if pace.bandwidth_bound:
+        return (f"; priced by bytes: the reduce reads at {pace.op_gibps:.2f} GiB/s, {pct} of the "
+                f"{pace.stream_gibps:.2f} GiB/s of {pace.stream_op} in this capture")
+    return (f"; not priced: on XLA:CPU the reduce reads at {pace.op_gibps:.2f} GiB/s, {pct} of the "
+            f"{pace.stream_gibps:.2f} GiB/s of {pace.stream_op} in this capture, so its loop bounds it, not "
+            "its bytes (a narrower read ran slower on jaxlib 0.10.2, faster on 0.11.2)")
+
+
+def _step_caller(ctx: Context, m: HloModule, read: HloInstruction) -> str:
+    """The function that issues the eager program producing ``read`` each step (``_sample_from_logits
+    (hlo_doctor/engine/runner.py:135)``), from the Python tracer's frames; "" without them."""
+    if read.opcode != "parameter":
+        return ""
+    prog = producing_convert_program(ctx, m, read)
+    cost = call_cost(ctx, prog.module) if prog is not None else None
+    if cost is None or not cost.caller_frames:
+        return ""
+    path, line, function = cost.caller_frames[0]
+    return f"{function} ({shown_source(path, line)})"
+
+
+def _drop_widening(widener: OpOrigin, narrow: str, caller: str = "") -> str:
     """What removes the widening the reduce reads, where it can be done."""
     what = "the eager astype" if widener.eager else "the widening convert"
     if widener.framework:
         return (f"{what} is {widener.where()}: reduce the {narrow} tensor yourself rather than through it, "
                 f"or report it upstream")
-    where = f" ({widener.where()})" if widener.line else ""
-    return f"drop {what}{where} and reduce the {narrow} tensor"
+    traced = shown_source(widener.frame.file, widener.frame.line) if widener.frame is not None and widener.line else ""
+    if caller and widener.eager:
+        where = f" called each step from {caller}" + (f"; first traced at {traced}" if traced else "")
+    else:
+        where = f"{'first traced at' if widener.eager else 'at'} {traced}" if traced else ""
+    return f"drop {what}{f' ({where.strip()})' if where else ''} and reduce the {narrow} tensor"

@@ -12,8 +12,12 @@ Removing the call removes all of them. This module reads them from the trace, ne
   edit) and hold no other dispatch and no compile: the outermost of them is the call the fix
   removes (its caller is the user's line). Without the Python tracer the span is the dispatch alone.
   ``host_us`` sums these spans; ``dispatch_us`` is the ``PjitFunction`` part, ``python_us`` the rest.
+- **Its repeats.** A frame of the same name as a call's outermost frame, directly in the same caller's
+  frame, that issues no program (the runner's second ``astype`` to the dtype the first produced):
+  it converts nothing only because the flagged call widened first, and a fix that removes the
+  widening removes it too (left alone, it would become the widening). Its idle time counts.
 - **What the step gets back** (critical path, per step): the device's idle time inside those spans
-  (host work the device waited for) plus the program's own device time while the host waited for it
+  and their repeats (host work the device waited for) plus the program's own device time while the host waited for it
   (inside the call's span, in ``block_until_ready``, in XLA:CPU's execution of a program inside a
   dispatch). On a host-bound GPU step the convert's kernel runs while the host is busy elsewhere and
   the host part counts; on a device-bound XLA:CPU step the host waits for the convert in
@@ -42,6 +46,7 @@ from hlo_doctor.core.errors import InputError
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.hlo.analysis import ConvertProgram, convert_programs
 from hlo_doctor.lint.context import Context, OpTiming
+from hlo_doctor.lint.intervals import covered, in_steps, inside, parents, union
 from hlo_doctor.opstats.host_time import FrameKinds, host_segments
 from hlo_doctor.trace import find_xplanes, read_trace
 from hlo_doctor.trace.compiles import module_of_function
@@ -99,10 +104,19 @@ class CallCost:
     """The program's op time on the device."""
     device_waited_us: float
     """Of which the host waited for (inside the calls' spans, ``block_until_ready``, XLA:CPU's execution)."""
+    repeats: int = 0
+    """Frames that repeat a call in the same caller and issue nothing (a second astype to the same dtype)."""
+    repeat_host_us: float = 0.0
+    """Their host time."""
+    repeat_idle_us: float = 0.0
+    """Device idle time inside them."""
     frames: tuple[str, ...] = ()
     """The outermost frame of each kind of call (``array_methods.py:116 _astype``), or the dispatch."""
     callers: tuple[str, ...] = ()
     """The frames that made the calls (``runner.py:135 _sample_from_logits``)."""
+    caller_frames: tuple[tuple[str, int, str], ...] = ()
+    """The callers as (path, line, function), the path as the HLO metadata names the file (the
+    tracer gives its base name and the line the function starts at)."""
     idle_by_line: tuple[tuple[str, str, float], ...] = field(default=())
     """(kind, where, device idle us in total) inside the spans, by the step breakdown's labels
     (``python``/``dispatch``/``wait``, the first frame outside the frameworks)."""
@@ -118,8 +132,8 @@ class CallCost:
 
     @property
     def recoverable_us(self) -> float:
-        """Per step: idle time inside the spans plus the device time the host waited for."""
-        return self.per_step(self.idle_us + self.device_waited_us)
+        """Per step: idle time inside the calls and their repeats plus the device time the host waited for."""
+        return self.per_step(self.idle_us + self.repeat_idle_us + self.device_waited_us)
 
 
 # -- reading the trace (once per capture) --------------------------------------------------------------
@@ -166,35 +180,6 @@ def _capture(ctx: Context) -> _Capture | None:
     return _read(tuple(str(p) for p in paths), stamp)
 
 
-# -- intervals -------------------------------------------------------------------------------------------
-
-
-def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint sorted intervals covering the given ones."""
-    if not len(starts):
-        return starts, ends
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    heads = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
-    return s[heads], reach[np.r_[heads[1:] - 1, len(s) - 1]]
-
-
-def _covered(a: tuple[np.ndarray, np.ndarray], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """For each [lo, hi): its length covered by the disjoint sorted intervals ``a``."""
-    s, e = a
-    if not len(s) or not len(lo):
-        return np.zeros(len(lo))
-    before = np.r_[0.0, np.cumsum(e - s)]
-
-    def upto(t: np.ndarray) -> np.ndarray:
-        k = np.searchsorted(s, t, side="right") - 1
-        kk = np.maximum(k, 0)
-        return np.where(k >= 0, before[kk] + np.clip(t - s[kk], 0.0, e[kk] - s[kk]), 0.0)
-
-    return np.maximum(upto(hi) - upto(lo), 0.0)
-
-
 def _step_spans(ctx: Context, host: str) -> tuple[np.ndarray, np.ndarray]:
     """The step spans (ns) of ``host``'s first device, from the step breakdown; empty without one."""
     b = ctx.breakdown
@@ -209,20 +194,6 @@ def _step_spans(ctx: Context, host: str) -> tuple[np.ndarray, np.ndarray]:
 # -- the calls of one program ---------------------------------------------------------------------------
 
 
-def _parents(thread: DriverThread) -> np.ndarray:
-    """Index of each event's enclosing event on the thread (-1 at the top)."""
-    parent = np.full(len(thread), -1, np.int64)
-    stack: list[int] = []
-    ends = thread.end_ns
-    for i, start in enumerate(thread.start_ns.tolist()):
-        while stack and ends[stack[-1]] <= start:
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-        stack.append(i)
-    return parent
-
-
 def _calls(thread: DriverThread, parent: np.ndarray, module: str, kinds: FrameKinds) -> list[tuple[int, int]]:
     """(call event, dispatch event) for each outermost dispatch of ``module`` on the thread."""
     names = thread.names
@@ -230,7 +201,7 @@ def _calls(thread: DriverThread, parent: np.ndarray, module: str, kinds: FrameKi
     is_compile = np.fromiter((any(m in n for m in BACKEND_COMPILE_MARKERS) for n in names), bool,
                              len(names))[thread.name_code]
     # Outermost dispatches (of any program) and compiles, to tell whether a frame holds only one call.
-    outer = np.flatnonzero(is_dispatch & ~_inside(parent, is_dispatch))
+    outer = np.flatnonzero(is_dispatch & ~inside(parent, is_dispatch))
     outer_starts = thread.start_ns[outer]
     compile_starts = thread.start_ns[np.flatnonzero(is_compile)]
     calls = []
@@ -254,13 +225,32 @@ def _calls(thread: DriverThread, parent: np.ndarray, module: str, kinds: FrameKi
     return calls
 
 
-def _inside(parent: np.ndarray, flag: np.ndarray) -> np.ndarray:
-    """True for events with an ancestor for which ``flag`` holds."""
-    out = np.zeros(len(parent), bool)
-    for i in range(len(parent)):
-        p = parent[i]
-        out[i] = p >= 0 and (flag[p] or out[p])
-    return out
+def _repeats(thread: DriverThread, parent: np.ndarray, calls: list[tuple[int, int]]) -> list[int]:
+    """Frames that repeat a call in the same caller's frame and issue no program and no compile.
+
+    An eager ``x.astype(f32)`` issued twice in one function (the second to the dtype the first
+    produced: ``$array_methods.py:116 _astype`` again, with no dispatch inside): the repeat converts
+    nothing only because the flagged call widened before it; a fix that removes the widening removes
+    it too, or it becomes the widening. Only frames of the same name (same file, line and function)
+    as a call's outermost frame, directly under the same caller event, count.
+    """
+    names = thread.names
+    busy = np.fromiter((n.startswith(DISPATCH_PREFIX) or any(m in n for m in BACKEND_COMPILE_MARKERS)
+                        for n in names), bool, len(names))[thread.name_code]
+    busy_starts = thread.start_ns[np.flatnonzero(busy)]
+    taken = {c for c, _ in calls}
+    out: list[int] = []
+    for c, d in calls:
+        p = int(parent[c])
+        if c == d or p < 0:
+            continue  # a bare dispatch has no frame to repeat; a top-level frame no caller
+        for r in np.flatnonzero((parent == p) & (thread.name_code == thread.name_code[c])).tolist():
+            a, b = thread.start_ns[r], thread.end_ns[r]
+            if r in taken or np.searchsorted(busy_starts, b) - np.searchsorted(busy_starts, a):
+                continue
+            taken.add(r)
+            out.append(r)
+    return sorted(out)
 
 
 def _waits(thread: DriverThread, cpu: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -269,7 +259,7 @@ def _waits(thread: DriverThread, cpu: bool) -> tuple[np.ndarray, np.ndarray]:
     names = thread.names
     wanted = np.fromiter(((f := parse_frame(n)) is not None and f.function in _WAIT_FUNCTIONS
                           or (cpu and EXECUTE_MARKER in n) for n in names), bool, len(names))[thread.name_code]
-    return _union(thread.start_ns[wanted], thread.end_ns[wanted])
+    return union(thread.start_ns[wanted], thread.end_ns[wanted])
 
 
 def call_cost(ctx: Context, module: HloModule | str) -> CallCost | None:
@@ -285,58 +275,62 @@ def _call_cost(ctx: Context, name: str) -> CallCost | None:
     if cap is None:
         return None
     kinds = FrameKinds.from_modules(ctx.modules)
-    totals = {"calls": 0, "steps": 0, "host": 0.0, "dispatch": 0.0, "idle": 0.0, "device": 0.0, "waited": 0.0}
+    totals = {"calls": 0, "steps": 0, "host": 0.0, "dispatch": 0.0, "idle": 0.0, "device": 0.0, "waited": 0.0,
+              "repeats": 0, "repeat_host": 0.0, "repeat_idle": 0.0}
     frames: dict[str, None] = {}
     callers: dict[str, None] = {}
+    caller_frames: dict[tuple[str, int, str], None] = {}
     by_line: dict[tuple[str, str], float] = {}
     for host, thread in sorted(cap.threads.items()):
         step_lo, step_hi = _step_spans(ctx, host)
-        steps = _union(step_lo, step_hi) if len(step_lo) else None
-        parent = _parents(thread)
+        steps = union(step_lo, step_hi) if len(step_lo) else None
+        parent = parents(thread)
         calls = _calls(thread, parent, name, kinds)
-        calls = [c for c, keep in zip(calls, _in_steps(steps, np.asarray([thread.start_ns[c] for c, _ in calls])),
+        calls = [c for c, keep in zip(calls, in_steps(steps, np.asarray([thread.start_ns[c] for c, _ in calls])),
                                       strict=True) if keep]
         lo = np.asarray([thread.start_ns[c] for c, _ in calls], np.float64)
         hi = np.asarray([thread.end_ns[c] for c, _ in calls], np.float64)
+        again = _repeats(thread, parent, calls)
+        r_lo = np.asarray([thread.start_ns[r] for r in again], np.float64)
+        r_hi = np.asarray([thread.end_ns[r] for r in again], np.float64)
         dlo = np.asarray([thread.start_ns[d] for _, d in calls], np.float64)
         dhi = np.asarray([thread.end_ns[d] for _, d in calls], np.float64)
         starts, ends, mods = cap.ops.get(host, (np.zeros(0), np.zeros(0), np.zeros(0, object)))
-        busy = _union(starts, ends)
+        busy = union(starts, ends)
         mine = mods == name
         p_lo, p_hi = starts[mine], ends[mine]
         if steps is not None:
-            p_keep = _in_steps(steps, p_lo)
+            p_keep = in_steps(steps, p_lo)
             p_lo, p_hi = p_lo[p_keep], p_hi[p_keep]
         totals["steps"] += len(step_lo) if len(step_lo) else ctx.num_steps
         totals["calls"] += len(lo)
         totals["host"] += float((hi - lo).sum()) / 1e3
         totals["dispatch"] += float((dhi - dlo).sum()) / 1e3
-        totals["idle"] += float(((hi - lo) - _covered(busy, lo, hi)).sum()) / 1e3
+        totals["idle"] += float(((hi - lo) - covered(busy, lo, hi)).sum()) / 1e3
         totals["device"] += float((p_hi - p_lo).sum()) / 1e3
+        totals["repeats"] += len(again)
+        totals["repeat_host"] += float((r_hi - r_lo).sum()) / 1e3
+        totals["repeat_idle"] += float(((r_hi - r_lo) - covered(busy, r_lo, r_hi)).sum()) / 1e3
         waits = _waits(thread, cap.backend == "cpu")
-        held = _union(np.r_[lo, waits[0]], np.r_[hi, waits[1]])
-        totals["waited"] += float(_covered(held, p_lo, p_hi).sum()) / 1e3
+        held = union(np.r_[lo, waits[0]], np.r_[hi, waits[1]])
+        totals["waited"] += float(covered(held, p_lo, p_hi).sum()) / 1e3
         for c, _ in calls:
             frames[_text(thread, c)] = None
             if (p := int(parent[c])) >= 0:
                 callers[_text(thread, p)] = None
-        for (kind, where), us in _idle_by_label(thread, kinds, busy, lo, hi, cap.backend == "cpu").items():
+                if (f := parse_frame(thread.names[thread.name_code[p]])) is not None and f.is_python_file:
+                    caller_frames[(kinds.path(f.file), f.line, f.function)] = None
+        for (kind, where), us in _idle_by_label(thread, kinds, busy, np.r_[lo, r_lo], np.r_[hi, r_hi],
+                                                cap.backend == "cpu").items():
             by_line[(kind, where)] = by_line.get((kind, where), 0.0) + us
     if not totals["calls"] and not totals["device"]:
         return None
     return CallCost(
         module=name, calls=int(totals["calls"]), steps=int(totals["steps"]) or ctx.num_steps,
         host_us=totals["host"], dispatch_us=totals["dispatch"], idle_us=totals["idle"],
-        device_us=totals["device"], device_waited_us=totals["waited"], frames=tuple(frames),
-        callers=tuple(callers), idle_by_line=tuple((k, w, us) for (k, w), us in sorted(by_line.items())))
-
-
-def _in_steps(steps: tuple[np.ndarray, np.ndarray] | None, lo: np.ndarray) -> np.ndarray:
-    """Intervals that start inside a step (all of them without steps)."""
-    if steps is None:
-        return np.ones(len(lo), bool)
-    k = np.searchsorted(steps[0], lo, side="right") - 1
-    return (k >= 0) & (lo < steps[1][np.maximum(k, 0)])
+        device_us=totals["device"], device_waited_us=totals["waited"], repeats=int(totals["repeats"]),
+        repeat_host_us=totals["repeat_host"], repeat_idle_us=totals["repeat_idle"], frames=tuple(frames),
+        callers=tuple(callers), caller_frames=tuple(caller_frames), idle_by_line=tuple((k, w, us) for (k, w), us in sorted(by_line.items())))
 
 
 def _text(thread: DriverThread, i: int) -> str:
@@ -351,7 +345,7 @@ def _idle_by_label(thread: DriverThread, kinds: FrameKinds, busy: tuple[np.ndarr
     if not len(lo):
         return {}
     seg = host_segments(thread, kinds, execution_waits=cpu)
-    spans = _union(lo, hi)
+    spans = union(lo, hi)
     # Pieces: the segments cut at the spans' edges; each lies in one segment and in or out of a span.
     cuts = np.unique(np.concatenate([seg.start_ns, seg.end_ns, spans[0], spans[1]]))
     a, b = cuts[:-1], cuts[1:]
@@ -360,7 +354,7 @@ def _idle_by_label(thread: DriverThread, kinds: FrameKinds, busy: tuple[np.ndarr
     k = np.searchsorted(seg.start_ns, mid, side="right") - 1
     keep = (j >= 0) & (mid < spans[1][np.maximum(j, 0)]) & (k >= 0) & (mid < seg.end_ns[np.maximum(k, 0)])
     a, b, k = a[keep], b[keep], k[keep]
-    idle = (b - a) - _covered(busy, a, b)
+    idle = (b - a) - covered(busy, a, b)
     out: dict[tuple[str, str], float] = {}
     for label_code, us in zip(seg.label[k].tolist(), idle.tolist(), strict=True):
         label = seg.labels[label_code]

@@ -14,7 +14,8 @@ INFO      below
 The op's category breaks ties at a band's edge: pure data movement or conversion (categories
 ``copy``, ``convert``, ``data-movement``), which a fix removes entirely and whose cost grows with the
 tensor, goes one band up when its share is within 75% of the next band's threshold. Findings
-without times (HLO-only input, source rules) keep the rule's severity; internal errors stay errors.
+without times (HLO-only input, source rules) and findings the rule leaves unpriced (``extra``
+``("estimate", "not priced")``) keep the rule's severity; internal errors stay errors.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def share_of_step(finding: Finding, step_time_us: float | None) -> float | None:
     """The finding's cost in % of the step: recoverable time, else op time; None when untimed."""
     if not step_time_us:
         return None
+    if finding.recoverable_us is None and ("estimate", "not priced") in finding.extra:
+        return None  # the rule says the trace cannot price it: its op time would overstate it
     cost = finding.recoverable_us if finding.recoverable_us is not None else finding.time_per_step_us
     return None if cost is None else 100.0 * cost / step_time_us
 

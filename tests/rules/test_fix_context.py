@@ -126,8 +126,10 @@ def test_hd007_own_line_or_framework_line(dump: Path, monkeypatch: pytest.Monkey
 def test_hd003_names_the_eager_call_first_traced() -> None:
     result = diagnose(load_context(ROOT / "sample_traces" / "engine_b64_original_a"), BOOK, select=["HD003"])
     (f,) = [f for f in result.findings if f.code == "HD003"]
-    assert "an eager astype first traced at hlo_doctor/engine/compilation_manager.py:103: move it inside the " \
-           "jitted consumer" in f.message
+    # The line that runs it each step (the Python tracer's frame), and where the cached program was
+    # first traced (the warm-up's line in its HLO).
+    assert "an eager astype called each step from _sample_from_logits (hlo_doctor/engine/runner.py:135; first " \
+           "traced at hlo_doctor/engine/compilation_manager.py:103): move it inside the jitted consumer" in f.message
     assert f.fix == "bf16-greedy-sampler"
 
 
