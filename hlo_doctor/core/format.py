@@ -12,8 +12,6 @@ import sys
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-import numpy as np
-
 __all__ = ["PathRoots", "fmt_bytes", "fmt_duration", "fmt_ms", "fmt_num", "fmt_path", "fmt_pct", "fmt_source", "fmt_us",
            "json_float", "json_safe", "path_roots", "short_path", "split_source"]
 
@@ -164,6 +162,7 @@ def json_safe(value: Any) -> Any:
         return [json_safe(x) for x in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
-    if isinstance(value, np.generic):  # np.int64(3) -> 3
+    numpy = sys.modules.get("numpy")  # a numpy scalar exists only once numpy is loaded: no import for it
+    if numpy is not None and isinstance(value, numpy.generic):  # np.int64(3) -> 3
         return json_safe(value.item())
     return str(value)

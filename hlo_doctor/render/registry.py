@@ -11,20 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from rich.console import RenderableType
-
-from hlo_doctor.gate.result import GateResult
-from hlo_doctor.render import diagnosis, doctor, gate, verify, verify_program, verify_target
-from hlo_doctor.render.doctor import DoctorOutcome
-from hlo_doctor.render.html.subjects import gate_to_html
-from hlo_doctor.verify.engine.results import VerifyReport
-from hlo_doctor.verify.program.results import ProgramReport
-from hlo_doctor.verify.tpu_inference.results import TargetReport
-
 if TYPE_CHECKING:
+    # Type-only: the renderers (and what they pull in: rich, numpy, the verify results) are imported
+    # when a result is rendered, so that a command's --help and its option choices start fast.
+    from rich.console import RenderableType
+
+    from hlo_doctor.gate.result import GateResult
     from hlo_doctor.lint import Diagnosis, RuleBook
+    from hlo_doctor.render.doctor import DoctorOutcome
+    from hlo_doctor.verify.engine.results import VerifyReport
+    from hlo_doctor.verify.program.results import ProgramReport
+    from hlo_doctor.verify.tpu_inference.results import TargetReport
 
 __all__ = ["DIAGNOSIS", "DOCTOR", "GATE", "SUBJECTS", "VERIFY", "VERIFY_PROGRAM", "VERIFY_TARGET", "Formats",
            "RenderOptions", "formats"]
@@ -80,47 +80,89 @@ class Formats(Generic[Result]):
         return out
 
 
+def _diagnosis() -> ModuleType:
+    from hlo_doctor.render import diagnosis
+
+    return diagnosis
+
+
+def _gate() -> ModuleType:
+    from hlo_doctor.render import gate
+
+    return gate
+
+
+def _gate_html(result: GateResult) -> str:
+    from hlo_doctor.render.html.subjects import gate_to_html
+
+    return gate_to_html(result)
+
+
+def _verify() -> ModuleType:
+    from hlo_doctor.render import verify
+
+    return verify
+
+
+def _verify_target() -> ModuleType:
+    from hlo_doctor.render import verify_target
+
+    return verify_target
+
+
+def _verify_program() -> ModuleType:
+    from hlo_doctor.render import verify_program
+
+    return verify_program
+
+
+def _doctor() -> ModuleType:
+    from hlo_doctor.render import doctor
+
+    return doctor
+
+
+# Each renderer's module is imported on its first use (the lambdas), never when a command is loaded.
 DIAGNOSIS: Formats[Diagnosis] = Formats("diagnosis", {
-    "table": lambda d, o: diagnosis.to_terminal(d, details=o.details),
-    "concise": lambda d, o: diagnosis.to_concise(d, o.source_root),
-    "github": lambda d, o: diagnosis.to_github(d, o.source_root),
-    "json": lambda d, o: diagnosis.to_json(d),
-    "md": lambda d, o: diagnosis.to_markdown(d),
-    "sarif": lambda d, o: diagnosis.to_sarif(d, o.rulebook, source_root=o.source_root, exit_code=o.exit_code,
-                                             command_line=o.command_line),
+    "table": lambda d, o: _diagnosis().to_terminal(d, details=o.details),
+    "concise": lambda d, o: _diagnosis().to_concise(d, o.source_root),
+    "github": lambda d, o: _diagnosis().to_github(d, o.source_root),
+    "json": lambda d, o: _diagnosis().to_json(d),
+    "md": lambda d, o: _diagnosis().to_markdown(d),
+    "sarif": lambda d, o: _diagnosis().to_sarif(d, o.rulebook, source_root=o.source_root, exit_code=o.exit_code,
+                                                command_line=o.command_line),
 })
 GATE: Formats[GateResult] = Formats("gate", {
-    "table": lambda r, o: gate.to_text(r, max_rows=o.rows, fit=o.fit),
-    "github": lambda r, o: gate.to_github(r, source_root=o.source_root),
-    "json": lambda r, o: gate.to_json(r),
-    "md": lambda r, o: gate.to_markdown(r),
-    "junit": lambda r, o: gate.to_junit(r, source_root=o.source_root),
-    "html": lambda r, o: gate_to_html(r),
+    "table": lambda r, o: _gate().to_text(r, max_rows=o.rows, fit=o.fit),
+    "github": lambda r, o: _gate().to_github(r, source_root=o.source_root),
+    "json": lambda r, o: _gate().to_json(r),
+    "md": lambda r, o: _gate().to_markdown(r),
+    "junit": lambda r, o: _gate().to_junit(r, source_root=o.source_root),
+    "html": lambda r, o: _gate_html(r),
 })
 VERIFY: Formats[VerifyReport] = Formats("verify", {
-    "table": lambda r, o: verify.to_terminal(r),
-    "json": lambda r, o: verify.to_json(r),
-    "md": lambda r, o: verify.to_markdown(r),
+    "table": lambda r, o: _verify().to_terminal(r),
+    "json": lambda r, o: _verify().to_json(r),
+    "md": lambda r, o: _verify().to_markdown(r),
 })
 VERIFY_TARGET: Formats[TargetReport] = Formats("verify-target", {
-    "table": lambda r, o: verify_target.to_terminal(r),
-    "json": lambda r, o: verify_target.to_json(r),
-    "md": lambda r, o: verify_target.to_markdown(r),
+    "table": lambda r, o: _verify_target().to_terminal(r),
+    "json": lambda r, o: _verify_target().to_json(r),
+    "md": lambda r, o: _verify_target().to_markdown(r),
 })
 VERIFY_PROGRAM: Formats[ProgramReport] = Formats("verify-program", {
-    "table": lambda r, o: verify_program.to_terminal(r),
-    "json": lambda r, o: verify_program.to_json(r),
-    "md": lambda r, o: verify_program.to_markdown(r),
-    "junit": lambda r, o: verify_program.to_junit(r),
+    "table": lambda r, o: _verify_program().to_terminal(r),
+    "json": lambda r, o: _verify_program().to_json(r),
+    "md": lambda r, o: _verify_program().to_markdown(r),
+    "junit": lambda r, o: _verify_program().to_junit(r),
 })
 DOCTOR: Formats[DoctorOutcome] = Formats("doctor", {
-    "table": lambda r, o: doctor.to_terminal(r),
-    "json": lambda r, o: doctor.to_json(r),
-    "md": lambda r, o: doctor.to_markdown(r),
+    "table": lambda r, o: _doctor().to_terminal(r),
+    "json": lambda r, o: _doctor().to_json(r),
+    "md": lambda r, o: _doctor().to_markdown(r),
 })
 
-SUBJECTS: Mapping[str, Formats[Any]] = {f.subject: f for f in (DIAGNOSIS, GATE, VERIFY, VERIFY_TARGET, VERIFY_PROGRAM,
-                                                                    DOCTOR)}
+SUBJECTS: Mapping[str, Formats[Any]] = {f.subject: f for f in (DIAGNOSIS, GATE, VERIFY, VERIFY_TARGET, VERIFY_PROGRAM, DOCTOR)}
 """The one registry: subject -> its formats -> the renderer."""
 
 
