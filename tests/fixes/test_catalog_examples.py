@@ -72,6 +72,9 @@ def test_the_catalog_serves_rules_that_exist_and_keeps_the_bundled_fix() -> None
     assert [e.fix_id for e in fixes_for_rule("HD009")] == ["donate-state"]
     assert fixes_for_rule("HD011")[0].fix_id == "argmax-without-softmax"
     assert fixes_for_rule("HD012")[0].fix_id == "slice-before-matmul"
+    assert [e.fix_id for e in fixes_for_rule("HD013")] == ["update-in-place"]
+    assert [e.fix_id for e in fixes_for_rule("HD007")] == ["drop-round-trip"]
+    assert [e.fix_id for e in fixes_for_rule("HD014")] == ["widen-weights-once", "init-once"]
 
 
 def test_a_file_that_is_not_python_is_no_pattern(tmp_path: Path) -> None:
@@ -86,5 +89,8 @@ def test_rules_lists_the_fixes_that_serve_each_rule() -> None:
     assert rows["HD003"]["fixes"] == ["bf16-greedy-sampler (safe)", "eager-widening (safe)"]
     assert rows["HD011"]["fixes"] == ["argmax-without-softmax (unsafe)"]
     assert rows["HD015"]["fixes"] == []
+    assert rows["HD014"]["fixes"] == ["widen-weights-once (safe)", "init-once (unsafe)"]
+    assert rows["HD013"]["fixes"] == ["update-in-place (safe)"]
+    assert rows["HD007"]["fixes"] == ["drop-round-trip (unsafe)"]
     md = CliRunner().invoke(main, ["rules", "--format", "md"]).stdout
     assert "| slice-before-matmul (unsafe) |" in md
