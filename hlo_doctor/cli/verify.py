@@ -60,6 +60,10 @@ def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
 @click.option("--fix", "fix", metavar="FIX", help="Fix to verify: the treatment is a temporary fixed copy (of the "
               "bundled engine: bf16-greedy-sampler; of TARGET's file: a file fix of the catalog, "
               "hlo-doctor apply-fix --list).")
+@click.option("--fix-line", type=int, metavar="LINE", help="TARGET: apply --fix at this line of TARGET's file (the "
+              "line a finding names) [default: wherever it applies].")
+@click.option("--fix-arg", metavar="NAME", default="", help="TARGET: the argument a finding names (donate-state: "
+              "the state to donate), as apply-fix --arg.")
 @click.option("--variant", type=click.Choice(["full", "upstream"]), default="full", show_default=True,
               help="Variant of --fix (engine and --target).")
 @click.option("--baseline", type=click.Path(path_type=Path), help="Baseline engine source tree "
@@ -107,7 +111,7 @@ def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
 @click.option("--bench-timeout", type=float, default=1800.0, show_default=True, help="Seconds per bench run.")
 @click.option("--bench-rounds", type=int, help="Bench runs per tree [default: --rounds].")
 @handle_errors
-def verify_cmd(program: str | None, fix: str | None, variant: str, baseline: Path | None, treatment: str | None,
+def verify_cmd(program: str | None, fix: str | None, fix_line: int | None, fix_arg: str, variant: str, baseline: Path | None, treatment: str | None,
                rounds: int | None, batch: int | None, max_tokens: int | None, vocab: int | None, logprobs: bool,
                ttft_bound: float | None, min_effect: float | None, alpha: float | None, require_improvement: bool,
                budget_s: float | None, baseline_run: Path | None, fmt: str, output: Path | None, out_dir: Path | None, target: Path | None,
@@ -153,11 +157,13 @@ def verify_cmd(program: str | None, fix: str | None, variant: str, baseline: Pat
                             ("--baseline-run", baseline_run)):
             if given is not None:
                 raise InputError(f"TARGET {program} and {name} both given", f"{name} is for engine trees: drop it")
-        _verify_program(program=program, treatment=treatment, fix=fix, rounds=rounds, steps=steps, warmup=warmup,
+        _verify_program(program=program, treatment=treatment, fix=fix, fix_line=fix_line, fix_arg=fix_arg, rounds=rounds, steps=steps, warmup=warmup,
                         rtol=rtol, atol=atol, rules=rules, min_effect=min_effect, alpha=alpha,
                         require_improvement=require_improvement, budget_s=budget_s, fmt=fmt, output=output, out_dir=out_dir)
     if fmt == "junit":
         raise InputError("--format junit is for verify TARGET (a program)", "use --format json or md here")
+    if fix_line is not None or fix_arg:
+        raise InputError("--fix-line/--fix-arg are for verify TARGET (a program)", "drop them")
     from hlo_doctor.verify import settings as core
 
     n = rounds if rounds is not None else core.DEFAULT_ROUNDS
@@ -213,7 +219,8 @@ def _verify_engine(*, fix: str | None, variant: str, baseline: Path | None, trea
     raise SystemExit(int(ExitCode.OK if report.passed else ExitCode.FINDINGS))
 
 
-def _verify_program(*, program: str, treatment: str | None, fix: str | None, rounds: int | None,
+def _verify_program(*, program: str, treatment: str | None, fix: str | None, fix_line: int | None, fix_arg: str,
+                    rounds: int | None,
                     steps: int | None, warmup: int, rtol: float, atol: float, rules: str | None,
                     min_effect: float | None, alpha: float | None, require_improvement: bool,
                     budget_s: float | None, fmt: str, output: Path | None, out_dir: Path | None) -> None:
@@ -227,7 +234,7 @@ def _verify_program(*, program: str, treatment: str | None, fix: str | None, rou
     from hlo_doctor.verify.program import ProgramSettings, run_program, validate_program_settings
 
     settings = ProgramSettings(
-        baseline=program, treatment=treatment, fix=fix,
+        baseline=program, treatment=treatment, fix=fix, fix_line=fix_line, fix_arg=fix_arg,
         rounds=rounds if rounds is not None else core.DEFAULT_ROUNDS,
         steps=steps if steps is not None else PROGRAM_STEPS, warmup=warmup, rtol=rtol, atol=atol,
         rules=tuple(c.strip().upper() for c in (rules or "").split(",") if c.strip()),

@@ -215,6 +215,8 @@ def test_too_few_rounds_and_a_fix_that_does_not_apply_are_refused_before_anythin
     result = CliRunner().invoke(main, ["verify", target, "--fix", "donate-state", *FAST])
     assert result.exit_code == 2
     assert "--fix donate-state does not apply to" in result.output and "marked.py" in result.output
+    result = CliRunner().invoke(main, ["verify", target, "--fix", "argmax-without-softmax", "--fix-line", "5", *FAST])
+    assert result.exit_code == 2 and "does not apply to" in result.output and "marked.py:5" in result.output
     result = CliRunner().invoke(main, ["verify", target, "--fix", "bf16-greedy-sampler", *FAST])
     assert result.exit_code == 2 and "edits a project, not one file" in result.output
     assert not (programs / "marked.imported").exists()  # nothing imported, nothing run

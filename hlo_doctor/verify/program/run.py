@@ -41,7 +41,8 @@ def _load(settings: ProgramSettings, work: Path) -> tuple[Side, Side, FixedCopy 
     """The treatment first (a fix that does not apply is refused before anything is imported), then both sides."""
     from hlo_doctor.capture import keep_gpu_ops_visible
 
-    fixed = make_fixed_copy(settings.baseline, settings.fix, work) if settings.fix is not None else None
+    fixed = None if settings.fix is None else make_fixed_copy(settings.baseline, settings.fix, work,
+                                                              line=settings.fix_line, argument=settings.fix_arg)
     keep_gpu_ops_visible()  # before the targets' imports start a backend: per-op events stay in the trace
     base = load_side("baseline", settings.baseline)
     if fixed is not None:

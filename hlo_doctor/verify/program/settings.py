@@ -43,6 +43,10 @@ class ProgramSettings:
     """Another target (``--treatment``); None: the baseline's file with ``fix`` applied to a copy."""
     fix: str | None = None
     """A file fix of the catalog (``eager-widening``), applied to a copy of the baseline's file."""
+    fix_line: int | None = None
+    """The line of the baseline's file the fix is applied at (a finding's line); None: wherever it applies."""
+    fix_arg: str = ""
+    """The jitted function's argument a finding names (``donate-state``: the state to donate)."""
     rounds: int = shared.DEFAULT_ROUNDS
     """Measured rounds per side, interleaved AB BA AB..."""
     steps: int = DEFAULT_STEPS
@@ -91,6 +95,10 @@ def validate_program_settings(settings: ProgramSettings) -> None:
                          "pass --fix FIX (a fixed copy of TARGET's file) or --treatment B.py:FUNC")
     if settings.treatment is not None:
         _spec(settings.treatment, "--treatment")
+    if settings.fix is None and (settings.fix_line is not None or settings.fix_arg):
+        raise InputError("--fix-line/--fix-arg without --fix", "pass --fix FIX, or drop them")
+    if settings.fix_line is not None and settings.fix_line < 1:
+        raise InputError(f"--fix-line {settings.fix_line}: lines count from 1", "pass the line a finding names")
     shared.check_rounds(settings.rounds)
     shared.check_budget(settings.budget_s)
     least = min_rounds()

@@ -56,8 +56,9 @@ def is_file_spec(spec: str) -> bool:
     return module.endswith(".py") or "/" in module
 
 
-def make_fixed_copy(spec: str, fix_id: str, work: Path) -> FixedCopy:
-    """Copy the target's file into ``work`` and apply ``fix_id`` to the copy (never to the file itself).
+def make_fixed_copy(spec: str, fix_id: str, work: Path, *, line: int | None = None, argument: str = "") -> FixedCopy:
+    """Copy the target's file into ``work`` and apply ``fix_id`` to the copy (never to the file itself),
+    at ``line`` (with the finding's ``argument``) or, without a line, wherever it applies.
 
     :class:`InputError` with the codemod's reason when the fix does not apply to the file.
     """
@@ -65,6 +66,7 @@ def make_fixed_copy(spec: str, fix_id: str, work: Path) -> FixedCopy:
     from hlo_doctor.fixes import FixApplied
     from hlo_doctor.fixes.catalog import catalog_entry, load_source_fix
     from hlo_doctor.fixes.source.apply import apply_source_fix
+    from hlo_doctor.fixes.source.base import Hint
 
     catalog_entry(fix_id)  # an unknown fix names the known ones
     load_source_fix(fix_id)  # a fix of a whole project (bf16-greedy-sampler) is not a file fix
@@ -81,11 +83,12 @@ def make_fixed_copy(spec: str, fix_id: str, work: Path) -> FixedCopy:
     dest.parent.mkdir(parents=True)
     dest.write_bytes(original.read_bytes())
     # Unsafe edits too: the A/B below is what tells whether they change the outputs.
-    result = apply_source_fix(fix_id, dest, unsafe=True)
+    result = apply_source_fix(fix_id, dest, [(line, Hint(argument=argument))], unsafe=True)
     if not isinstance(result, FixApplied):
         reason = getattr(result, "reason", "") or type(result).__name__
-        raise InputError(f"--fix {fix_id} does not apply to {original}: {reason}",
-                         f"hlo-doctor apply-fix {fix_id} {original} --dry-run shows where it looks")
+        at = f"{original}:{line}" if line is not None else str(original)
+        raise InputError(f"--fix {fix_id} does not apply to {at}: {reason}",
+                         f"hlo-doctor apply-fix {fix_id} {at} --dry-run shows where it looks")
     diff = result.diff.replace(f"a/{dest.name}", f"a/{original.name}").replace(f"b/{dest.name}", f"b/{original.name}")
     safe = all(not e.detail.startswith("unsafe") for e in result.elements)
     return FixedCopy(f"{dest}:{func}", original, diff, safe, tuple(result.notes))
