@@ -1,24 +1,27 @@
-"""Cold-start wall time of the light commands: ``--version``, ``--help``, ``rules``, and ``stats``,
-``diagnose``, ``gate`` on a small real capture.
+"""Cold-start time of the light commands: ``--version``, ``--help``, ``rules``, and ``stats``,
+``diagnose``, ``gate`` on small real captures.
 
 Each command runs in a fresh process (``python -m hlo_doctor.cli ...``), the commands interleaved
 round after round so that a burst of load on a shared machine touches all of them alike; the table
-gives the median of ``--runs`` rounds and the load average before and after.
+gives the median wall time of ``--runs`` rounds, the median CPU time of the process (user + system:
+what a loaded machine stretches least) and the load average before and after.
 
-To compare with another checkout (an older commit), give its folder: its package is put first on
-``PYTHONPATH``, ahead of this venv's editable install::
+To compare with another checkout (an older commit), give its folder: the commands run there, so
+that its package is the one imported (the working folder comes first on ``sys.path``)::
 
     git worktree add /tmp/hlo-before <commit>
     python benchmarks/bench_cold_start.py --runs 5 --tree /tmp/hlo-before --tree .
 
-The captures are ``sample_traces/engine_b64_original_a`` and ``_b`` (XLA:CPU, 1.9 MB xplanes with
-their HLO modules), read from this checkout whichever tree is measured.
+The captures, read from this checkout whichever tree is measured: ``sample_traces/gpu_h200_seed_b512``
+(XLA:GPU, a 108 KB xplane, 2 HLO modules) and ``sample_traces/engine_b64_original_a`` and ``_b``
+(XLA:CPU, 1.9 MB xplanes, 67 HLO modules each; the only pair of captures of one program for ``gate``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,6 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SMALL = ROOT / "sample_traces" / "gpu_h200_seed_b512"
 CAPTURE_A = ROOT / "sample_traces" / "engine_b64_original_a"
 CAPTURE_B = ROOT / "sample_traces" / "engine_b64_original_b"
 
@@ -33,9 +37,11 @@ COMMANDS: dict[str, list[str]] = {
     "--version": ["--version"],
     "--help": ["--help"],
     "rules": ["rules"],
-    "stats": ["stats", str(CAPTURE_A), "--jobs", "1"],
-    "diagnose": ["diagnose", str(CAPTURE_A), "--jobs", "1"],
-    "gate": ["gate", str(CAPTURE_A), str(CAPTURE_B), "--jobs", "1"],
+    "stats 108 KB": ["stats", str(SMALL), "--jobs", "1"],
+    "diagnose 108 KB": ["diagnose", str(SMALL), "--jobs", "1"],
+    "stats 1.9 MB": ["stats", str(CAPTURE_A), "--jobs", "1"],
+    "diagnose 1.9 MB": ["diagnose", str(CAPTURE_A), "--jobs", "1"],
+    "gate 1.9 MB x 2": ["gate", str(CAPTURE_A), str(CAPTURE_B), "--jobs", "1"],
 }
 
 
@@ -44,23 +50,32 @@ def _load() -> str:
     return f"{os.getloadavg()[0]:.2f}"
 
 
-def _time_once(tree: Path, args: list[str]) -> float:
-    """Wall seconds of one ``hlo-doctor ARGS`` in a fresh process run from ``tree``'s package."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH", "")])),
-               NO_COLOR="1")
+def _time_once(tree: Path, args: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one ``hlo-doctor ARGS`` in a fresh process run from ``tree``'s package."""
+    env = dict(os.environ, NO_COLOR="1")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "hlo_doctor.cli", *args], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "hlo_doctor.cli", *args], cwd=tree, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # gate exits 1 on a regression (two captures of a shared machine may differ): still a finished run.
     if done.returncode not in (0, 1):
         raise SystemExit(f"hlo-doctor {' '.join(args)} failed ({done.returncode}): {done.stderr.decode()[-400:]}")
-    return seconds
+    return seconds, cpu
 
 
-def measure(trees: list[Path], runs: int) -> dict[tuple[str, str], list[float]]:
-    """Seconds per (tree, command), ``runs`` rounds of every command of every tree, interleaved."""
-    times: dict[tuple[str, str], list[float]] = {}
+def _package_of(tree: Path) -> Path:
+    """The folder of the ``hlo_doctor`` package a command run in ``tree`` imports."""
+    done = subprocess.run([sys.executable, "-c", "import hlo_doctor; print(hlo_doctor.__file__)"], cwd=tree,
+                          capture_output=True, text=True, check=True)
+    return Path(done.stdout.strip()).parent
+
+
+def measure(trees: list[Path], runs: int) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """(wall, CPU) seconds per (tree, command), ``runs`` rounds of every command of every tree, interleaved."""
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for _ in range(runs):
         for tree in trees:
             for name, args in COMMANDS.items():
@@ -81,17 +96,22 @@ def main() -> None:
         for name in list(COMMANDS):
             if name not in flags.only:
                 del COMMANDS[name]
+    for tree in trees:
+        if _package_of(tree) != tree / "hlo_doctor":
+            raise SystemExit(f"{tree}: commands run there import {_package_of(tree)}, not its own package")
     load_before = _load()
     times = measure(trees, flags.runs)
     load_after = _load()
-    head = "| command | " + " | ".join(f"{t.name} median s (min-max)" for t in trees) + " |"
+    head = "| command | " + " | ".join(f"{t.name}: wall s, median (min-max) | {t.name}: CPU s" for t in trees) + " |"
     print(head)
-    print("|---|" + "---:|" * len(trees))
+    print("|---|" + "---:|---:|" * len(trees))
     for name in COMMANDS:
         cells = []
         for tree in trees:
-            seconds = times[(str(tree), name)]
-            cells.append(f"{statistics.median(seconds):.2f} ({min(seconds):.2f}-{max(seconds):.2f})")
+            wall = [w for w, _ in times[(str(tree), name)]]
+            cpu = [c for _, c in times[(str(tree), name)]]
+            cells.append(f"{statistics.median(wall):.2f} ({min(wall):.2f}-{max(wall):.2f}) | "
+                         f"{statistics.median(cpu):.2f}")
         print(f"| `{name}` | " + " | ".join(cells) + " |")
     print(f"\n{flags.runs} runs each; load average (1 min) {load_before} before, {load_after} after; "
           f"{os.cpu_count()} cores")
