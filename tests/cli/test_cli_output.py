@@ -32,7 +32,7 @@ def test_diagnose_piped_is_one_line_per_finding() -> None:
     assert r.exit_code == 0
     lines = r.stderr.splitlines()
     # The engine trace's sources are this checkout's engine files: relative paths, ruff-style.
-    assert "hlo_doctor/engine/compilation_manager.py:103: HD003 [high] program jit_convert_element_type" in r.stderr
+    assert "hlo_doctor/engine/runner.py:135: HD003 [high] program jit_convert_element_type" in r.stderr
     summary = next(i for i, line in enumerate(lines) if line.endswith("is recoverable"))
     assert summary >= 2 and all(line.startswith(("hlo_doctor/engine/", "HD0")) for line in lines[:summary])
     # After the summary, only the note on compiler-inserted ops (no source line, no finding).
@@ -42,7 +42,7 @@ def test_diagnose_piped_is_one_line_per_finding() -> None:
 def test_diagnose_github_annotations_by_default_under_actions() -> None:
     r = _run(["diagnose", str(ENGINE)], env={"GITHUB_ACTIONS": "true"})
     annotations = r.stdout.splitlines()
-    assert annotations[0].startswith("::error file=hlo_doctor/engine/compilation_manager.py,line=103,title=HD003")
+    assert annotations[0].startswith("::error file=hlo_doctor/engine/runner.py,line=135,title=HD003")
     assert annotations[-1].startswith("::notice title=hlo-doctor diagnose::") and "findings" in annotations[-1]
     # Seed trace: sources of a machine this checkout does not mirror: annotations without a file.
     seed = _run(["diagnose", str(SEED), "--format", "github"]).stdout
@@ -70,8 +70,8 @@ def test_sarif_exit_status_and_relative_uri(tmp_path: Path) -> None:
     assert run["invocations"][0]["exitCode"] == 1 and run["invocations"][0]["executionSuccessful"]
     uris = {res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for res in run["results"]
             if "physicalLocation" in res["locations"][0]}
-    assert "hlo_doctor/engine/compilation_manager.py" in uris and uris <= {
-        "hlo_doctor/engine/sampling.py", "hlo_doctor/engine/compilation_manager.py"}
+    assert "hlo_doctor/engine/runner.py" in uris and uris <= {
+        "hlo_doctor/engine/sampling.py", "hlo_doctor/engine/runner.py"}
 
 
 def _project(tmp_path: Path, toml: str) -> Path:
