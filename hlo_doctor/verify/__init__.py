@@ -3,11 +3,15 @@
 The A/B core is shared by every kind of target:
 
 - ``settings``: the defaults, the rules of the HLO check, the checks of the settings every target has;
-- ``rounds``: the interleaved order of the measured rounds (AB, BA, AB, ...);
+- ``rounds``: the interleaved order of the measured rounds (AB, BA, AB, ...), and pairs added until
+  check 5 decides within a time budget;
 - ``compiles``: the one compile counter (backend compiles inside a measured window, with JAX's reason);
-- ``stats``: the statistics every figure goes through (:mod:`hlo_doctor.statistics`);
-- ``checks``: the checks every target shares (the throughput verdict, a check that could not run);
-- ``results``: the frozen values every target reports (``Check``, ``HloEvidence``, ``RemovedOp``);
+- ``stats``: the statistics every figure goes through (:mod:`hlo_doctor.statistics`, and the paired
+  rounds that decide check 5);
+- ``checks``: the checks every target shares (the step-time and throughput verdicts, a check that could
+  not run);
+- ``results``: the frozen values every target reports (``Check``, ``HloEvidence``, ``RemovedOp``,
+  ``Stopping``);
 - ``evidence``: a captured run diagnosed by hlo-doctor's rules;
 - ``workspace``: the folder a run writes to.
 

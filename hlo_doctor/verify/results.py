@@ -104,7 +104,7 @@ class Stopping:
         """One phrase for the check's figure: ``decided at round 8 (budget 120 s, 41 s used)``."""
         if self.budget_s is None:
             return f"{self.rounds} rounds a side"
-        used = f"budget {self.budget_s:.0f} s, {self.spent_s:.0f} s used"
+        used = f"budget {self.budget_s:g} s, {self.spent_s:.0f} s used"
         if self.decided:
             return f"decided at round {self.rounds} ({used})"
         return f"budget spent at round {self.rounds} ({used})"

@@ -93,8 +93,6 @@ def _block_figures(blocks: Sequence[Sequence[float]], side: str) -> np.ndarray:
     meds = []
     for i, block in enumerate(blocks):
         arr = np.asarray(block, dtype=np.float64).ravel()
-        if arr.size == 0:
-            raise ValueError(f"{side} round {i + 1} has no samples")
         if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
             raise ValueError(f"{side} round {i + 1}: samples must be finite and positive (times, throughputs)")
         meds.append(float(stats.trim_mean(np.log(arr), TRIM)))
@@ -113,14 +111,22 @@ def compare_blocks(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequ
     inconclusive). ``n_baseline``/``n_candidate`` count the samples, ``blocks`` the pairs; the medians
     are over every sample of a side.
 
+    A round without samples makes the comparison inconclusive (the reason names it).
+
     Raises:
-        ValueError: an empty round, samples that are not finite and positive, ``min_effect < 0`` or
-            ``alpha`` not in (0, 1).
+        ValueError: samples that are not finite and positive, ``min_effect < 0`` or ``alpha`` not in (0, 1).
     """
     if not min_effect >= 0.0:
         raise ValueError(f"min_effect must be >= 0, got {min_effect}")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    empty = [f"{side} round {i + 1}" for side, blocks in (("baseline", baseline), ("candidate", candidate))
+             for i, block in enumerate(blocks) if len(block) == 0]
+    if empty:
+        # A round without samples (an engine that reports no step times) cannot be judged: say so.
+        return SampleComparison(Outcome.INCONCLUSIVE, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan,
+                                0, 0, min_effect, alpha, lower_is_better, f"no samples in {', '.join(empty)}",
+                                method=METHOD, blocks=0)
     b_meds = _block_figures(baseline, "baseline")
     c_meds = _block_figures(candidate, "candidate")
     b_all = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in baseline]) if len(baseline) else np.zeros(0)

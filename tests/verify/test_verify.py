@@ -28,6 +28,7 @@ from hlo_doctor.verify import (
     engine_config,
     run_verify,
 )
+from hlo_doctor.verify.stats import alpha_at_look
 
 ENGINE = Path(__file__).resolve().parents[2] / "hlo_doctor" / "engine"
 SMALL = {"vocab": 1024, "batch": 8, "max_tokens": 6, "rounds": 5, "profile_steps": 2}
@@ -50,8 +51,10 @@ def baseline_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def fix_report(baseline_run: Path, tmp_path_factory: pytest.TempPathFactory) -> VerifyReport:
     # At these sizes the batch TTFT is ~10 ms, so a scheduler hiccup on a busy 2-core machine is a large
     # fraction of it: the pass test allows x1.5 (the hand fixes below fail at x5 and more with the default).
+    # A budget too small for another pair: the verdict is looked at once (at alpha spent for look 1),
+    # and no pair is added.
     settings = VerifySettings(fix="bf16-greedy-sampler", variant="full", baseline_run=baseline_run,
-                              out_dir=tmp_path_factory.mktemp("verify-fix"), ttft_bound=1.5,
+                              out_dir=tmp_path_factory.mktemp("verify-fix"), ttft_bound=1.5, budget_s=0.001,
                               **SMALL)  # type: ignore[arg-type]
     return run_verify(settings)
 
@@ -75,7 +78,10 @@ def test_fix_passes_the_safety_checks(fix_report: VerifyReport) -> None:
     assert step is not None and step.method == "paired rounds" and step.blocks == 5 and step.n_baseline == 25
     assert checks[5].name == "step-time verdict" and checks[5].figure.startswith(f"{step.outcome}: step x")
     assert fix_report.verdict == str(step.outcome) and fix_report.stopping is not None
-    assert fix_report.stopping.rounds == 5 and fix_report.stopping.reason == "fixed"
+    stop = fix_report.stopping
+    assert stop.rounds == 5 and stop.looks == 1 and stop.budget_s == 0.001
+    assert stop.reason == ("budget spent" if step.outcome is Outcome.INCONCLUSIVE else "decided")
+    assert step.alpha == pytest.approx(alpha_at_look(0.05, 1))
 
 
 def test_fix_removes_the_copy_and_the_convert_program(fix_report: VerifyReport) -> None:
@@ -107,7 +113,8 @@ def test_reports_render(fix_report: VerifyReport) -> None:
     assert doc["step"]["profiled_step_ms"]["treatment"] == pytest.approx(treat_us / 1e3)
     assert doc["step"]["decode_step_ms"]["baseline"] == pytest.approx(fix_report.step_time.baseline_median)
     assert "| profiled step ms |" in md and "| decode step ms |" in md
-    assert doc["stopping"]["text"] == "5 rounds a side" and doc["step_time"]["method"] == "paired rounds"
+    assert doc["stopping"]["text"].startswith(("decided at round 5 (budget 0.001 s,", "budget spent at round 5 (budget 0.001 s,"))
+    assert doc["step_time"]["method"] == "paired rounds"
 
 
 def _assert_fails_for_the_right_reason(report: VerifyReport) -> None:

@@ -7,20 +7,23 @@ the backend compiles inside every round counted. Five checks decide the verdict:
 
 1. **compiles**: no backend compile inside any measured round, in either variant (with JAX's
    cache-miss reason when there is one). A compile there means a call missed the precompiled menu.
-2. **batch TTFT**: the treatment's median batch TTFT over the baseline's is at most ``ttft_bound``
-   (default 1.25). Every round starts the engine's sampler programs cold (``restart_sampler()``,
-   outside the measured window), as after an engine start, so a menu miss compiles inside every
-   round's prefill. (An engine without that hook runs warm rounds: a miss compiles in the first
-   round only, and the worst rounds are compared as well.)
+2. **batch TTFT**: the treatment's batch TTFT over the baseline's, fastest round against fastest
+   round, is at most ``ttft_bound`` (default 1.25). Every round starts the engine's sampler programs
+   cold (``restart_sampler()``, outside the measured window), as after an engine start, so a menu miss
+   compiles inside every round's prefill and stays in the fastest round, while load only adds time.
+   (An engine without that hook runs warm rounds: a miss compiles in the first round only, and the
+   worst rounds and the medians are compared.)
 3. **tokens**: greedy tokens identical between variants in every round; logprobs (when requested)
    bit-identical and float32.
 4. **treatment HLO**: the treatment's own captured trace, diagnosed by hlo-doctor's rules, has no
    aliasing copy (HD002), no standalone convert program (HD003), no widening convert before the
    argmax (HD001) and no over-wide read (HD004), and its argmax reads the model's narrow dtype.
    This looks at what ran, not at any setting of the treatment.
-5. **throughput**: :func:`hlo_doctor.statistics.compare_samples` on the per-round throughputs
-   (and on the pooled decode step times): improved / no change / regressed / inconclusive. It
-   passes on improved or no change (``require_improvement`` makes no change fail).
+5. **step time**: the decode step times with rounds as blocks (each round's trimmed mean, compared
+   within its AB/BA pair, a t-test over the pairs: :func:`hlo_doctor.verify.stats.compare_blocks`):
+   improved / no change / regressed / inconclusive; the per-round throughput, paired the same way,
+   must not regress. It passes on improved or no change (``require_improvement`` makes no change
+   fail). With ``budget_s``, pairs are added until it decides or the budget is spent.
 
 Checks 1-4 come first in every report: a miscompiled treatment fails on them whatever its
 throughput says.
