@@ -78,11 +78,18 @@ def check_findings(baseline: HloEvidence, treatment: HloEvidence, rules: Sequenc
         had = [f for f in base if f.code in rules]
         left = [f for f in treat if f.code in rules]
         others = [f for f in treat if f.code not in rules]
+        keys = {(f.code, f.module) for f in base}
+        new = [f for f in others if (f.code, f.module) not in keys]
         figure = f"{', '.join(rules)}: {len(had)} -> {len(left)}; other findings left: {_codes(others)}"
+        if new:
+            # Not the fix's to remove, but a person should see what the change brought in.
+            figure += f" (new in the treatment: {_codes(new)})"
         if left:
             return Check(3, NAME, False, figure, "still there: " + "; ".join(_name(f) for f in left[:4]))
         detail = ("gone: " + "; ".join(_name(f) for f in had[:4])) if had else (
             "the baseline had no finding of these rules: nothing for the fix to remove")
+        if new:
+            detail += "; new in the treatment: " + "; ".join(_name(f) for f in new[:4])
         return Check(3, NAME, True, figure, detail)
     keys = {(f.code, f.module) for f in base}
     new = [f for f in treat if (f.code, f.module) not in keys]
@@ -91,6 +98,21 @@ def check_findings(baseline: HloEvidence, treatment: HloEvidence, rules: Sequenc
     if new:
         return Check(3, NAME, False, figure, "new in the treatment: " + "; ".join(_name(f) for f in new[:4]))
     return Check(3, NAME, True, figure, ("gone: " + "; ".join(_name(f) for f in gone[:4])) if gone else "")
+
+
+def slower_selections(baseline: HloEvidence, treatment: HloEvidence, backend: str) -> list[str]:
+    """A note for each program whose argmax got slower in the treatment's capture (a narrower read can
+    be slower where the backend widens inside its reduce: XLA:CPU of jaxlib 0.10)."""
+    before = dict(baseline.argmax_times)
+    notes = []
+    for module, after in treatment.argmax_times:
+        was = before.get(module)
+        if was and after > was * 1.1:
+            reads = next((r.split(": ", 1)[1] for r in treatment.argmax_reads if r.startswith(f"{module}: ")), "")
+            notes.append(f"{module}'s argmax" + (f" (reads {reads})" if reads else "") + f" got slower: "
+                         f"{was / 1e3:.3f} -> {after / 1e3:.3f} ms/step in the captures (x{after / was:.2f}), "
+                         f"on {backend}: the selection itself, not the removed work")
+    return notes
 
 
 def removed_ops(baseline: Captured, treatment: Captured) -> tuple[RemovedOp, ...]:

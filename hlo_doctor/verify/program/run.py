@@ -24,7 +24,13 @@ from pathlib import Path
 
 from hlo_doctor.statistics import Outcome, SampleComparison
 from hlo_doctor.verify.checks import check_step_verdict, not_run
-from hlo_doctor.verify.program.evidence import Captured, capture_side, check_findings, removed_ops
+from hlo_doctor.verify.program.evidence import (
+    Captured,
+    capture_side,
+    check_findings,
+    removed_ops,
+    slower_selections,
+)
 from hlo_doctor.verify.program.measure import Measured, ProgramRound, measure
 from hlo_doctor.verify.program.results import ProgramReport, SideSummary
 from hlo_doctor.verify.program.settings import ProgramSettings, validate_program_settings
@@ -98,6 +104,7 @@ def run_program(settings: ProgramSettings, progress: ProgressFn | None = None) -
         findings, verdict = not_run(3, NAMES[3], why), not_run(4, NAMES[4], why)
     else:
         findings = check_findings(captured[0].evidence, captured[1].evidence, rules)
+        notes += slower_selections(captured[0].evidence, captured[1].evidence, jax.default_backend())
         step_time, round_time, verdict = _verdict(settings, measured)
     return ProgramReport(
         settings=settings, baseline=b_sum, treatment=t_sum,
