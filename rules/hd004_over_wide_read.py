@@ -127,9 +127,13 @@ class OverWideRead(Rule):
         A reduction over a large tensor is bound by memory bandwidth; reading f32 instead of the
         bf16 it came from moves twice the bytes for an identical result (widening is exact and
         monotone). The estimate of what is recoverable is the op's time times
-        (1 - bytes needed / bytes read) on bandwidth-bound backends (TPU, GPU); on XLA:CPU the
-        argmax is compute-bound (a bf16 argmax measured slower than the f32 one there), so the
-        finding carries no recoverable time on CPU.
+        (1 - bytes needed / bytes read) on bandwidth-bound backends (TPU, GPU). On XLA:CPU the
+        same only where the capture shows the reduce streaming its bytes (its achieved bandwidth
+        at least half that of the capture's largest copies and converts:
+        ``hlo_doctor.lint.bandwidth``); otherwise its loop bounds it (the engine's f32 argmax reads
+        at 12% of its copy's pace, and the bf16 argmax measured slower on jaxlib 0.10.2, faster on
+        0.11.2): the finding says it is not priced, with both paces, and its recoverable time is
+        unknown rather than 0.
     Example:
         ``jit(sample)/reduce`` (argmax) over f32[512,256000]: 500 MiB read where 250 MiB hold
         the same values; 696 us per step on TPU v5e.
