@@ -134,6 +134,11 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
 
 def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None, wide: bool = False,
           per_step: bool = False) -> None:
+    from hlo_doctor.opstats.parquet import wants_parquet, write_parquet
+
+    if wants_parquet(fmt, output):
+        console.print(f"wrote {write_parquet(stats, output)}", soft_wrap=True)  # type: ignore[arg-type]
+        return
     from hlo_doctor.opstats import group_by_shape, to_csv, to_json
     from hlo_doctor.render.opstats import to_markdown
 
@@ -158,10 +163,13 @@ def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None
 _COMMON = [
     click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
                  help="Rows of the printed table (json/csv hold every row)."),
-    click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]), default="table",
-                 show_default=True, help="table: for people on stderr (every column, unfolded, off a terminal); "
-                                         "json/csv: machine output on stdout or --output; markdown: the top "
-                                         "rows with the roofline, for a pull request or a report."),
+    click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown", "parquet"]),
+                 default="table", show_default=True,
+                 help="table: for people on stderr (every column, unfolded, off a terminal); "
+                      "json/csv: machine output on stdout or --output; markdown: the top "
+                      "rows with the roofline, for a pull request or a report; parquet (-o FILE, "
+                      "or -o FILE.parquet): the per-step samples as columns, the rest beside them "
+                      "(the 'parquet' extra)."),
     click.option("--group-by", type=click.Choice(["op", "shape"]), default="op", show_default=True,
                  help="shape: aggregate rows that share (opcode, shape)."),
     output_option("Write the --format output to FILE ('-': stdout; table: plain text, every column)."),

@@ -16,9 +16,10 @@ command, naming it, unless ``skip_bad_hosts``: then it is left out and the table
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.hlo import HloModule
@@ -35,6 +36,9 @@ from hlo_doctor.trace.dispatch import read_host_dispatch
 from hlo_doctor.trace.model import HostDispatch, ModuleProto
 from hlo_doctor.trace.read import read_module_protos
 
+if TYPE_CHECKING:
+    from hlo_doctor.hosts.cluster import DaskCluster
+
 
 @dataclass(frozen=True, slots=True)
 class PodOptions:
@@ -48,7 +52,7 @@ class PodOptions:
     """Leave out a host file that cannot be read (and say so) instead of stopping."""
 
 
-Run = Callable[[list[HostTask]], Iterable[Result]]
+Run = Callable[[Sequence[HostTask]], Iterable[Result]]
 """Runs tasks somewhere; yields (task index, result) as they finish."""
 
 
@@ -85,14 +89,13 @@ def read_capture(path: str | Path, options: PodOptions, *,
     if len(xplanes) < 2 and options.scheduler is None and (options.jobs <= 1 or _size(xplanes[0]) < WORKER_MIN_BYTES):
         return load_opstats(p), None
     if options.scheduler is None:
-        parts, left_out, protos, modules = _read_pod(xplanes, lambda t: _runner(options, len(t)).run(t),
-                                                     options, dispatch)
+        parts, left_out, protos, modules = _read_pod(xplanes, _runner(options, len(xplanes)), options, dispatch)
     else:
         from hlo_doctor.hosts.cluster import DaskCluster
 
         cluster = DaskCluster(options.scheduler)  # first: an unreachable scheduler stops it before any work
         try:
-            parts, left_out, protos, modules = _read_pod(xplanes, cluster.run, options, dispatch)
+            parts, left_out, protos, modules = _read_pod(xplanes, cluster, options, dispatch)
         finally:
             cluster.close()
     for part in parts:
@@ -101,13 +104,39 @@ def read_capture(path: str | Path, options: PodOptions, *,
     return stats, (merge_dispatch(parts) if dispatch else None)
 
 
-def _read_pod(xplanes: list[Path], run: Run, options: PodOptions, dispatch: bool
+def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, options: PodOptions, dispatch: bool
               ) -> tuple[list[HostPart], list[HostFailure], dict[str, list[ModuleProto]],
                          tuple[tuple[HloModule, ...], tuple[str, ...]]]:
     """Every host's part (in the order of the files), the host files left out, each host's modules
     and the parsed modules of all."""
-    # The modules first, here: the workers are told the source paths their frames need and parse
-    # nothing (nor import XLA); their parts come back without the modules.
+    # The modules are parsed once, here; the workers are told the source paths their frames need
+    # and parse nothing (nor import XLA); their parts come back without the modules. Local workers
+    # start first and read their hosts meanwhile; they wait for the paths only if they need them.
+    tasks = [HostTask(str(x), str(x.resolve()), dispatch=dispatch, keep_modules=False,
+                      frame_paths_follow=isinstance(runner, LocalPool)) for x in xplanes]
+    if isinstance(runner, LocalPool):
+        runner.begin(tasks)
+    try:
+        protos, unreadable, modules = _modules(xplanes, options)
+        frame_paths = tuple(sorted(FrameKinds.from_modules(modules[0]).paths.items()))
+        if isinstance(runner, LocalPool):
+            runner.send_frame_paths(frame_paths)
+        # (A host read again gets the paths with its task.)
+        tasks = [dataclasses.replace(t, frame_paths=frame_paths, frame_paths_follow=False) for t in tasks]
+        first = runner.results() if isinstance(runner, LocalPool) else runner.run(tasks)
+        # A host the command could not read is left out (or stops it) whatever its worker says.
+        keep = [i for i, x in enumerate(xplanes) if str(x) in protos]
+        parts, left_out = _read_hosts(runner.run, tasks, options, first, keep)
+    finally:
+        if isinstance(runner, LocalPool):
+            runner.close()
+    order = {str(x): i for i, x in enumerate(xplanes)}
+    return parts, sorted([*unreadable, *left_out], key=lambda f: order[f.path]), protos, modules
+
+
+def _modules(xplanes: list[Path], options: PodOptions
+             ) -> tuple[dict[str, list[ModuleProto]], list[HostFailure], tuple[tuple[HloModule, ...], tuple[str, ...]]]:
+    """Each readable host's module protos, the hosts whose modules cannot be read, the parsed modules."""
     protos: dict[str, list[ModuleProto]] = {}
     unreadable: list[HostFailure] = []
     for x in xplanes:
@@ -118,13 +147,7 @@ def _read_pod(xplanes: list[Path], run: Run, options: PodOptions, dispatch: bool
     if not protos:
         raise InputError(f"none of the {len(xplanes)} host files could be read: {unreadable[0].reason}",
                          "capture again; the files may be truncated or corrupt")
-    modules = modules_from_protos(p for x in xplanes for p in protos.get(str(x), ()))
-    frame_paths = tuple(sorted(FrameKinds.from_modules(modules[0]).paths.items()))
-    tasks = [HostTask(str(x), str(x.resolve()), dispatch=dispatch, frame_paths=frame_paths, keep_modules=False)
-             for x in xplanes if str(x) in protos]
-    parts, left_out = _read_hosts(run, tasks, options)
-    order = {str(x): i for i, x in enumerate(xplanes)}
-    return parts, sorted([*unreadable, *left_out], key=lambda f: order[f.path]), protos, modules
+    return protos, unreadable, modules_from_protos(p for x in xplanes for p in protos.get(str(x), ()))
 
 
 def _size(path: Path) -> int:
@@ -134,11 +157,13 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _read_hosts(run: Run, tasks: list[HostTask], options: PodOptions) -> tuple[list[HostPart], list[HostFailure]]:
-    """Every host's part, in the order of the files (the steps agreed); the files left out."""
-    results = _collect(run, tasks, options) if tasks else []
-    left_out = [r for r in results if isinstance(r, HostFailure)]
-    parts = {i: r for i, r in enumerate(results) if isinstance(r, HostPart)}
+def _read_hosts(run: Run, tasks: list[HostTask], options: PodOptions, first: Iterable[Result], keep: list[int]
+                ) -> tuple[list[HostPart], list[HostFailure]]:
+    """Every kept host's part, in the order of the files (the steps agreed), from the ``first``
+    results of ``tasks`` (and ``run`` to read a host again); the files left out."""
+    results = _collect(first, len(tasks), options, keep)
+    left_out = [r for i, r in results.items() if isinstance(r, HostFailure)]
+    parts = {i: r for i, r in results.items() if isinstance(r, HostPart)}
     if not parts:
         raise InputError("none of the host files could be read" + (f": {left_out[0].reason}" if left_out else ""),
                          "capture again; the files may be truncated or corrupt")
@@ -147,20 +172,26 @@ def _read_hosts(run: Run, tasks: list[HostTask], options: PodOptions) -> tuple[l
     again = [i for i, r in parts.items() if r.totals is not None and r.totals.choice != choice]
     if again:
         redo = [dataclasses.replace(tasks[i], choice=choice) for i in again]
-        for i, r in zip(again, _collect(run, redo, options), strict=True):
+        redone = _collect(run(redo), len(redo), options, list(range(len(redo))))
+        for k, i in enumerate(again):
+            r = redone[k]
             if isinstance(r, HostFailure):
                 raise InputError(r.reason if r.path in r.reason else f"{r.path}: {r.reason}")
             parts[i] = r
     return [parts[i] for i in sorted(parts)], left_out
 
 
-def _collect(run: Run, tasks: list[HostTask], options: PodOptions) -> list[HostPart | HostFailure]:
-    """Every task's result in task order; stops at the first host that fails, unless it may be left out."""
-    results: list[HostPart | HostFailure | None] = [None] * len(tasks)
-    for i, result in run(tasks):
-        results[i] = _failed(result, options) if isinstance(result, HostFailure) else result
-    assert all(r is not None for r in results)
-    return results  # type: ignore[return-value]
+def _collect(results: Iterable[Result], count: int, options: PodOptions, keep: list[int]
+             ) -> dict[int, HostPart | HostFailure]:
+    """The result of each task of ``keep`` (indices of ``count`` tasks); stops at the first host that
+    fails, unless it may be left out."""
+    wanted = set(keep)
+    out: dict[int, HostPart | HostFailure] = {}
+    for i, result in results:
+        if i in wanted:
+            out[i] = _failed(result, options) if isinstance(result, HostFailure) else result
+    assert len(out) == len(wanted) and all(0 <= i < count for i in out)
+    return dict(sorted(out.items()))
 
 
 def _failed(failure: HostFailure, options: PodOptions) -> HostFailure:

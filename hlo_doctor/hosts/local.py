@@ -4,12 +4,17 @@ Each worker is ``python -m hlo_doctor.hosts.worker`` (it imports what reading ne
 command line), fed one host at a time. A worker that dies while reading a host (killed, out of
 memory) is replaced and the host given to another once; a second death is that host's failure,
 named by its file.
+
+The workers can start before the command knows the capture's frame paths (:meth:`LocalPool.begin`,
+then :meth:`LocalPool.send_frame_paths`): they read their hosts while the command parses the HLO
+modules.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,7 +25,7 @@ from pathlib import Path
 from typing import IO
 
 import hlo_doctor
-from hlo_doctor.hosts.work import HostFailure, HostPart, HostTask, read_one
+from hlo_doctor.hosts.work import FramePathsFile, HostFailure, HostPart, HostTask, read_one
 from hlo_doctor.hosts.worker import receive, send
 
 Result = tuple[int, HostPart | HostFailure]
@@ -65,6 +70,11 @@ class LocalPool:
 
     jobs: int
     _workers: list[_Worker] = field(default_factory=list)
+    _tasks: Sequence[HostTask] = ()
+    _pending: collections.deque[int] = field(default_factory=collections.deque)
+    _deaths: collections.Counter[int] = field(default_factory=collections.Counter)
+    _paths_file: FramePathsFile | None = None
+    _tmp: str | None = None
 
     def _start(self) -> _Worker:
         env = dict(os.environ)
@@ -76,19 +86,50 @@ class LocalPool:
                                 stdout=subprocess.PIPE, stderr=log, env=env)
         worker = _Worker(proc, log)
         self._workers.append(worker)
+        if self._paths_file is not None:
+            self._tell(worker, self._paths_file)
         return worker
 
     def run(self, tasks: Sequence[HostTask]) -> Iterator[Result]:
         """Each task's result, as the workers finish them."""
-        pending = collections.deque(range(len(tasks)))
-        deaths: collections.Counter[int] = collections.Counter()
+        self.begin(tasks)
+        yield from self.results()
+
+    def begin(self, tasks: Sequence[HostTask]) -> None:
+        """Start the workers on ``tasks`` now; :meth:`results` collects them."""
+        self._tasks = tasks
+        self._pending = collections.deque(range(len(tasks)))
+        self._deaths = collections.Counter()
+        self._fill()
+
+    def send_frame_paths(self, paths: tuple[tuple[str, str], ...]) -> None:
+        """Tell every worker, and every worker started later, the capture's frame paths (for tasks
+        whose paths follow)."""
+        self._tmp = self._tmp or tempfile.mkdtemp(prefix="hlo-doctor-pool-")
+        self._paths_file = FramePathsFile.write(os.path.join(self._tmp, "frame-paths.pickle"), paths)
+        for worker in list(self._workers):
+            self._tell(worker, self._paths_file)
+
+    def _tell(self, worker: _Worker, message: object) -> None:
+        assert worker.proc.stdin is not None
+        try:
+            send(worker.proc.stdin, message)
+        except OSError:
+            pass  # it died: its answers' end says so, and its task goes to another worker
+
+    def _fill(self) -> None:
+        for worker in self._workers:
+            if worker.task is None and self._pending:
+                self._give(worker, self._pending.popleft(), self._tasks, self._pending)
+        while self._pending and len(self._workers) < self.jobs:
+            self._give(self._start(), self._pending.popleft(), self._tasks, self._pending)
+
+    def results(self) -> Iterator[Result]:
+        """Each task of :meth:`begin` with its result, as the workers finish them; the workers stop at the end."""
+        tasks, pending, deaths = self._tasks, self._pending, self._deaths
         try:
             while pending or any(w.task is not None for w in self._workers):
-                for worker in self._workers:
-                    if worker.task is None and pending:
-                        self._give(worker, pending.popleft(), tasks, pending)
-                while pending and len(self._workers) < self.jobs:
-                    self._give(self._start(), pending.popleft(), tasks, pending)
+                self._fill()
                 busy = {w.answers.fileno(): w for w in self._workers if w.task is not None}
                 if not busy:
                     continue
@@ -153,3 +194,6 @@ class LocalPool:
                 worker.proc.wait()
             worker.log.close()
         self._workers.clear()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp, self._paths_file = None, None

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +46,32 @@ class HostTask:
     when the command parsed the modules already: the worker then parses none (nor imports jax)."""
     keep_modules: bool = True
     """Hand back the host's HLO modules (False: the command has them)."""
+    frame_paths_follow: bool = False
+    """The frame paths come later (a local worker starts reading while the command parses the
+    modules): the worker waits for them only if the host has Python frames to classify."""
+
+
+@dataclass(frozen=True, slots=True)
+class FramePathsFile:
+    """Names the file that holds the capture's frame paths (:attr:`HostTask.frame_paths`, pickled),
+    told to a local worker once the command has parsed the modules (:attr:`HostTask.frame_paths_follow`).
+    The paths travel in a file so that the message stays a few bytes: the command never blocks
+    writing to a worker that is itself blocked writing its answer."""
+
+    path: str
+
+    def load(self) -> tuple[tuple[str, str], ...]:
+        """The frame paths."""
+        with open(self.path, "rb") as f:
+            paths: tuple[tuple[str, str], ...] = pickle.load(f)  # noqa: S301 - written by the command
+        return paths
+
+    @classmethod
+    def write(cls, path: str, paths: tuple[tuple[str, str], ...]) -> FramePathsFile:
+        """Write ``paths`` to ``path``; the message naming it."""
+        with open(path, "wb") as f:
+            pickle.dump(paths, f, protocol=pickle.HIGHEST_PROTOCOL)
+        return cls(path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +114,18 @@ def peak_rss_mib() -> float:
     return 0.0
 
 
-def read_one(task: HostTask) -> HostPart | HostFailure:
-    """Do one host's work (see the module's docstring); never raises for a bad file."""
+FramePathsLater = Callable[[], tuple[tuple[str, str], ...]]
+"""Waits for the capture's frame paths (a task whose :attr:`~HostTask.frame_paths_follow`)."""
+
+
+def read_one(task: HostTask, later: FramePathsLater | None = None) -> HostPart | HostFailure:
+    """Do one host's work (see the module's docstring); never raises for a bad file. ``later``
+    gives the frame paths of a task whose paths follow."""
     t0 = time.perf_counter()
     if task.data is None and not os.path.isfile(task.location or task.path):
         return HostFailure(task.path, "no such file where this worker runs", kind="missing")
     try:
-        part = _read(task)
+        part = _read(task, later)
     except InputError as exc:
         return HostFailure(task.path, exc.what)
     except MemoryError:
@@ -100,7 +133,7 @@ def read_one(task: HostTask) -> HostPart | HostFailure:
     return dataclasses.replace(part, seconds=time.perf_counter() - t0, peak_rss_mib=peak_rss_mib())
 
 
-def _read(task: HostTask) -> HostPart:
+def _read(task: HostTask, later: FramePathsLater | None) -> HostPart:
     source: Path | bytes = task.data if task.data is not None else Path(task.location or task.path)
     cols = OpColumns()
     read = read_host(source, cols, origin=task.path)
@@ -115,6 +148,8 @@ def _read(task: HostTask) -> HostPart:
         # Only when the breakdown classifies Python frames; from the command's modules when it has them.
         if task.frame_paths is not None:
             return FrameKinds(dict(task.frame_paths))
+        if task.frame_paths_follow and later is not None:
+            return FrameKinds(dict(later()))
         return FrameKinds.from_modules(modules_from_trace(trace)[0])
 
     totals = event_totals(trace, frame_kinds, task.choice)

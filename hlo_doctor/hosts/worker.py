@@ -2,8 +2,10 @@
 
 It reads :class:`~hlo_doctor.hosts.work.HostTask` messages on stdin and answers each with a
 :class:`~hlo_doctor.hosts.work.HostPart` or :class:`~hlo_doctor.hosts.work.HostFailure` on stdout,
-until stdin closes or a ``None`` task arrives. A message is a pickle behind its 8-byte length:
-both ends are this package, on one machine. Anything a library prints goes to stderr, never into
+until stdin closes or a ``None`` task arrives. A :class:`~hlo_doctor.hosts.work.FramePathsFile`
+message names the file that holds the capture's frame paths, sent once the command has parsed the
+modules; a task whose paths follow waits for it only when its host has Python frames to classify.
+A message is a pickle behind its 8-byte length: both ends are this package, on one machine. Anything a library prints goes to stderr, never into
 the answers.
 """
 
@@ -42,9 +44,22 @@ def main() -> None:
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     # Whatever a library prints goes where people look, not into the answers.
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    from hlo_doctor.hosts.work import read_one
+    # From the package, not this __main__: the classes the parent pickles.
+    from hlo_doctor.hosts.work import FramePathsFile, read_one
 
     tasks = sys.stdin.buffer
+    paths: tuple[tuple[str, str], ...] | None = None
+
+    def later() -> tuple[tuple[str, str], ...]:
+        # Mid-task: the next message is the paths (the parent sends no task before this one's answer).
+        nonlocal paths
+        while paths is None:
+            message = receive(tasks)
+            if not isinstance(message, FramePathsFile):
+                raise EOFError(f"expected the frame paths, got {type(message).__name__}")
+            paths = message.load()
+        return paths
+
     while True:
         try:
             task = receive(tasks)
@@ -52,7 +67,10 @@ def main() -> None:
             return
         if task is None:
             return
-        send(answers, read_one(task))
+        if isinstance(task, FramePathsFile):
+            paths = task.load()
+            continue
+        send(answers, read_one(task, later))
 
 
 if __name__ == "__main__":

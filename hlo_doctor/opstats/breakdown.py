@@ -19,37 +19,18 @@ Built by :func:`hlo_doctor.opstats.breakdown_build.build_breakdown`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import numpy as np
+
+from hlo_doctor.opstats.breakdown_steps import HOST_KINDS, StepSlice, StepTable
+
+__all__ = ["BREAKDOWN_SCHEMA", "HOST_KINDS", "DeviceWindow", "HostLine", "StepBreakdown", "StepSlice", "StepTable",
+           "breakdown_from_dict"]
+
 BREAKDOWN_SCHEMA = "hlo-doctor.breakdown/1"
-HOST_KINDS: tuple[str, ...] = ("python", "dispatch", "compile", "wait", "untraced")
-"""What the host's driver thread can be doing (see :mod:`hlo_doctor.opstats.host_time`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class StepSlice:
-    """One step on one device. Times in microseconds."""
-
-    host: str
-    device: str
-    step: int
-    start_us: float
-    wall_us: float
-    busy_us: float
-    """Union of the device's op intervals inside the step."""
-    op_us: float
-    """Sum of the durations of the ops that start in the step (overlapping ops counted each time)."""
-    host_us: Mapping[str, float] = field(default_factory=dict)
-    """Host driver-thread time in the step by kind (:data:`HOST_KINDS`); sums to ``wall_us``."""
-    idle_by_kind: Mapping[str, float] = field(default_factory=dict)
-    """The device's idle time in the step split by what the host did meanwhile; sums to ``idle_us``."""
-
-    @property
-    def idle_us(self) -> float:
-        """Wall time in the step in which the device ran no op."""
-        return max(self.wall_us - self.busy_us, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +83,9 @@ class StepBreakdown:
 
     step_source: str
     busy_definition: str
-    steps: tuple[StepSlice, ...]
+    steps: Sequence[StepSlice]
+    """One slice per device and step: a :class:`StepTable` (columns; any other sequence of
+    :class:`StepSlice` given here is made one, see :attr:`table`)."""
     lines: tuple[HostLine, ...] = ()
     """Most idle time first."""
     windows: tuple[DeviceWindow, ...] = ()
@@ -114,25 +97,35 @@ class StepBreakdown:
     """(host, thread) whose events say what the host did."""
     notes: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.steps, StepTable):
+            object.__setattr__(self, "steps", StepTable.of(self.steps))
+
+    @property
+    def table(self) -> StepTable:
+        """:attr:`steps` as the columns they are."""
+        assert isinstance(self.steps, StepTable)
+        return self.steps
+
     # -- summary figures (over every device and step) ----------------------------------------------
 
     def _total(self, name: str) -> float:
-        return float(sum(getattr(s, name) for s in self.steps))
+        return _sum(self.table.column(name))
 
     @property
     def wall_us(self) -> float:
         """Mean step wall time on one device."""
-        return self._total("wall_us") / len(self.steps) if self.steps else 0.0
+        return self._total("wall_us") / len(self.steps) if len(self.steps) else 0.0
 
     @property
     def busy_us(self) -> float:
         """Mean device busy time per step."""
-        return self._total("busy_us") / len(self.steps) if self.steps else 0.0
+        return self._total("busy_us") / len(self.steps) if len(self.steps) else 0.0
 
     @property
     def idle_us(self) -> float:
         """Mean device idle time per step."""
-        return self._total("idle_us") / len(self.steps) if self.steps else 0.0
+        return self._total("idle_us") / len(self.steps) if len(self.steps) else 0.0
 
     @property
     def idle_pct(self) -> float:
@@ -140,15 +133,18 @@ class StepBreakdown:
         wall = self._total("wall_us")
         return 100.0 * self._total("idle_us") / wall if wall > 0 else 0.0
 
+    def _by_kind(self, name: str) -> dict[str, float]:
+        sums = self.table.column(name)
+        n = max(len(self.steps), 1)
+        return {k: _sum(sums[:, j]) / n for j, k in enumerate(HOST_KINDS)}
+
     def idle_by_kind(self) -> dict[str, float]:
         """Mean device idle time per step by what the host did meanwhile."""
-        n = max(len(self.steps), 1)
-        return {k: sum(s.idle_by_kind.get(k, 0.0) for s in self.steps) / n for k in HOST_KINDS}
+        return self._by_kind("idle_by_kind")
 
     def host_by_kind(self) -> dict[str, float]:
         """Mean host driver-thread time per step by kind."""
-        n = max(len(self.steps), 1)
-        return {k: sum(s.host_us.get(k, 0.0) for s in self.steps) / n for k in HOST_KINDS}
+        return self._by_kind("host_us")
 
     def window_idle_pct(self) -> float:
         """Device idle over the devices' spans (first op to last), in %: xprof's device idle time."""
@@ -157,16 +153,16 @@ class StepBreakdown:
 
     def per_device(self) -> list[dict[str, Any]]:
         """One summary per device: steps, mean wall, busy and idle per step, idle %."""
-        out: dict[tuple[str, str], list[StepSlice]] = {}
-        for s in self.steps:
-            out.setdefault((s.host, s.device), []).append(s)
+        blocks: dict[tuple[str, str], list[Any]] = {}
+        for b in self.table.blocks:
+            blocks.setdefault((b.host, b.device), []).append(b)
         rows = []
-        for (host, device), slices in sorted(out.items()):
-            wall = sum(s.wall_us for s in slices)
-            idle = sum(s.idle_us for s in slices)
-            n = len(slices)
+        for (host, device), bs in sorted(blocks.items()):
+            walls = np.concatenate([b.wall_us for b in bs])
+            busies = np.concatenate([b.busy_us for b in bs])
+            wall, idle, n = _sum(walls), _sum(np.maximum(walls - busies, 0.0)), len(walls)
             rows.append({"host": host, "device": device, "steps": n, "wall_us": wall / n,
-                         "busy_us": sum(s.busy_us for s in slices) / n, "idle_us": idle / n,
+                         "busy_us": _sum(busies) / n, "idle_us": idle / n,
                          "idle_pct": 100.0 * idle / wall if wall > 0 else 0.0})
         return rows
 
@@ -188,8 +184,7 @@ class StepBreakdown:
                         "idle_pct": self.idle_pct, "idle_by_kind_us": self.idle_by_kind(),
                         "host_by_kind_us": self.host_by_kind(), "window_idle_pct": self.window_idle_pct(),
                         "devices": self.per_device()},
-            "steps": [{**asdict(s), "host_us": dict(s.host_us), "idle_by_kind": dict(s.idle_by_kind),
-                       "idle_us": s.idle_us} for s in self.steps] if steps else None,
+            "steps": self.table.records() if steps else None,
             "lines": [{**asdict(line), "source": line.source} for line in self.lines],
             "windows": [{**asdict(w), "idle_pct": w.idle_pct} for w in self.windows],
             "notes": list(self.notes),
@@ -197,6 +192,12 @@ class StepBreakdown:
         if not steps:
             del out["steps"]
         return out
+
+
+def _sum(values: np.ndarray) -> float:
+    """The sum added in order, first to last (as Python's ``sum``: the same figures as slice objects
+    added one by one gave)."""
+    return float(np.cumsum(values)[-1]) if len(values) else 0.0
 
 
 def _take(cls: type, d: Mapping[str, Any]) -> dict[str, Any]:
@@ -209,8 +210,7 @@ def breakdown_from_dict(d: Mapping[str, Any]) -> StepBreakdown:
 
     Raises ``KeyError``/``TypeError``/``ValueError`` on a malformed dict (the caller names the file).
     """
-    steps = tuple(StepSlice(**{**_take(StepSlice, s), "host_us": dict(s.get("host_us", {})),
-                               "idle_by_kind": dict(s.get("idle_by_kind", {}))}) for s in d.get("steps", []))
+    steps = StepTable.of(d.get("steps", []))
     return StepBreakdown(
         step_source=str(d.get("step_source", "")), busy_definition=str(d.get("busy_definition", "")),
         steps=steps, lines=tuple(HostLine(**_take(HostLine, x)) for x in d.get("lines", [])),

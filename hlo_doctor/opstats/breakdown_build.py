@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from hlo_doctor.hlo import HloModule
-from hlo_doctor.opstats.breakdown import HOST_KINDS, DeviceWindow, HostLine, StepBreakdown, StepSlice
+from hlo_doctor.opstats.breakdown import HOST_KINDS, DeviceWindow, HostLine, StepBreakdown
+from hlo_doctor.opstats.breakdown_steps import SliceColumns, StepTable
 from hlo_doctor.opstats.host_time import FrameKinds, Label, Segments, host_segments
 from hlo_doctor.opstats.step_spans import StepSpans, device_index, step_spans
 from hlo_doctor.trace import Trace
@@ -162,8 +163,7 @@ def finish_breakdown(parts: Sequence[BreakdownPart], step_source: str, backend: 
     if device_rank is not None:
         columns.sort(key=lambda c: device_rank[(c.host, c.device)])
         windows.sort(key=lambda w: device_rank[(w.host, w.device)])
-    slices = [s for c in columns for s in c.slices()]
-    del columns
+    steps = StepTable(columns)
     line_idle: dict[tuple[str, Label], float] = {}
     line_host: dict[tuple[str, Label], float] = {}
     paths: dict[str, str] = {}
@@ -174,7 +174,7 @@ def finish_breakdown(parts: Sequence[BreakdownPart], step_source: str, backend: 
             line_host[key] = line_host.get(key, 0.0) + us
         for base, path in p.paths.items():
             paths.setdefault(base, path)
-    lines = _lines(line_idle, line_host, max(len(slices), 1), paths)
+    lines = _lines(line_idle, line_host, max(len(steps), 1), paths)
     has_frames = any(p.python_frames for p in parts)
     threads = tuple(sorted(t for p in parts for t in p.driver_threads))
     if not has_frames:
@@ -183,7 +183,7 @@ def finish_breakdown(parts: Sequence[BreakdownPart], step_source: str, backend: 
     if not threads:
         notes.append("no host thread dispatched a program in the trace: device idle time is not attributed")
     return StepBreakdown(
-        step_source=step_source, busy_definition=_definition(backend), steps=tuple(slices),
+        step_source=step_source, busy_definition=_definition(backend), steps=steps,
         lines=lines, windows=tuple(windows), python_frames=has_frames,
         dispatch_spans=any(p.dispatch_spans for p in parts), driver_threads=threads, notes=tuple(notes))
 
@@ -251,36 +251,6 @@ def _attribute(host: str, device: str, busy: _Busy, steps: StepSpans, seg: Segme
                         host_by, idle_by)
     return (rows, {i: float(v) for i, v in enumerate(idle_label) if v > 0},
             {i: float(v) for i, v in enumerate(host_label) if v > 0})
-
-
-@dataclass(frozen=True, slots=True)
-class SliceColumns:
-    """The step slices of one device as columns (host time and idle time: one column per kind of
-    :data:`HOST_KINDS`): compact to hold and to hand from a worker to the merge."""
-
-    host: str
-    device: str
-    step: np.ndarray
-    start_us: np.ndarray
-    wall_us: np.ndarray
-    busy_us: np.ndarray
-    op_us: np.ndarray
-    host_us: np.ndarray
-    idle_by_kind: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.step)
-
-    def slices(self) -> list[StepSlice]:
-        """The slices as :class:`StepSlice` objects."""
-        host_rows, idle_rows = self.host_us.tolist(), self.idle_by_kind.tolist()
-        starts, walls, busies, ops = (self.start_us.tolist(), self.wall_us.tolist(), self.busy_us.tolist(),
-                                      self.op_us.tolist())
-        numbers = self.step.tolist()
-        return [StepSlice(self.host, self.device, numbers[i], starts[i], walls[i], busies[i], ops[i],
-                          dict(zip(HOST_KINDS, host_rows[i], strict=True)),
-                          dict(zip(HOST_KINDS, idle_rows[i], strict=True)))
-                for i in range(len(numbers))]
 
 
 _PIECES = 1 << 20

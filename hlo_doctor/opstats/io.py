@@ -214,13 +214,17 @@ def load_opstats(path: str | Path) -> OpStats:
     ``path``: a run directory (from ``hlo-doctor profile``, or any xprof/TensorBoard log directory
     with ``plugins/profile/<run>/*.xplane.pb``, one file per host), a bare ``.xplane.pb``, a trace
     JSON (``<host>.trace.json.gz``, ``perfetto_trace.json.gz``: no modules) or an ``opstats.json``
-    export (then ``modules`` is empty). Raises :class:`InputError` for bad input.
+    or ``.parquet`` export (then ``modules`` is empty). Raises :class:`InputError` for bad input.
     """
     p = Path(path)
     if p.is_file() and is_trace_json(p):
         run_json = _run_json_for([p], p)
         run = read_run_info(run_json) if run_json is not None else None
         return check_opstats(build_opstats(read_trace_json([p]), run=run, source_path=str(p)), str(p))
+    if p.is_file() and p.suffix.lower() == ".parquet":
+        from hlo_doctor.opstats.parquet import from_parquet
+
+        return from_parquet(p)
     if p.is_file() and p.suffix == ".json":
         try:
             text = p.read_text()
@@ -228,7 +232,7 @@ def load_opstats(path: str | Path) -> OpStats:
             raise InputError(f"{p}: cannot read ({exc})", "pass an opstats.json written by hlo-doctor") from exc
         return from_json(text, origin=str(p))
     if p.is_file() and not p.name.endswith(".pb"):
-        raise InputError(f"{p}: not an .xplane.pb, trace JSON or opstats.json",
+        raise InputError(f"{p}: not an .xplane.pb, trace JSON, opstats.json or .parquet export",
                          "pass a run directory, an .xplane.pb file, a .trace.json.gz or an opstats.json export")
     xplanes = find_xplanes(p)
     trace = read_trace(xplanes)

@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from test_pod_tables import cli
 
 from hlo_doctor.opstats import OpStats, from_json, load_opstats, to_json
+from hlo_doctor.opstats.breakdown import HOST_KINDS, StepTable
 
 
 def test_default_export_is_the_table_and_per_step_is_opt_in(tpu_logdir: Path) -> None:
@@ -50,3 +52,20 @@ def test_gate_reads_exports_with_and_without_samples(tpu_logdir: Path, tmp_path:
     assert with_samples["verdict"] == without["verdict"] == "pass"
     assert not any("no per-op per-step samples" in n for n in with_samples["notes"])
     assert any("no per-op per-step samples" in n for n in without["notes"])
+
+
+def test_the_breakdown_holds_its_slices_as_columns(large_stats: OpStats) -> None:
+    """Thousands of slices per device: one block of arrays per device, slice objects only on demand."""
+    b = large_stats.breakdown
+    assert b is not None
+    table = b.table
+    assert len(table.blocks) == len(b.windows) and len(table) > 1_000
+    held = sum(getattr(blk, name).nbytes for blk in table.blocks
+               for name in ("step", "start_us", "wall_us", "busy_us", "op_us", "host_us", "idle_by_kind"))
+    assert held <= 120 * len(table)
+    slices = list(table)
+    assert len(slices) == len(table) and slices[-1] == table[-1] and slices[:3] == list(table[:3])
+    assert StepTable.of(slices) == table and table.records()[5]["idle_us"] == slices[5].idle_us
+    assert b.wall_us == pytest.approx(sum(s.wall_us for s in slices) / len(slices), rel=1e-12)
+    assert b.idle_by_kind() == pytest.approx(
+        {k: sum(s.idle_by_kind[k] for s in slices) / len(slices) for k in HOST_KINDS}, rel=1e-12)
