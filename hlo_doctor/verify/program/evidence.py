@@ -24,7 +24,7 @@ from hlo_doctor.verify.settings import ProgressFn
 if TYPE_CHECKING:
     import pandas as pd
 
-NAME = "fixed program's findings"
+NAME = "treatment's findings"
 
 
 @dataclass(frozen=True, slots=True)

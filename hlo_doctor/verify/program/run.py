@@ -6,7 +6,7 @@ Checks, each pass/fail with the figure that decided it:
 2. **outputs identical**: every call's outputs, warm-up and rounds, bit for bit (or within the tolerance
    the user set); a difference names the round, the call and the first differing element; a step that
    raises fails here, naming the side and the call;
-3. **fixed program's findings**: every rule run on the treatment's capture; none of the fix's rules (or
+3. **treatment's findings**: every rule run on the treatment's capture; none of the fix's rules (or
    ``--rules``) may still find anything there (with ``--treatment`` alone: no finding the baseline had
    not); the figure says which findings remain;
 4. **step-time verdict**: the core's step-time check (:func:`hlo_doctor.verify.checks.check_step_verdict`) on
@@ -40,7 +40,7 @@ from hlo_doctor.verify.settings import ProgressFn
 from hlo_doctor.verify.stats import alpha_at_look, compare_rounds
 from hlo_doctor.verify.workspace import workspace
 
-NAMES = {1: "steady-state compiles", 2: "outputs identical", 3: "fixed program's findings", 4: "step-time verdict"}
+NAMES = {1: "steady-state compiles", 2: "outputs identical", 3: "treatment's findings", 4: "step-time verdict"}
 
 
 def _load(settings: ProgramSettings, work: Path) -> tuple[Side, Side, FixedCopy | None]:
