@@ -213,7 +213,7 @@ class OverWideRead(Rule):
                 note, pace_extra = "", ()
                 if ctx.backend == "cpu":
                     pace = read_pace(ctx, m, op.name) if ctx.has_opstats else None
-                    note = _cpu_note(pace)
+                    note = _cpu_note(pace) if ctx.has_opstats else "; no op stats: no time estimate"
                     if pace is None or not pace.bandwidth_bound:
                         fraction = None
                     if pace is not None:
