@@ -232,7 +232,8 @@ def _repeats(thread: DriverThread, parent: np.ndarray, calls: list[tuple[int, in
     produced: ``$array_methods.py:116 _astype`` again, with no dispatch inside): the repeat converts
     nothing only because the flagged call widened before it; a fix that removes the widening removes
     it too, or it becomes the widening. Only frames of the same name (same file, line and function)
-    as a call's outermost frame, directly under the same caller event, count.
+    as a call's outermost frame, directly under the same caller event, count; the tracer does not
+    say which array a frame converts, so such a frame is taken as the same value converted again.
     """
     names = thread.names
     busy = np.fromiter((n.startswith(DISPATCH_PREFIX) or any(m in n for m in BACKEND_COMPILE_MARKERS)
