@@ -14,12 +14,13 @@ One log directory of ``--hosts`` TPU host files of ``--size-mb`` each (a trace g
 - how the time grows from 1 to ``--hosts`` hosts (``--jobs 2``).
 
 ``--curve FILE`` measures how the command's peak RSS grows with the hosts (1 to 16 links to one
-host file, ``--jobs 2``; ``--source`` to compare another tree). ``--rss FILE...`` measures instead the peak RSS of ``stats FILE --format json`` on single host files
-(TPU, GPU, XLA:CPU): the command's process, and the worker's when the file is one host of two
-(``--jobs 2``). ``--source DIR`` runs another source tree of hlo-doctor (the one before a change,
-from ``git archive``) with the same interpreter. ``--replicate FILE N OUT`` writes a trace N times
-as long (every line's events repeated, shifted by the trace's span): a large GPU trace from a
-real capture.
+host file, ``--jobs 2``). ``--rss FILE...`` measures instead the peak RSS of ``stats FILE --format
+json`` on single host files (TPU, GPU, XLA:CPU): the command's process, and the worker's when the
+file is one host of two (``--jobs 2``). ``--source DIR`` runs another source tree of hlo-doctor (the
+one before a change, from ``git archive``) with the same interpreter, in every mode. ``--skip-dask``,
+``--skip-growth`` and ``--skip-xprof`` leave those parts out (small settings on a shared machine).
+``--replicate FILE N OUT`` writes a trace N times as long (every line's events repeated, shifted by
+the trace's span): a large GPU trace from a real capture.
 
 Usage::
 
@@ -84,35 +85,38 @@ def pod_benchmark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     print(f"{len(files)} host files of {size:.1f} MiB in {pod}", flush=True)
     results: dict[str, Any] = {"host_file_mib": size, "hosts": len(files), "modes": {}, "growth": {}}
     outs = {label: work / f"out-{k}.json" for k, label in enumerate(("--jobs 1", "--jobs 2", "2 Dask workers"))}
-    cluster = DaskCluster(2, work / "dask")
-    modes: dict[str, list[str]] = {"--jobs 1": ["--jobs", "1"], "--jobs 2": ["--jobs", "2"],
-                                   "2 Dask workers": ["--scheduler", cluster.address]}
+    cluster = None if args.skip_dask else DaskCluster(2, work / "dask")
+    modes: dict[str, list[str]] = {"--jobs 1": ["--jobs", "1"], "--jobs 2": ["--jobs", "2"]}
+    if cluster is not None:
+        modes["2 Dask workers"] = ["--scheduler", cluster.address]
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label in modes}
     try:
         # Rounds that take the modes in turn: the machine's other jobs come and go, each mode sees them alike.
         for _ in range(args.repeat):
             for label, extra in modes.items():
-                roots = frozenset(cluster.worker_roots) if "Dask" in label else frozenset()
-                runs[label].append(run_stats([str(pod), "--format", "json", "-o", str(outs[label]), *extra], roots=roots))
+                roots = frozenset(cluster.worker_roots) if cluster is not None and "Dask" in label else frozenset()
+                runs[label].append(run_stats([str(pod), "--format", "json", "-o", str(outs[label]), *extra], roots=roots,
+                                             source=args.source))
                 print(label, runs[label][-1], flush=True)
     finally:
-        cluster.close()
+        if cluster is not None:
+            cluster.close()
     for label, rs in runs.items():
         best = min(rs, key=lambda r: r["seconds"])
         results["modes"][label] = {**best, "walls": [r["seconds"] for r in rs],
                                    "command_peak_mib": max(r["command_peak_mib"] for r in rs),
                                    "worker_peak_mib": max(r["worker_peak_mib"] for r in rs)}
-    docs = [json.loads(p.read_text()) for p in outs.values()]
+    docs = [json.loads(outs[label].read_text()) for label in modes]
     results["same_rows"] = all(d["rows"] == docs[0]["rows"] for d in docs)
     results["json_mib"] = outs["--jobs 1"].stat().st_size / 2**20
     if not args.skip_xprof:
         results["xprof_hlo_stats_one_host"] = xprof_hlo_stats(files[0])
         print("xprof", results["xprof_hlo_stats_one_host"], flush=True)
     n = 1
-    while n <= len(files):
+    while n <= len(files) and not args.skip_growth:
         sub = _subset(work, pod, n) if n < len(files) else pod
         results["growth"][n] = run_stats([str(sub), "--format", "json", "-o", str(work / "growth.json"),
-                                          "--jobs", "2"])
+                                          "--jobs", "2"], source=args.source)
         print("growth", n, results["growth"][n], flush=True)
         n *= 2
     return results
@@ -209,6 +213,8 @@ def main() -> None:
     parser.add_argument("--size-mb", type=float, default=100.0)
     parser.add_argument("--cores", type=int, default=4)
     parser.add_argument("--skip-xprof", action="store_true")
+    parser.add_argument("--skip-growth", action="store_true", help="no 1-to-N hosts runs")
+    parser.add_argument("--skip-dask", action="store_true", help="no Dask workers mode")
     parser.add_argument("--repeat", type=int, default=2, help="rounds of the three modes (the fastest is kept)")
     parser.add_argument("--rss", nargs="+", type=Path, metavar="FILE")
     parser.add_argument("--source", type=Path, default=None, help="hlo-doctor source tree to run (--rss)")

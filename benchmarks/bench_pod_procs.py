@@ -39,6 +39,13 @@ def _cpu(pid: int) -> float:
         return 0.0
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _children(roots: set[int]) -> set[int]:
     parent: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -61,6 +68,7 @@ class Sampler:
         self.command, self.roots = command_pid, roots
         self.peaks: dict[int, float] = {}
         self.cpu: dict[int, float] = {}
+        self.names: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -70,6 +78,8 @@ class Sampler:
             for pid in {self.command} | _children(self.roots | {self.command}):
                 self.peaks[pid] = max(self.peaks.get(pid, 0.0), _hwm(pid))
                 self.cpu[pid] = max(self.cpu.get(pid, 0.0), _cpu(pid))
+                if pid not in self.names:
+                    self.names[pid] = _cmdline(pid)
             time.sleep(0.05)
 
     def stop(self) -> dict[str, Any]:
@@ -77,7 +87,10 @@ class Sampler:
         CPU seconds of each other process (sampled: up to 50 ms short of a process's last)."""
         self._stop.set()
         self._thread.join()
-        others = [p for p in self.peaks if p != self.command and p not in self.roots]
+        # Workers: hlo-doctor's own, or what runs under a Dask worker; not a short-lived helper the
+        # command forks (a fork starts with its parent's pages: its peak is the command's).
+        others = [p for p in self.peaks if p != self.command and p not in self.roots
+                  and (self.roots or "hlo_doctor.hosts.worker" in self.names.get(p, ""))]
         return {"command_peak_mib": self.peaks.get(self.command, 0.0),
                 "worker_peak_mib": max((self.peaks[p] for p in others), default=0.0), "workers": len(others),
                 "command_cpu_s": self.cpu.get(self.command, 0.0),
