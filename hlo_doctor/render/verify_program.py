@@ -39,7 +39,8 @@ def _what(report: ProgramReport) -> str:
 def _setup(report: ProgramReport) -> str:
     s = report.settings
     load = f"load average {report.load_average[0]:.2f} -> {report.load_average[1]:.2f}"
-    return (f"{s.rounds} interleaved rounds per side of {s.steps} calls ({s.warmup} warm-up), outputs compared "
+    rounds = report.stopping.rounds if report.stopping is not None else len(report.baseline.rounds)
+    return (f"{rounds} interleaved rounds per side of {s.steps} calls ({s.warmup} warm-up), outputs compared "
             f"{report.outputs}; backend {report.backend}, {report.elapsed_s:.0f} s, {load}.")
 
 
@@ -79,7 +80,7 @@ def to_markdown(report: ProgramReport) -> str:
         lines.append("")
         lines += [f"- check {c.number} ({c.name}): {_md(c.detail)}" for c in details]
     lines += ["", "Medians (step: every measured call; round: each round's wall time).", "",
-              "| metric | baseline | treatment | ratio | 95% interval | outcome |", "|---|---:|---:|---:|---|---|"]
+              "| metric | baseline | treatment | ratio | CI (1 - alpha) | outcome |", "|---|---:|---:|---:|---|---|"]
     lines += ["| " + " | ".join(_md(x) for x in row) + " |" for row in metric_rows(report)]
     if report.removed_ops:
         lines += ["", "Ops of the baseline's capture that the treatment's capture does not run:", "",
@@ -139,7 +140,7 @@ def to_terminal(report: ProgramReport) -> RenderableType:
     parts += [Text(f"  check {c.number}: {c.detail}", style="red") for c in report.checks if not c.passed and c.detail]
     table = Table(box=None, pad_edge=False, header_style="bold")
     for col, justify in (("median", "left"), ("baseline", "right"), ("treatment", "right"), ("ratio", "right"),
-                         ("95% CI", "left"), ("outcome", "left")):
+                         ("CI", "left"), ("outcome", "left")):
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in metric_rows(report):
         table.add_row(*(Text(cell) for cell in row))
