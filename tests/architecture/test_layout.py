@@ -241,8 +241,8 @@ def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function_or_under_type_check
 # verify/: the A/B core and one subpackage per kind of target ------------------------------------
 
 VERIFY = "hlo_doctor.verify"
-KINDS = ("engine", "tpu_inference")
-"""The kinds of target verify measures, each a subpackage (any FILE.py:func goes to ``program``)."""
+KINDS = ("engine", "tpu_inference", "program")
+"""The kinds of target verify measures, each a subpackage (``program``: any FILE.py:func)."""
 
 
 def _kind(module: str) -> str | None:
