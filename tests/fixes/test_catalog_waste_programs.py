@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jax
 import jax.numpy as jnp
-import numpy as np
 from click.testing import CliRunner
-from fix_programs import BOOK, bits, count_findings, fixed_pair, load_module, same_outputs
+from fix_programs import BOOK, bits, count_findings, fixed_pair, line_of, load_module, same_outputs
 from fix_programs import forget_modules as forget_modules  # autouse: imported copies dropped after each test
 
 from hlo_doctor.cli import main
@@ -69,8 +69,8 @@ def test_widen_weights_once_on_a_decode_step(tmp_path: Path) -> None:
 
 def _profiled(program: Path, out: Path, root: Path) -> list[dict]:  # type: ignore[type-arg]
     runner = CliRunner()
-    result = runner.invoke(main, ["profile", f"{program}:step", "--steps", "3", "--warmup", "1", "--out", str(out)],
-                           catch_exceptions=False)
+    result = runner.invoke(main, ["profile", f"{program}:step_init", "--steps", "3", "--warmup", "1", "--out",
+                                  str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     result = runner.invoke(main, ["diagnose", str(out), "--format", "json", "--source-root", str(root)])
     assert result.exit_code in (0, 1), result.output
@@ -78,19 +78,22 @@ def _profiled(program: Path, out: Path, root: Path) -> list[dict]:  # type: igno
 
 
 def test_init_once_on_an_eager_generate(tmp_path: Path) -> None:
-    program = tmp_path / "eager_init.py"
-    program.write_bytes((Path(__file__).parent / "programs" / "eager_init.py").read_bytes())
+    # tests/rules/programs/invariant_work.py's TinyLM: generate() reruns the model's init every call.
+    program = tmp_path / "invariant_work.py"
+    program.write_bytes((Path(__file__).parents[1] / "rules" / "programs" / "invariant_work.py").read_bytes())
     original = program.read_text()
     [found] = _profiled(program, tmp_path / "run", tmp_path)
-    assert found["fix"] == "init-once" and found["source"].endswith("eager_init.py:31")
+    call = line_of(program, "cache = self.init_cache(B, N)")
+    assert found["fix"] == "init-once" and found["source"].endswith(f"invariant_work.py:{call}")
     # Applied from the diagnosis, as a user would: unsafe, so only with --unsafe.
     applied = CliRunner().invoke(main, ["apply-fix", "--from", str(tmp_path / "run"), "--source-root", str(tmp_path),
                                         "--unsafe", "--write"])
     assert applied.exit_code == 0, applied.output
     assert "@functools.cache\n    def init_cache" in program.read_text()
     (tmp_path / "before.py").write_text(original)
-    before, after = load_module(tmp_path / "before.py", "eager_init_before"), load_module(program, "eager_init_after")
+    before, after = load_module(tmp_path / "before.py", "tinylm_before"), load_module(program, "tinylm_after")
     for seed in (0, 1, 2):
-        assert bits(before.outputs(seed)) == bits(after.outputs(seed)), seed
-    assert np.asarray(after.outputs(0)[0]).shape == (8, 8)
+        tok = jax.random.randint(jax.random.key(seed), (before.B,), 0, before.V, jnp.int32)
+        for _ in range(2):  # the second call reuses the cached init
+            assert bits((before.MODEL.generate(tok),)) == bits((after.MODEL.generate(tok),)), seed
     assert _profiled(program, tmp_path / "fixed", tmp_path) == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hlo_doctor.fixes.source.base import SourceExample
 
-# tests/fixes/programs/eager_init.py's model, built like transformers' Flax models (cut down):
+# tests/rules/programs/invariant_work.py's TinyLM, built like transformers' Flax models (cut down):
 # generate() calls init_cache(), which runs the whole init to keep a zero cache.
 _MODEL = '''\
 import jax
