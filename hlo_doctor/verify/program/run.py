@@ -22,6 +22,7 @@ import os
 import time
 from pathlib import Path
 
+from hlo_doctor.core.model import Finding
 from hlo_doctor.statistics import Outcome, SampleComparison
 from hlo_doctor.verify.checks import check_step_verdict, not_run
 from hlo_doctor.verify.program.evidence import (
@@ -58,6 +59,19 @@ def _load(settings: ProgramSettings, work: Path) -> tuple[Side, Side, FixedCopy 
         assert settings.treatment is not None
         treat = load_side("treatment", settings.treatment)
     return base, treat, fixed
+
+
+def _as_original(captured: Captured, fixed: FixedCopy) -> Captured:
+    """The treatment's findings with the fixed copy's path read as the user's file (the copy goes away
+    with the work folder; the line a person reads is in their file, shifted by the fix's edits at most)."""
+    copy, original = fixed.spec.rpartition(":")[0], str(fixed.original)
+
+    def mapped(f: Finding) -> Finding:
+        return dataclasses.replace(f, source=f.source.replace(copy, original), message=f.message.replace(copy, original),
+                                   stack=tuple((file.replace(copy, original), line, fn) for file, line, fn in f.stack))
+
+    ev = captured.evidence
+    return Captured(dataclasses.replace(ev, findings=tuple(mapped(f) for f in ev.findings)), captured.table)
 
 
 def rules_of(settings: ProgramSettings) -> tuple[str, ...]:
@@ -97,6 +111,8 @@ def run_program(settings: ProgramSettings, progress: ProgressFn | None = None) -
             # After the rounds: the profiler never runs inside a measured round.
             captured = (capture_side(base, work / "baseline-run", settings.profile_steps, report),
                         capture_side(treat, work / "treatment-run", settings.profile_steps, report))
+            if fixed is not None:
+                captured = (captured[0], _as_original(captured[1], fixed))
     step_time = round_time = None
     if captured is None:
         assert measured.raised is not None
