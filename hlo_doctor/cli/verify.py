@@ -129,7 +129,8 @@ def verify_cmd(program: str | None, fix: str | None, fix_line: int | None, fix_a
       3 greedy tokens identical (and logprobs with --logprobs: bit-identical, f32)
       4 the treatment's own captured trace: no aliasing copy, no standalone convert program,
         argmax reads the narrow dtype (rules HD001-HD004)
-      5 throughput: improved / no change / regressed / inconclusive (Mann-Whitney U, bootstrap CI)
+      5 step-time verdict: improved / no change / regressed / inconclusive on the decode steps,
+        rounds as blocks (paired t-test over the AB/BA pairs); the throughput must not regress
 
     \b
     TARGET (FILE.py:FUNC or package.module:FUNC, as for profile: func() runs one step and returns
