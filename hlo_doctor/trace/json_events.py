@@ -6,8 +6,9 @@ The files people share (jax's ``<host>.trace.json.gz`` and ``perfetto_trace.json
 ``XLA Ops``, ``Stream #14(...)``), ``ph: "X"`` events with ``ts``/``dur`` in microseconds and
 ``args`` holding the event's stats as text.
 
-``traceEvents`` is decoded one event at a time from text read in chunks (stdlib ``json``): a
-100 MB ``.json.gz`` never becomes one Python object per event. Each thread's ``ph: "X"`` events
+``traceEvents`` is decoded a chunk of text at a time (every whole event in the chunk in one call,
+by :mod:`.json_decode`: msgspec records holding only the keys read), so a 100 MB ``.json.gz`` never
+becomes one Python object per event at once. Each thread's ``ph: "X"`` events
 become columns (name and arg codes, times in ns); ``ph: "M"`` events name processes and threads.
 Host events that are neither ops, steps, compiles nor dispatches (the Python tracer's frames, the
 runtime's own spans) are dropped as they are read.
@@ -15,11 +16,9 @@ runtime's own spans) are dropped as they are read.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
-import zlib
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ import numpy as np
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.columns import Vocabulary
 from hlo_doctor.trace.conventions import COMPILE_MARKERS
+from hlo_doctor.trace.json_decode import GZIP_ERRORS, NONE, decode_events, from_value, open_gzip_text
 
 # Names as jax and xprof write them; any other ``.json.gz`` is read as a trace too.
 TRACE_JSON_SUFFIXES = (".trace.json", ".trace.json.gz", "perfetto_trace.json", "perfetto_trace.json.gz")
@@ -39,8 +39,6 @@ _SEP = re.compile(r"[\s,]*")
 _WS = re.compile(r"\s*")
 # Host events worth keeping (the Python tracer writes millions of others).
 _HOST_KEEP = re.compile("|".join([*(re.escape(m) for m in COMPILE_MARKERS), r"^PjitFunction\("]))
-NONE = -(1 << 62)
-"""``no value`` in the integer columns."""
 INFO_KEYS = ("hlo_op", "hlo_module", "long_name", "program_id", "module")
 """The args kept per event, interned as one tuple (a few hundred distinct in millions of events)."""
 _DECODE = json.JSONDecoder().raw_decode
@@ -79,28 +77,6 @@ def is_trace_json(path: Path) -> bool:
     return "hlo-doctor.opstats" not in head and ('"traceEvents"' in head or head.lstrip().startswith("["))
 
 
-
-
-def _int_or(v: Any, default: int) -> int:
-    """An integer arg (the converter writes every stat as text); ``default`` when it is none."""
-    if type(v) is int:
-        return v
-    if type(v) is str:
-        try:
-            return int(v)
-        except ValueError:
-            return default
-    return int(v) if type(v) is float and v.is_integer() else default
-
-
-def _float_arg(v: Any) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return f if math.isfinite(f) else math.nan
-
-
 @dataclass(slots=True)
 class EventLine:
     """One thread's events as columns (times in ns; NaN / ``NONE`` where an arg is absent)."""
@@ -118,23 +94,31 @@ class EventLine:
     """Whether the four columns above are kept: only once an event of the line has one of them (a
     CPU or GPU line never does; they read as absent when empty)."""
 
+    def start_more(self) -> None:
+        """Keep the four columns from the event being added on (the events before it had none)."""
+        n = len(self.names) - 1
+        self.dev_off, self.dev_dur = array("d", [math.nan]) * n, array("d", [math.nan]) * n
+        self.step, self.group = array("q", [NONE]) * n, array("q", [NONE]) * n
+        self.has_more = True
+
     def more(self, off: float, ddur: float, step: int, group: int) -> None:
         """Append the device-clock and step columns of the event just added."""
         if not self.has_more:
-            n = len(self.names) - 1  # the events before this one had none
-            self.dev_off, self.dev_dur = array("d", [math.nan]) * n, array("d", [math.nan]) * n
-            self.step, self.group = array("q", [NONE]) * n, array("q", [NONE]) * n
-            self.has_more = True
+            self.start_more()
         self.dev_off.append(off)
         self.dev_dur.append(ddur)
         self.step.append(step)
         self.group.append(group)
 
     def column(self, name: str) -> np.ndarray:
-        """``dev_off``, ``dev_dur`` (NaN when absent), ``step`` or ``group`` (:data:`NONE`), one per event."""
-        if self.has_more:
-            return np.frombuffer(getattr(self, name), np.float64 if name.startswith("dev") else np.int64)
-        return np.full(len(self.names), math.nan if name.startswith("dev") else NONE)
+        """``dev_off``, ``dev_dur`` (NaN when absent or not finite), ``step`` or ``group``
+        (:data:`NONE`), one per event."""
+        if not self.has_more:
+            return np.full(len(self.names), math.nan if name.startswith("dev") else NONE)
+        if name.startswith("dev"):
+            values = np.frombuffer(getattr(self, name), np.float64)
+            return np.where(np.isfinite(values), values, math.nan)
+        return np.frombuffer(getattr(self, name), np.int64)
 
     def times(self) -> tuple[np.ndarray, np.ndarray]:
         """Starts and durations (ns), on the device clock where the args give it.
@@ -164,6 +148,7 @@ class EventFile:
         self.names, self.infos = Vocabulary(), Vocabulary()
         self.infos.code(None)  # code 0: no args worth keeping
         self._info_codes: dict[tuple[Any, ...], int] = {}
+        self._host_keep: dict[str, bool] = {}  # host event name -> kept (a few thousand distinct)
         self.host_pids: set[Any] = set()
         self._last: tuple[Any, Any, EventLine] = (object(), object(), EventLine())  # the line last added to
         self.bad_times = self.bad_events = 0
@@ -186,11 +171,10 @@ class EventFile:
         try:
             with self.path.open("rb") as raw:
                 gz = raw.read(2) == b"\x1f\x8b"
-            fh: TextIO = gzip.open(self.path, "rt", encoding="utf-8") if gz else \
-                self.path.open("r", encoding="utf-8")
+            fh: TextIO = open_gzip_text(self.path) if gz else self.path.open("r", encoding="utf-8")
             with fh:
                 self._parse(fh)
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        except GZIP_ERRORS as exc:
             raise InputError(f"{self.origin}: truncated or corrupt gzip ({exc})",
                              "the file is cut short or damaged: export or download it again") from exc
         except UnicodeDecodeError as exc:
@@ -273,7 +257,6 @@ class EventFile:
                 self._value()
 
     def _events(self) -> None:
-        on_x, on_m = self._x, self._m
         no_batch_until = -1
         while True:
             self._skip(_SEP)
@@ -285,23 +268,19 @@ class EventFile:
             # Every whole event in the buffer at once (one C call): up to the last "}, {" between
             # two events. A cut inside a string or a nested list leaves unbalanced JSON, never other
             # events: the batch fails and the events are read one at a time past that point.
-            batch: Any = None
+            batch: list[Any] | None = None
             cut = self._last_boundary() if self.pos > no_batch_until else -1
             if cut > self.pos:
                 try:
-                    batch = json.loads("[" + self.buf[self.pos:cut + 1] + "]")
+                    batch = decode_events("[" + self.buf[self.pos:cut + 1] + "]")
                     self.pos = cut + 1
-                except (json.JSONDecodeError, RecursionError):
+                except (ValueError, RecursionError):
                     no_batch_until = cut
-            for ev in (batch if batch is not None else (self._value(),)):
-                if type(ev) is not dict:
-                    self.bad_events += 1
-                    continue
-                ph = ev.get("ph")
-                if ph == "X":
-                    on_x(ev)
-                elif ph == "M":
-                    on_m(ev)
+            if batch is None:
+                if cut <= self.pos and self.pos > no_batch_until and self._more():
+                    continue  # the one event left is cut off by the chunk's end: read on first
+                batch = [from_value(self._value())]
+            self._add(batch)
 
     def _last_boundary(self) -> int:
         """Index of the ``}`` of the last ``}, {`` in the buffer after ``pos``; -1 if none."""
@@ -314,17 +293,17 @@ class EventFile:
 
     # -- events ----------------------------------------------------------------------------------
 
-    def _m(self, ev: dict[str, Any]) -> None:
-        args = ev.get("args")
-        name = args.get("name") if isinstance(args, dict) else None
+    def _m(self, ev: Any) -> None:
+        args = ev.args
+        name = args.name if args is not None else None
         if not isinstance(name, str):
             return
-        if ev.get("name") == "process_name":
-            self.processes[ev.get("pid")] = name
+        if ev.name == "process_name":
+            self.processes[ev.pid] = name
             if "/host:" in name:
-                self.host_pids.add(ev.get("pid"))
-        elif ev.get("name") == "thread_name":
-            self.threads[(ev.get("pid"), ev.get("tid"))] = name
+                self.host_pids.add(ev.pid)
+        elif ev.name == "thread_name":
+            self.threads[(ev.pid, ev.tid)] = name
 
     def _info(self, key: tuple[Any, ...]) -> int:
         """The code of an event's kept args (as text: some writers put numbers)."""
@@ -336,62 +315,79 @@ class EventFile:
             code = self._info_codes[key] = self.infos.code(tuple(None if v is None else str(v) for v in key))
         return code
 
-    def _x(self, ev: dict[str, Any]) -> None:
-        # The hot loop of a large trace: one call per event, no helper calls on the common path.
-        pid = ev.get("pid")
-        name = ev.get("name")
-        if type(name) is not str:
-            name = str(name or "")
-        args = ev.get("args")
-        info, step_arg = 0, None
-        if args and type(args) is dict:
-            key = (args.get("hlo_op"), args.get("hlo_module"), args.get("long_name"), args.get("program_id"),
-                   args.get("module"))
-            if key != _NO_INFO:
-                try:
-                    info = self._info_codes[key]
-                except (KeyError, TypeError):
-                    info = self._info(key)
-            step_arg = args.get("step_num")
-        else:
-            args = None
-        # The Python tracer and runtime write most host events: only ops, steps, compiles and
-        # dispatches are kept (an event of a process named later is kept and sorted out at the end).
-        if not info and step_arg is None and pid in self.host_pids and not _HOST_KEEP.search(name):
-            return
-        ts: Any = ev.get("ts")
-        dur: Any = ev.get("dur")
-        tt, td = type(ts), type(dur)
-        if (tt is not float and tt is not int) or (td is not float and td is not int) \
-                or not -_INF < ts < _INF or not 0 <= dur < _INF:
-            self.bad_times += 1
-            return
-        tid = ev.get("tid")
-        if pid == self._last[0] and tid == self._last[1]:
-            line = self._last[2]
-        else:
-            found = self.lines.get((pid, tid))
-            line = found if found is not None else self.lines.setdefault((pid, tid), EventLine())
-            self._last = (pid, tid, line)
-        code = self.names.codes.get(name)
-        line.names.append(code if code is not None else self.names.code(name))
-        line.infos.append(info)
-        line.ts.append(ts * 1e3)
-        line.dur.append(dur * 1e3)
-        run = -1
-        if args is not None:
-            if (v := args.get("run_id")) is not None:
-                run = _int_or(v, -1)
-            off, ddur = args.get("device_offset_ps"), args.get("device_duration_ps")
-            # group_id names a device step; on the host xprof puts it on nearly every event.
-            group = args.get("group_id") if pid not in self.host_pids else None
-            if off is not None or ddur is not None or step_arg is not None or group is not None:
-                line.more(_float_arg(off) if off is not None else _NAN,
-                          _float_arg(ddur) if ddur is not None else _NAN,
-                          _int_or(step_arg, -1) if step_arg is not None else NONE,
-                          _int_or(group, NONE) if group is not None else NONE)
+    def _add(self, events: list[Any]) -> None:
+        """Add a batch of decoded events (:mod:`.json_decode` records; None: not an object)."""
+        # The hot loop of a large trace: one pass per event, no helper calls on the common path.
+        info_codes, host_pids, host_keep, lines = self._info_codes, self.host_pids, self._host_keep, self.lines
+        name_codes = self.names.codes
+        last_pid, last_tid, line = self._last
+        for ev in events:
+            if ev is None:
+                self.bad_events += 1
+                continue
+            ph = ev.ph
+            if ph != "X":
+                if ph == "M":
+                    self._m(ev)
+                continue
+            pid = ev.pid
+            name = ev.name
+            if type(name) is not str:
+                name = str(name or "")
+            args = ev.args
+            info, step_arg = 0, None
+            if args is not None:
+                key = (args.hlo_op, args.hlo_module, args.long_name, args.program_id, args.module)
+                if key != _NO_INFO:
+                    try:
+                        info = info_codes[key]
+                    except (KeyError, TypeError):
+                        info = self._info(key)
+                step_arg = args.step_num
+            # The Python tracer and runtime write most host events: only ops, steps, compiles and
+            # dispatches are kept (an event of a process named later is kept and sorted out at the end).
+            on_host = pid in host_pids
+            if not info and step_arg is None and on_host:
+                keep = host_keep.get(name)
+                if keep is None:
+                    keep = host_keep[name] = bool(_HOST_KEEP.search(name))
+                if not keep:
+                    continue
+            ts: Any = ev.ts
+            dur: Any = ev.dur
+            tt, td = type(ts), type(dur)
+            if (tt is not float and tt is not int) or (td is not float and td is not int) \
+                    or not -_INF < ts < _INF or not 0 <= dur < _INF:
+                self.bad_times += 1
+                continue
+            tid = ev.tid
+            if pid != last_pid or tid != last_tid:
+                found = lines.get((pid, tid))
+                line = found if found is not None else lines.setdefault((pid, tid), EventLine())
+                last_pid, last_tid = pid, tid
+            code = name_codes.get(name)
+            line.names.append(code if code is not None else self.names.code(name))
+            line.infos.append(info)
+            line.ts.append(ts * 1e3)
+            line.dur.append(dur * 1e3)
+            run = -1
+            if args is not None:
+                # Numbers already (json_decode): None where the event has no such arg.
+                if (v := args.run_id) is not None:
+                    run = v
+                off, ddur = args.device_offset_ps, args.device_duration_ps
+                # group_id names a device step; on the host xprof puts it on nearly every event.
+                group = None if on_host else args.group_id
+                if off is not None or ddur is not None or step_arg is not None or group is not None:
+                    if not line.has_more:
+                        line.start_more()
+                    line.dev_off.append(_NAN if off is None else off)
+                    line.dev_dur.append(_NAN if ddur is None else ddur)
+                    line.step.append(NONE if step_arg is None else step_arg)
+                    line.group.append(NONE if group is None else group)
+                elif line.has_more:
+                    line.more(_NAN, _NAN, NONE, NONE)
             elif line.has_more:
                 line.more(_NAN, _NAN, NONE, NONE)
-        elif line.has_more:
-            line.more(_NAN, _NAN, NONE, NONE)
-        line.run.append(run)
+            line.run.append(run)
+        self._last = (last_pid, last_tid, line)

@@ -155,12 +155,9 @@ class _Builder:
             module, suffix = split_module(str(f.names.values[code]))
             pid = program_id_of(suffix) if suffix is not None else None
             what.append((module, pid if pid is not None else _NO_ID))
-        old = spans.get(key)
-        if old is not None:
-            starts, ends = np.concatenate([old.starts, starts]), np.concatenate([old.ends, starts + durs])
-            what = old.what + what
-        else:
-            ends = starts + durs
+        ends = starts + durs
+        if (old := spans.get(key)) is not None:
+            starts, ends, what = np.concatenate([old.starts, starts]), np.concatenate([old.ends, ends]), old.what + what
         order = np.argsort(starts, kind="stable")
         spans[key] = _Spans(starts[order], ends[order], [what[i] for i in order.tolist()], key is None)
 
@@ -220,14 +217,19 @@ class _Builder:
             run = np.where(inside, pos, -1) if spans.raw else np.full(n, -1, np.int64)
         else:
             run = np.full(n, -1, np.int64)
-        # Per distinct (op, enclosing span): module, program id and op codes.
-        combos = which.astype(np.int64) * (len(what) + 1) + where + 1
+        # Per distinct (op, (module, program id) of its enclosing span): module, program id and op
+        # codes. Spans are many (one per execution), their (module, id) pairs few.
+        kinds: dict[tuple[str, int], int] = {}
+        kind_of = np.fromiter((kinds.setdefault(w, len(kinds)) for w in what), np.int64, len(what))
+        kind_list = list(kinds)
+        combos = which.astype(np.int64) * (len(kind_list) + 1) + 1 + \
+            (np.where(where >= 0, kind_of[np.maximum(where, 0)], -1) if len(what) else where)
         cuniq, inverse = np.unique(combos, return_inverse=True)
         codes = np.empty((len(cuniq), 3), np.int64)
         no_pid = np.zeros(len(cuniq), bool)
         for u, combo in enumerate(cuniq.tolist()):
-            k, s = divmod(combo, len(what) + 1)
-            codes[u], no_pid[u] = self._codes(infos[k], what[s - 1] if s > 0 else None)
+            k, s = divmod(combo, len(kind_list) + 1)
+            codes[u], no_pid[u] = self._codes(infos[k], kind_list[s - 1] if s > 0 else None)
         occ = np.bincount(which[keep], minlength=len(infos))
         if op_line:
             self.count("XLA Ops events without long_name (no HLO text: no shape)",
