@@ -78,8 +78,9 @@ class Sampler:
             for pid in {self.command} | _children(self.roots | {self.command}):
                 self.peaks[pid] = max(self.peaks.get(pid, 0.0), _hwm(pid))
                 self.cpu[pid] = max(self.cpu.get(pid, 0.0), _cpu(pid))
-                if pid not in self.names:
-                    self.names[pid] = _cmdline(pid)
+                if "hlo_doctor.hosts.worker" not in self.names.get(pid, ""):
+                    # Read again until the exec: a child starts as a copy of its parent.
+                    self.names[pid] = _cmdline(pid) or self.names.get(pid, "")
             time.sleep(0.05)
 
     def stop(self) -> dict[str, Any]:
