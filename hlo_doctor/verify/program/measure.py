@@ -3,8 +3,9 @@
 Every call of a step is timed from its call to ``jax.block_until_ready`` of what it returned; its
 outputs are copied to the host after the timer stops (a donated output is gone by the next call).
 A round's backend compiles are counted by the one compile counter (:mod:`hlo_doctor.verify.compiles`),
-with JAX's reason. Round ``k`` of one side is compared with round ``k`` of the other once both have run,
-call by call; so are the warm-up calls. A step that raises ends the measuring: the report names the
+with JAX's reason. Round ``k`` of one side is compared with round ``k`` of the other call by call, as
+the second of the pair runs (only the first side's outputs of one round are kept); so are the warm-up
+calls. A step that raises ends the measuring: the report names the
 side, the round and the call.
 """
 
@@ -35,7 +36,8 @@ class ProgramRound:
     """Position in the whole interleaved sequence, from 0."""
     step_times_ms: tuple[float, ...]
     wall_ms: float
-    """The whole round, first call to last result (outputs copied to the host included)."""
+    """The whole round, first call to last result (outputs copied to the host included, and for the
+    second side of a pair, compared with the first's)."""
     compiles: tuple[str, ...]
     """One line per backend compile inside the round: the program and JAX's reason."""
 
@@ -148,6 +150,10 @@ def measure(base: Side, treat: Side, settings: ProgramSettings, progress: Progre
     return result
 
 
+def _other(label: str) -> str:
+    return LABELS[1] if label == LABELS[0] else LABELS[0]
+
+
 class _Rounds:
     """One measured round per call of :meth:`run`; round ``k`` of both sides compared once both ran."""
 
@@ -161,6 +167,9 @@ class _Rounds:
         """Round ``order`` of the sequence, on side ``label``."""
         side, index = self.sides[label], len(self.result.rounds[label])
         times: list[float] = []
+        # The first side of a pair keeps its outputs; the second compares each call with them as it
+        # goes (after the call's timer stopped) and keeps nothing: one round's outputs in memory.
+        first = self.pending.pop(_other(label), None)
         outputs: list[tuple[Leaf, ...]] = []
         # No collector pause inside the window (a full collection of JAX's heap takes a fraction of a
         # second, far more than a step); the young objects of the previous round go first, cheaply.
@@ -170,20 +179,21 @@ class _Rounds:
             with compile_window(explain=True) as window:
                 start = time.perf_counter()
                 for step in range(self.settings.steps):
-                    elapsed, leaves = _call(side, f"round {index + 1}, step {step + 1}")
+                    when = f"round {index + 1}, step {step + 1}"
+                    elapsed, leaves = _call(side, when)
                     times.append(elapsed)
-                    outputs.append(leaves)
+                    if first is None:
+                        outputs.append(leaves)
+                    else:
+                        pair = (first[step], leaves) if label == "treatment" else (leaves, first[step])
+                        _compare(self.result, when, *pair, self.settings)
                 wall = (time.perf_counter() - start) * 1e3
         finally:
             gc.enable()
         compiles = window.reasons or tuple(f"{name}: JAX gave no reason" for name in window.programs)
         self.result.rounds[label].append(ProgramRound(label, index, order, tuple(times), wall, compiles))
-        self.pending[label] = outputs
-        if len(self.pending) == 2:
-            # Both sides ran round `index`: compare it call by call, then let its outputs go.
-            for step, (a, b) in enumerate(zip(self.pending["baseline"], self.pending["treatment"], strict=True)):
-                _compare(self.result, f"round {index + 1}, step {step + 1}", a, b, self.settings)
-            self.pending.clear()
+        if first is None:
+            self.pending[label] = outputs
         self.done += 1
         # With a budget the total grows by a pair at each look that does not decide.
         self.progress("rounds", self.done, max(2 * self.settings.rounds, self.done + self.done % 2))
