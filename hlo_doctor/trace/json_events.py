@@ -22,27 +22,28 @@ import re
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.columns import Vocabulary
 from hlo_doctor.trace.conventions import COMPILE_MARKERS
-from hlo_doctor.trace.json_decode import GZIP_ERRORS, NONE, decode_events, from_value, open_gzip_text
+from hlo_doctor.trace.json_decode import GZIP_ERRORS, NONE, decode_events, from_value, open_gzip
 
 # Names as jax and xprof write them; any other ``.json.gz`` is read as a trace too.
 TRACE_JSON_SUFFIXES = (".trace.json", ".trace.json.gz", "perfetto_trace.json", "perfetto_trace.json.gz")
 HINT = "pass a trace-viewer JSON (<host>.trace.json.gz, perfetto_trace.json.gz, xprof's trace_viewer export)"
-_CHUNK = 1 << 22  # characters decoded per read: memory stays bounded on a 100 MB .json.gz
-_SEP = re.compile(r"[\s,]*")
-_WS = re.compile(r"\s*")
+_CHUNK = 1 << 22  # bytes decoded per read: memory stays bounded on a 100 MB .json.gz
+_SEP = re.compile(rb"[ \t\r\n,]*")
+_WS = re.compile(rb"[ \t\r\n]*")
 # Host events worth keeping (the Python tracer writes millions of others).
 _HOST_KEEP = re.compile("|".join([*(re.escape(m) for m in COMPILE_MARKERS), r"^PjitFunction\("]))
 INFO_KEYS = ("hlo_op", "hlo_module", "long_name", "program_id", "module")
 """The args kept per event, interned as one tuple (a few hundred distinct in millions of events)."""
 _DECODE = json.JSONDecoder().raw_decode
-_BOUNDARY = re.compile(r"\}\s*,\s*\{")
+_BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_WINDOW = 1 << 16  # bytes decoded to text for one value read on its own (grown while it runs past)
 _NO_INFO = (None,) * len(INFO_KEYS)
 _INF, _NAN = math.inf, math.nan
 # xprof's derived lines: thread ids from trace_utils.h's kThreadIdDerivedMin, and the GPU lines it
@@ -171,7 +172,7 @@ class EventFile:
         try:
             with self.path.open("rb") as raw:
                 gz = raw.read(2) == b"\x1f\x8b"
-            fh: TextIO = open_gzip_text(self.path) if gz else self.path.open("r", encoding="utf-8")
+            fh: BinaryIO = open_gzip(self.path) if gz else self.path.open("rb")
             with fh:
                 self._parse(fh)
         except GZIP_ERRORS as exc:
@@ -187,24 +188,26 @@ class EventFile:
 
     # -- streaming JSON --------------------------------------------------------------------------
 
-    def _parse(self, fh: TextIO) -> None:
-        self.fh, self.buf, self.pos, self.eof = fh, "", 0, False
+    def _parse(self, fh: BinaryIO) -> None:
+        # The text stays UTF-8 bytes: msgspec decodes them as they are (decoding them to str first
+        # costs as much as inflating them); only a value read on its own becomes text.
+        self.fh, self.buf, self.pos, self.eof = fh, b"", 0, False
         self._more()
         self._skip(_WS)
         if self.pos >= len(self.buf):
             raise self._bad("empty file")
-        if self.buf[self.pos] == "[":
+        if self.buf.startswith(b"[", self.pos):
             self.pos += 1
             self.found = True
             self._events()
-        elif self.buf[self.pos] == "{":
+        elif self.buf.startswith(b"{", self.pos):
             self.pos += 1
             self._object()
         else:
             raise self._bad("not a trace: neither a JSON object with traceEvents nor a list of events")
 
     def _more(self, at_least: int = 0) -> bool:
-        """Append the next chunk (at least ``at_least`` characters: a value longer than a chunk)."""
+        """Append the next chunk (at least ``at_least`` bytes: a value longer than a chunk)."""
         if self.eof:
             return False
         data = self.fh.read(max(_CHUNK, at_least))
@@ -215,20 +218,32 @@ class EventFile:
         self.pos = 0
         return True
 
-    def _skip(self, pattern: re.Pattern[str]) -> None:
+    def _skip(self, pattern: re.Pattern[bytes]) -> None:
         while True:
             self.pos = pattern.match(self.buf, self.pos).end()  # type: ignore[union-attr]
             if self.pos < len(self.buf) or not self._more():
                 return
 
     def _value(self) -> Any:
-        """The next JSON value (read more text while it is cut off at the end of the buffer)."""
+        """The next JSON value, by the stdlib (a window of the buffer decoded to text, grown, and
+        more of the file read, while the value runs past it)."""
+        size = _WINDOW
         while True:
+            window = self.buf[self.pos:self.pos + size]
             try:
-                value, self.pos = _DECODE(self.buf, self.pos)
+                text = window.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if exc.reason != "unexpected end of data" or self.pos + size >= len(self.buf) and self.eof:
+                    raise
+                text = window[:exc.start].decode("utf-8")  # a character cut by the window's end
+            try:
+                value, end = _DECODE(text)
+                self.pos += end if text.isascii() else len(text[:end].encode("utf-8"))
                 return value
             except json.JSONDecodeError as exc:
-                if not self._more(len(self.buf) - self.pos):
+                if self.pos + size < len(self.buf):
+                    size *= 4
+                elif not self._more(len(self.buf) - self.pos):
                     raise self._bad(f"not valid JSON ({exc.msg}): truncated or corrupt") from exc
             except RecursionError:
                 raise self._bad("JSON nested too deeply") from None
@@ -239,16 +254,16 @@ class EventFile:
             self._skip(_SEP)
             if self.pos >= len(self.buf):
                 raise self._bad("not valid JSON: the top-level object is cut off (truncated)")
-            if self.buf[self.pos] == "}":
+            if self.buf.startswith(b"}", self.pos):
                 return
             key = self._value()
             self._skip(_WS)
-            if not self.buf.startswith(":", self.pos):
+            if not self.buf.startswith(b":", self.pos):
                 raise self._bad(f"not valid JSON: no ':' after key {key!r}")
             self.pos += 1
             self._skip(_WS)
             if key == "traceEvents":
-                if not self.buf.startswith("[", self.pos):
+                if not self.buf.startswith(b"[", self.pos):
                     raise self._bad("traceEvents is not a list of events")
                 self.pos += 1
                 self.found = True
@@ -262,7 +277,7 @@ class EventFile:
             self._skip(_SEP)
             if self.pos >= len(self.buf):
                 raise self._bad("not valid JSON: traceEvents is cut off (truncated)")
-            if self.buf[self.pos] == "]":
+            if self.buf.startswith(b"]", self.pos):
                 self.pos += 1
                 return
             # Every whole event in the buffer at once (one C call): up to the last "}, {" between
@@ -272,7 +287,7 @@ class EventFile:
             cut = self._last_boundary() if self.pos > no_batch_until else -1
             if cut > self.pos:
                 try:
-                    batch = decode_events("[" + self.buf[self.pos:cut + 1] + "]")
+                    batch = decode_events(b"[" + self.buf[self.pos:cut + 1] + b"]")
                     self.pos = cut + 1
                 except (ValueError, RecursionError):
                     no_batch_until = cut
@@ -285,7 +300,7 @@ class EventFile:
     def _last_boundary(self) -> int:
         """Index of the ``}`` of the last ``}, {`` in the buffer after ``pos``; -1 if none."""
         buf, end = self.buf, len(self.buf)
-        while (i := buf.rfind("}", self.pos, end)) >= 0:
+        while (i := buf.rfind(b"}", self.pos, end)) >= 0:
             if _BOUNDARY.match(buf, i):
                 return i
             end = i

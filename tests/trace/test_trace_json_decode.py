@@ -13,6 +13,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from hlo_doctor.core.errors import InputError
 from hlo_doctor.opstats import load_opstats
 from hlo_doctor.trace.json_decode import _DECODER, ARG_FIELDS, BACKEND, EVENT_FIELDS, _stdlib, decode_events
 
@@ -71,3 +74,28 @@ def test_a_batch_cut_inside_a_string_is_read_one_event_at_a_time(tmp_path: Path)
     path.write_text(json.dumps({"traceEvents": events}))
     stats = load_opstats(path)
     assert list(stats.table["occurrences"]) == [6]
+
+
+def _cpu_file(path: Path, events_extra: list[dict[str, Any]], head: dict[str, Any]) -> Path:
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "pid": 701, "name": "process_name", "args": {"name": "/host:CPU"}},
+        {"ph": "M", "pid": 701, "tid": 5, "name": "thread_name", "args": {"name": "tf_XLAEigen/1"}},
+    ]
+    for i in range(4):
+        events.append({"ph": "X", "pid": 701, "tid": 5, "ts": 10.0 * i, "dur": 4.0, "name": "copy",
+                       "args": {"hlo_module": "jit_f", "hlo_op": "copy", "run_id": str(i)}})
+    path.write_bytes(json.dumps({**head, "traceEvents": events + events_extra}, ensure_ascii=False).encode())
+    return path
+
+
+def test_non_ascii_text_is_read_and_bad_utf8_named(tmp_path: Path) -> None:
+    # Keys before traceEvents are read on their own (decoded to text): non-ASCII there and in the
+    # events must not shift the reader's place in the bytes.
+    head = {"displayTimeUnit": "ns", "metadata": {"host": "hôte ✓ 主机" * 5000}}
+    frame = {"ph": "X", "pid": 701, "tid": 5, "ts": 1.0, "dur": 1.0, "name": "façade.py:3 ✓", "args": {}}
+    good = _cpu_file(tmp_path / "good.trace.json", [frame], head)
+    assert list(load_opstats(good).table["occurrences"]) == [4]
+    bad = tmp_path / "bad.trace.json"
+    bad.write_bytes(good.read_bytes().replace("façade".encode(), b"fa\xff\xfeade"))
+    with pytest.raises(InputError, match="not UTF-8"):
+        load_opstats(bad)
