@@ -59,7 +59,7 @@ def test_drop_round_trip_on_a_projection(tmp_path: Path) -> None:
 def test_widen_weights_once_on_a_decode_step(tmp_path: Path) -> None:
     before, after, result = fixed_pair(tmp_path, "widened_weights.py", "widen-weights-once",
                                        [('params["emb"].T.astype', Hint())])
-    assert result.variant == "safe" and "decode(PARAMS_F32, x)" in result.diff
+    assert result.variant == "safe" and "decode(PARAMS_F32, X0)" in result.diff and result.diff.count("PARAMS_F32") == 3
     same_outputs(before, after)
     x = jnp.zeros((8, 128))
     assert _findings(tmp_path, "before", before.decode.lower(before.PARAMS, x), tmp_path / "before")["HD014"] == \

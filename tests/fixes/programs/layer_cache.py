@@ -27,6 +27,15 @@ def generate(cache: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jax.lax.fori_loop(0, TOKENS, _step, (cache, x))
 
 
+CACHE0 = jax.random.normal(jax.random.key(100), (LAYERS, BATCH, POSITIONS, DIM), jnp.float32)
+X0 = jax.random.normal(jax.random.key(101), (BATCH, DIM), jnp.float32)
+
+
+def step() -> tuple[jax.Array, jax.Array]:
+    """One generate() call on a fixed cache and input (a profile and verify target)."""
+    return generate(CACHE0, X0)
+
+
 def outputs(seed: int) -> tuple[jax.Array, ...]:
     """The cache and the state after ``TOKENS`` steps from ``seed``'s cache and input."""
     k1, k2 = jax.random.split(jax.random.key(seed))

@@ -22,3 +22,12 @@ def outputs(seed: int, *, stored: jnp.dtype = jnp.bfloat16) -> tuple[jax.Array, 
     x = jax.random.normal(k1, (ROWS, WIDTH), stored).astype(jnp.float32)
     w = jax.random.normal(k2, (WIDTH, OUT), jnp.float32)
     return (project(x, w),)
+
+
+X0, W0 = (jax.random.normal(jax.random.key(100), (ROWS, WIDTH), jnp.bfloat16).astype(jnp.float32),
+          jax.random.normal(jax.random.key(101), (WIDTH, OUT), jnp.float32))
+
+
+def step() -> jax.Array:
+    """One projection of a bf16-born input (a profile and verify target)."""
+    return project(X0, W0)
