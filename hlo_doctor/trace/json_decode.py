@@ -166,6 +166,28 @@ def open_gzip(path: Path) -> BinaryIO:
     return igzip.open(path, "rb")  # type: ignore[no-any-return]
 
 
+_DECODE = json.JSONDecoder().raw_decode
+
+
+def decode_value(buf: bytes, pos: int, size: int, *, eof: bool) -> tuple[Any, int]:
+    """The JSON value at ``buf[pos:]`` (UTF-8) and the position after it, by the stdlib, from a
+    window of ``size`` bytes.
+
+    A character cut by the window's end is left out unless the window reaches the end of the file
+    (``eof``: ``buf`` holds its rest). Raises ``json.JSONDecodeError`` when the value is invalid or
+    runs past the window, ``UnicodeDecodeError`` for bytes that are not UTF-8.
+    """
+    window = buf[pos:pos + size]
+    try:
+        text = window.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.reason != "unexpected end of data" or (eof and pos + size >= len(buf)):
+            raise
+        text = window[:exc.start].decode("utf-8")
+    value, end = _DECODE(text)
+    return value, pos + (end if text.isascii() else len(text[:end].encode("utf-8")))
+
+
 def decode_events(text: bytes | str) -> list[Any]:
     """The events of ``text``, a JSON array of events, as records (None for a non-object entry).
 

@@ -8,8 +8,8 @@ The files people share (jax's ``<host>.trace.json.gz`` and ``perfetto_trace.json
 
 ``traceEvents`` is decoded a chunk of text at a time (every whole event in the chunk in one call,
 by :mod:`.json_decode`: msgspec records holding only the keys read), so a 100 MB ``.json.gz`` never
-becomes one Python object per event at once. Each thread's ``ph: "X"`` events
-become columns (name and arg codes, times in ns); ``ph: "M"`` events name processes and threads.
+becomes one Python object per event at once. Each thread's ``ph: "X"`` events become columns (name
+and arg codes, times in ns); ``ph: "M"`` events name processes and threads.
 Host events that are neither ops, steps, compiles nor dispatches (the Python tracer's frames, the
 runtime's own spans) are dropped as they are read.
 """
@@ -29,7 +29,7 @@ import numpy as np
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.columns import Vocabulary
 from hlo_doctor.trace.conventions import COMPILE_MARKERS
-from hlo_doctor.trace.json_decode import GZIP_ERRORS, NONE, decode_events, from_value, open_gzip
+from hlo_doctor.trace.json_decode import GZIP_ERRORS, NONE, decode_events, decode_value, from_value, open_gzip
 
 # Names as jax and xprof write them; any other ``.json.gz`` is read as a trace too.
 TRACE_JSON_SUFFIXES = (".trace.json", ".trace.json.gz", "perfetto_trace.json", "perfetto_trace.json.gz")
@@ -41,7 +41,6 @@ _WS = re.compile(rb"[ \t\r\n]*")
 _HOST_KEEP = re.compile("|".join([*(re.escape(m) for m in COMPILE_MARKERS), r"^PjitFunction\("]))
 INFO_KEYS = ("hlo_op", "hlo_module", "long_name", "program_id", "module")
 """The args kept per event, interned as one tuple (a few hundred distinct in millions of events)."""
-_DECODE = json.JSONDecoder().raw_decode
 _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _WINDOW = 1 << 16  # bytes decoded to text for one value read on its own (grown while it runs past)
 _NO_INFO = (None,) * len(INFO_KEYS)
@@ -229,16 +228,8 @@ class EventFile:
         more of the file read, while the value runs past it)."""
         size = _WINDOW
         while True:
-            window = self.buf[self.pos:self.pos + size]
             try:
-                text = window.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                if exc.reason != "unexpected end of data" or self.pos + size >= len(self.buf) and self.eof:
-                    raise
-                text = window[:exc.start].decode("utf-8")  # a character cut by the window's end
-            try:
-                value, end = _DECODE(text)
-                self.pos += end if text.isascii() else len(text[:end].encode("utf-8"))
+                value, self.pos = decode_value(self.buf, self.pos, size, eof=self.eof)
                 return value
             except json.JSONDecodeError as exc:
                 if self.pos + size < len(self.buf):
