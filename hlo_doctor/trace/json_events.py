@@ -79,46 +79,57 @@ def is_trace_json(path: Path) -> bool:
 
 @dataclass(slots=True)
 class EventLine:
-    """One thread's events as columns (times in ns; NaN / ``NONE`` where an arg is absent)."""
+    """One thread's events as columns (times in ns; NaN / ``NONE`` where an arg is absent).
 
-    names: array = field(default_factory=lambda: array("i"))
-    infos: array = field(default_factory=lambda: array("i"))
-    ts: array = field(default_factory=lambda: array("d"))
-    dur: array = field(default_factory=lambda: array("d"))
-    run: array = field(default_factory=lambda: array("q"))
-    dev_off: array = field(default_factory=lambda: array("d"))
-    dev_dur: array = field(default_factory=lambda: array("d"))
-    step: array = field(default_factory=lambda: array("q"))
-    group: array = field(default_factory=lambda: array("q"))
-    has_more: bool = False
-    """Whether the four columns above are kept: only once an event of the line has one of them (a
-    CPU or GPU line never does; they read as absent when empty)."""
+    Stored interleaved, one ``extend`` per event and kind (the reader's hot loop): :attr:`floats`
+    holds (ts, dur, device offset, device duration) per event, :attr:`ints` (name code, args code,
+    run id, step, group).
+    """
 
-    def start_more(self) -> None:
-        """Keep the four columns from the event being added on (the events before it had none)."""
-        n = len(self.names) - 1
-        self.dev_off, self.dev_dur = array("d", [math.nan]) * n, array("d", [math.nan]) * n
-        self.step, self.group = array("q", [NONE]) * n, array("q", [NONE]) * n
-        self.has_more = True
+    floats: array = field(default_factory=lambda: array("d"))
+    ints: array = field(default_factory=lambda: array("q"))
 
-    def more(self, off: float, ddur: float, step: int, group: int) -> None:
-        """Append the device-clock and step columns of the event just added."""
-        if not self.has_more:
-            self.start_more()
-        self.dev_off.append(off)
-        self.dev_dur.append(ddur)
-        self.step.append(step)
-        self.group.append(group)
+    def _floats(self) -> np.ndarray:
+        return np.frombuffer(self.floats, np.float64).reshape(-1, 4)
+
+    def _ints(self) -> np.ndarray:
+        return np.frombuffer(self.ints, np.int64).reshape(-1, 5)
+
+    def __len__(self) -> int:
+        return len(self.ints) // 5
+
+    @property
+    def names(self) -> np.ndarray:
+        """Name codes (:attr:`EventFile.names`)."""
+        return self._ints()[:, 0]
+
+    @property
+    def infos(self) -> np.ndarray:
+        """Args codes (:attr:`EventFile.infos`; 0: no args kept)."""
+        return self._ints()[:, 1]
+
+    @property
+    def run(self) -> np.ndarray:
+        """``run_id`` (-1 when absent)."""
+        return self._ints()[:, 2]
+
+    @property
+    def ts(self) -> np.ndarray:
+        """``ts`` in ns (host clock)."""
+        return self._floats()[:, 0]
+
+    @property
+    def dur(self) -> np.ndarray:
+        """``dur`` in ns."""
+        return self._floats()[:, 1]
 
     def column(self, name: str) -> np.ndarray:
         """``dev_off``, ``dev_dur`` (NaN when absent or not finite), ``step`` or ``group``
         (:data:`NONE`), one per event."""
-        if not self.has_more:
-            return np.full(len(self.names), math.nan if name.startswith("dev") else NONE)
         if name.startswith("dev"):
-            values = np.frombuffer(getattr(self, name), np.float64)
+            values = self._floats()[:, 2 if name == "dev_off" else 3]
             return np.where(np.isfinite(values), values, math.nan)
-        return np.frombuffer(getattr(self, name), np.int64)
+        return self._ints()[:, 3 if name == "step" else 4]
 
     def times(self) -> tuple[np.ndarray, np.ndarray]:
         """Starts and durations (ns), on the device clock where the args give it.
@@ -127,7 +138,7 @@ class EventLine:
         not give: the line is placed at the median of ``ts - device_offset`` over its events (one
         constant per line, so spacing and nesting are the device's own).
         """
-        ts, dur = np.frombuffer(self.ts, np.float64), np.frombuffer(self.dur, np.float64)
+        ts, dur = self.ts, self.dur
         off, ddur = self.column("dev_off"), self.column("dev_dur")
         has_off = ~np.isnan(off)
         if has_off.any():
@@ -372,28 +383,16 @@ class EventFile:
                 line = found if found is not None else lines.setdefault((pid, tid), EventLine())
                 last_pid, last_tid = pid, tid
             code = name_codes.get(name)
-            line.names.append(code if code is not None else self.names.code(name))
-            line.infos.append(info)
-            line.ts.append(ts * 1e3)
-            line.dur.append(dur * 1e3)
-            run = -1
-            if args is not None:
-                # Numbers already (json_decode): None where the event has no such arg.
-                if (v := args.run_id) is not None:
-                    run = v
-                off, ddur = args.device_offset_ps, args.device_duration_ps
-                # group_id names a device step; on the host xprof puts it on nearly every event.
-                group = None if on_host else args.group_id
-                if off is not None or ddur is not None or step_arg is not None or group is not None:
-                    if not line.has_more:
-                        line.start_more()
-                    line.dev_off.append(_NAN if off is None else off)
-                    line.dev_dur.append(_NAN if ddur is None else ddur)
-                    line.step.append(NONE if step_arg is None else step_arg)
-                    line.group.append(NONE if group is None else group)
-                elif line.has_more:
-                    line.more(_NAN, _NAN, NONE, NONE)
-            elif line.has_more:
-                line.more(_NAN, _NAN, NONE, NONE)
-            line.run.append(run)
+            if code is None:
+                code = self.names.code(name)
+            if args is None:
+                line.floats.extend((ts * 1e3, dur * 1e3, _NAN, _NAN))
+                line.ints.extend((code, info, -1, NONE, NONE))
+                continue
+            # Numbers already (json_decode): None where the event has no such arg. group_id names a
+            # device step; on the host xprof puts it on nearly every event.
+            off, ddur, run, group = args.device_offset_ps, args.device_duration_ps, args.run_id, args.group_id
+            line.floats.extend((ts * 1e3, dur * 1e3, _NAN if off is None else off, _NAN if ddur is None else ddur))
+            line.ints.extend((code, info, -1 if run is None else run, NONE if step_arg is None else step_arg,
+                              NONE if group is None or on_host else group))
         self._last = (last_pid, last_tid, line)

@@ -151,7 +151,7 @@ class _Builder:
     def _add_spans(self, spans: dict[str | None, _Spans], key: str | None, f: EventFile, line: EventLine) -> None:
         starts, durs = line.times()
         what: list[tuple[str, int]] = []
-        for code in np.frombuffer(line.names, np.int32).tolist():
+        for code in line.names.tolist():
             module, suffix = split_module(str(f.names.values[code]))
             pid = program_id_of(suffix) if suffix is not None else None
             what.append((module, pid if pid is not None else _NO_ID))
@@ -164,7 +164,7 @@ class _Builder:
     def _steps(self, f: EventFile, host: str, plane: str, line: EventLine) -> None:
         starts, durs = line.times()
         groups = line.column("group").tolist()
-        for i, code in enumerate(np.frombuffer(line.names, np.int32).tolist()):
+        for i, code in enumerate(line.names.tolist()):
             name = str(f.names.values[code])
             num = groups[i]
             if num == NONE:
@@ -191,7 +191,7 @@ class _Builder:
         if not n:
             return 0
         width = len(f.infos.values)
-        pairs = np.frombuffer(line.names, np.int32).astype(np.int64) * width + np.frombuffer(line.infos, np.int32)
+        pairs = line.names * width + line.infos
         uniq, which = np.unique(pairs, return_inverse=True)
         infos = [self._op(f, *divmod(int(p), width), op_line) for p in uniq.tolist()]
         keep = np.fromiter((o is not None for o in infos), bool, len(infos))[which]
@@ -261,15 +261,15 @@ class _Builder:
         values = f.infos.values
         is_op_info = np.fromiter((v is not None and v[0] is not None for v in values), bool, len(values))
         for tid, tname, line in lines:
-            infos = np.frombuffer(line.infos, np.int32)
+            infos, names = line.infos, line.names
             is_op = is_op_info[infos]
             if want_ops and is_op.any():
                 self._host_ops(f, host, plane, line, infos, is_op)
-            starts, durs = np.frombuffer(line.ts, np.float64), np.frombuffer(line.dur, np.float64)
+            starts, durs = line.ts, line.dur
             steps = line.column("step")
             found: list[CompileEvent] = []
             for i in np.flatnonzero(~is_op).tolist():
-                name = str(f.names.values[line.names[i]])
+                name = str(f.names.values[names[i]])
                 if name.startswith(_NOISE_PREFIXES):
                     continue
                 if steps[i] != NONE:
@@ -278,7 +278,7 @@ class _Builder:
                     self.steps.append(StepMark(host, name.removesuffix(f" {num}") or name, num,
                                                float(starts[i]), float(durs[i])))
                 elif _COMPILE.search(name):
-                    info = values[line.infos[i]] or (None,) * len(INFO_KEYS)
+                    info = values[infos[i]] or (None,) * len(INFO_KEYS)
                     pid = program_id_of(info[3]) if info[3] is not None else None
                     found.append(CompileEvent(
                         name=name, start_us=float(starts[i]) / 1e3, duration_us=float(durs[i]) / 1e3,
@@ -305,8 +305,7 @@ class _Builder:
                    int(sum(int(per_info[u]) for u, c in enumerate(uniq.tolist()) if not f.infos.values[c][1])))
         n = int(is_op.sum())
         self.cols.add(host, plane, codes[inverse, 0], codes[inverse, 1], codes[inverse, 2],
-                      np.frombuffer(line.ts, np.float64)[is_op], np.frombuffer(line.dur, np.float64)[is_op],
-                      np.frombuffer(line.run, np.int64)[is_op], np.ones(n, np.int32))
+                      line.ts[is_op], line.dur[is_op], line.run[is_op], np.ones(n, np.int32))
 
     def host_dispatch(self) -> tuple[HostDispatch, ...]:
         """Dispatch spans per program, as :func:`~hlo_doctor.trace.dispatch.read_host_dispatch`
