@@ -91,7 +91,7 @@ def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
               help="table: for people (stderr); json / md (/ junit with TARGET): on stdout or --output.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the --format output to FILE.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Artifact folder: verify.json, verify.md, "
-              "fix.diff, the run directories of the HLO check and the patched treatment tree.")
+              "report.html, fix.diff, the run directories of the HLO check and the patched treatment tree.")
 @click.option("--target", type=click.Path(path_type=Path), help="A tpu-inference tree (installed package, "
               "unpacked wheel, checkout): verified against a patched copy (--fix) or --treatment, at program level.")
 @click.option("--steps", type=int, help=f"Calls per round: sampling steps of --target [default: {TARGET_STEPS}], "
@@ -230,6 +230,7 @@ def _verify_program(*, program: str, treatment: str | None, fix: str | None, fix
 
     from hlo_doctor.capture_guard import sigterm_as_interrupt, stdout_to_stderr
     from hlo_doctor.cli.progress import progress_bars
+    from hlo_doctor.cli.report import write_verify_report
     from hlo_doctor.render.registry import VERIFY_PROGRAM
     from hlo_doctor.verify import settings as core
     from hlo_doctor.verify.program import ProgramSettings, run_program, validate_program_settings
@@ -251,9 +252,10 @@ def _verify_program(*, program: str, treatment: str | None, fix: str | None, fix
         written = [out_dir / "verify.json", out_dir / "verify.md"]
         write_file_atomically(written[0], VERIFY_PROGRAM.text("json", report))
         write_file_atomically(written[1], VERIFY_PROGRAM.text("md", report))
+        written.append(write_verify_report(out_dir))
         if report.fix_diff:
             write_file_atomically(out_dir / "fix.diff", report.fix_diff)
-        console.print(Text(f"wrote {written[0]} and {written[1]}"), soft_wrap=True)
+        console.print(Text(f"wrote {written[0]}, {written[1]} and {written[2]}"), soft_wrap=True)
     if fmt != "table" or output is not None:
         write_output(VERIFY_PROGRAM.text("md" if fmt == "table" else fmt, report), output)
     raise SystemExit(int(ExitCode.OK if report.passed else ExitCode.FINDINGS))

@@ -16,7 +16,7 @@ from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.program.results import ProgramReport
 
-__all__ = ["JSON_SCHEMA", "metric_rows", "to_json", "to_junit", "to_markdown", "to_terminal"]
+__all__ = ["JSON_SCHEMA", "fixed_at", "metric_rows", "to_json", "to_junit", "to_markdown", "to_terminal"]
 
 JSON_SCHEMA = "hlo-doctor.verify-program/1"
 REMOVED_ROWS = 8
@@ -34,6 +34,22 @@ def _what(report: ProgramReport) -> str:
         safety = "" if report.fix_safe is None else (" (safe)" if report.fix_safe else " (unsafe)")
         return f"`{s.baseline}` as written vs with fix `{s.fix}`{safety} (a fixed copy)"
     return f"`{s.baseline}` vs `{s.treatment}`"
+
+
+def fixed_at(report: ProgramReport) -> str:
+    """Which line(s) of the target's file the fix changed, and why there: the baseline's finding that
+    named each one, or ``--fix-line``; "" without ``--fix``."""
+    s = report.settings
+    if s.fix is None:
+        return ""
+    file = s.baseline.rpartition(":")[0].rsplit("/", 1)[-1]
+    if report.fix_sites:
+        return ("fixed at the line(s) the baseline's findings name: "
+                + "; ".join(site.describe(file) for site in report.fix_sites))
+    if s.fix_line is not None:
+        arg = f" (argument {s.fix_arg})" if s.fix_arg else ""
+        return f"fixed at {file}:{s.fix_line}{arg}, as --fix-line said"
+    return ""
 
 
 def _setup(report: ProgramReport) -> str:
@@ -70,8 +86,10 @@ def _md(text: str) -> str:
 def to_markdown(report: ProgramReport) -> str:
     """The report as Markdown (a PR comment or a file beside the JSON)."""
     status = "PASS" if report.passed else "FAIL"
-    lines = [f"## hlo-doctor verify: {status} ({report.verdict})", "", f"{_what(report)}; {_setup(report)}",
-             "", "| # | check | result | figure |", "|---|---|---|---|"]
+    lines = [f"## hlo-doctor verify: {status} ({report.verdict})", "", f"{_what(report)}; {_setup(report)}", ""]
+    if fixed_at(report):
+        lines += [_md(fixed_at(report)) + ".", ""]
+    lines += ["| # | check | result | figure |", "|---|---|---|---|"]
     for c in report.checks:
         result = "pass" if c.passed else ("not run" if c.figure.startswith("not run") else "**FAIL**")
         lines.append(f"| {c.number} | {c.name} | {result} | {_md(c.figure)} |")
@@ -129,6 +147,8 @@ def to_terminal(report: ProgramReport) -> RenderableType:
     parts: list[RenderableType] = [
         Text(f"verify: {'PASS' if report.passed else 'FAIL'} ({report.verdict})", style=f"bold {colour}"),
         Text(_what(report).replace("`", "") + "; " + _setup(report), style="dim")]
+    if fixed_at(report):
+        parts.append(Text(fixed_at(report), style="dim"))
     checks = Table(show_edge=False, pad_edge=False, box=None)
     for col in ("#", "check", "result", "figure"):
         checks.add_column(col, overflow="fold")

@@ -154,17 +154,26 @@ def _exit_follows_the_checks(code: int, doc: dict[str, Any]) -> None:
     assert doc["stopping"]["rounds"] == 3
 
 
-@pytest.mark.parametrize(("program", "fix", "rules", "gone"), [
-    ("greedy.py", "eager-widening", "HD001, HD003, HD004", "jit_convert_element_type"),
-    ("softmax_greedy.py", "argmax-without-softmax", "HD011", "jit_sample"),
-    ("decode_loop.py", "donate-state", "HD009, HD002", "jit_decode"),
+def _line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+# Without --fix-line the fix goes where the baseline's own findings say: (line holding, argument, rule).
+@pytest.mark.parametrize(("program", "fix", "rules", "gone", "site"), [
+    ("greedy.py", "eager-widening", "HD001, HD003, HD004", "jit_convert_element_type",
+     ("logits = logits.astype(jnp.float32)", "", "HD00")),
+    ("softmax_greedy.py", "argmax-without-softmax", "HD011", "jit_sample", ("jax.nn.softmax(", "", "HD011")),
+    ("decode_loop.py", "donate-state", "HD009, HD002", "jit_decode", ("jax.lax.fori_loop(", "cache", "HD009")),
 ])
 def test_a_fix_keeps_the_outputs_and_removes_its_findings(programs: Path, program: str, fix: str, rules: str,
-                                                          gone: str) -> None:
+                                                          gone: str, site: tuple[str, str, str]) -> None:
     path = programs / program
     before = path.read_bytes()
     code, doc, output = _verify([f"{path}:step", "--fix", fix], programs / "verify.json")
     assert doc, output
+    holding, argument, rule = site
+    assert [(s["line"], s["argument"]) for s in doc["fix_sites"]] == [(_line_of(path, holding), argument)]
+    assert doc["fix_sites"][0]["finding"].startswith(rule)
     checks = _checks(doc)
     assert checks[1]["passed"] and checks[1]["figure"] == "treatment 0, baseline 0"
     assert checks[2]["passed"] and checks[2]["figure"] == "bit-identical in 7/7 calls"
@@ -215,6 +224,7 @@ def test_too_few_rounds_and_a_fix_that_does_not_apply_are_refused_before_anythin
     assert result.exit_code == 2
     assert "--rounds 2: the statistics need at least 3 rounds per side" in result.output
     before = (programs / "marked.py").read_bytes()
+    # No --fix-line, and no jit anywhere in the file for donate-state: refused before the baseline's capture.
     result = CliRunner().invoke(main, ["verify", target, "--fix", "donate-state", *FAST])
     assert result.exit_code == 2
     assert "--fix donate-state does not apply to" in result.output and "marked.py" in result.output

@@ -35,13 +35,14 @@ class Captured:
     table: pd.DataFrame | None
 
 
-def capture_side(side: Side, run_dir: Path, steps: int, progress: ProgressFn) -> Captured:
-    """Profile ``steps`` calls of ``side`` (already warm) into ``run_dir`` and diagnose them with every rule."""
+def capture_side(side: Side, run_dir: Path, steps: int, progress: ProgressFn, *, warmup: int = 0) -> Captured:
+    """Profile ``steps`` calls of ``side`` into ``run_dir`` (after ``warmup`` untraced calls: 0 when the side
+    is already warm) and diagnose them with every rule."""
     from hlo_doctor.capture import capture_run
 
     try:
         path, stats = capture_run(
-            side.step, steps=steps, warmup=0, out_dir=run_dir, target=f"{side.label}:{side.spec}",
+            side.step, steps=steps, warmup=warmup, out_dir=run_dir, target=f"{side.label}:{side.spec}",
             progress=lambda stage, done, total: progress(f"profile {side.label}: {stage}", done, total))
         return Captured(hlo_evidence(path, select=()), stats.table)
     except HloDoctorError as exc:

@@ -9,6 +9,7 @@ import numpy as np
 from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.program.measure import ProgramRound
 from hlo_doctor.verify.program.settings import ProgramSettings
+from hlo_doctor.verify.program.sites import FixSite
 from hlo_doctor.verify.results import Check, HloEvidence, RemovedOp, Stopping
 
 
@@ -65,6 +66,8 @@ class ProgramReport:
     fix_diff: str = ""
     fix_safe: bool | None = None
     """With ``--fix``: whether every edit is safe (output-identical by construction)."""
+    fix_sites: tuple[FixSite, ...] = ()
+    """With ``--fix`` and no ``--fix-line``: the lines fixed, each with the baseline's finding that named it."""
     elapsed_s: float = 0.0
     backend: str = ""
     load_average: tuple[float, float] = (0.0, 0.0)
@@ -105,6 +108,7 @@ class ProgramReport:
             "baseline_hlo": self.baseline_hlo.to_dict() if self.baseline_hlo else None,
             "treatment_hlo": self.treatment_hlo.to_dict() if self.treatment_hlo else None,
             "settings": self.settings.to_dict(), "fix_diff": self.fix_diff, "fix_safe": self.fix_safe,
+            "fix_sites": [site.to_dict() for site in self.fix_sites],
             "backend": self.backend, "elapsed_s": self.elapsed_s, "load_average": list(self.load_average),
             "notes": list(self.notes), "stopping": self.stopping.to_dict() if self.stopping else None,
         }

@@ -22,6 +22,7 @@ import os
 import time
 from pathlib import Path
 
+from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.model import Finding
 from hlo_doctor.statistics import Outcome, SampleComparison
 from hlo_doctor.verify.checks import check_step_verdict, not_run
@@ -35,7 +36,15 @@ from hlo_doctor.verify.program.evidence import (
 from hlo_doctor.verify.program.measure import Measured, ProgramRound, measure
 from hlo_doctor.verify.program.results import ProgramReport, SideSummary
 from hlo_doctor.verify.program.settings import ProgramSettings, validate_program_settings
-from hlo_doctor.verify.program.target import FixedCopy, Side, load_side, make_fixed_copy
+from hlo_doctor.verify.program.sites import sites_from_findings
+from hlo_doctor.verify.program.target import (
+    FixedCopy,
+    Side,
+    load_side,
+    make_fixed_copy,
+    refuse_without_pattern,
+    split_spec,
+)
 from hlo_doctor.verify.results import Check
 from hlo_doctor.verify.settings import ProgressFn
 from hlo_doctor.verify.stats import alpha_at_look, compare_rounds
@@ -44,21 +53,38 @@ from hlo_doctor.verify.workspace import workspace
 NAMES = {1: "steady-state compiles", 2: "outputs identical", 3: "treatment's findings", 4: "step-time verdict"}
 
 
-def _load(settings: ProgramSettings, work: Path) -> tuple[Side, Side, FixedCopy | None]:
-    """The treatment first (a fix that does not apply is refused before anything is imported), then both sides."""
+def _load(settings: ProgramSettings, work: Path,
+          progress: ProgressFn) -> tuple[Side, Side, FixedCopy | None, Captured | None]:
+    """Both sides, the treatment made first where it can be (a fix that does not apply is refused before
+    anything is imported). Without ``--fix-line`` the baseline is loaded and captured first: its findings
+    name the lines the fix is applied at; that capture is returned, to be the baseline's evidence."""
     from hlo_doctor.capture import keep_gpu_ops_visible
 
-    fixed = None if settings.fix is None else make_fixed_copy(settings.baseline, settings.fix, work,
-                                                              line=settings.fix_line, argument=settings.fix_arg)
+    from_findings = settings.fix is not None and settings.fix_line is None
+    fixed = None
+    if settings.fix is not None and not from_findings:
+        fixed = make_fixed_copy(settings.baseline, settings.fix, work, line=settings.fix_line,
+                                argument=settings.fix_arg)
+    elif settings.fix is not None:
+        refuse_without_pattern(settings.baseline, settings.fix)  # before any import
     keep_gpu_ops_visible()  # before the targets' imports start a backend: per-op events stay in the trace
     base = load_side("baseline", settings.baseline)
+    early = None
+    if settings.fix is not None and from_findings:
+        # Warmed by one untraced call; the profiler stops before any measured round starts.
+        early = capture_side(base, work / "baseline-run", settings.profile_steps, progress, warmup=1)
+        if early.evidence.error:
+            raise InputError(f"--fix {settings.fix} without --fix-line: the baseline's capture, whose findings name "
+                             f"the lines to fix, failed: {early.evidence.error}", "pass --fix-line LINE")
+        sites = sites_from_findings(early.evidence.findings, settings.fix, Path(split_spec(settings.baseline)[0]))
+        fixed = make_fixed_copy(settings.baseline, settings.fix, work, sites=sites)
     if fixed is not None:
         treat = load_side("treatment", fixed.spec, shown=f"{fixed.original} with {settings.fix}",
                           neighbours=fixed.original.parent)
     else:
         assert settings.treatment is not None
         treat = load_side("treatment", settings.treatment)
-    return base, treat, fixed
+    return base, treat, fixed, early
 
 
 def _as_original(captured: Captured, fixed: FixedCopy) -> Captured:
@@ -97,7 +123,7 @@ def run_program(settings: ProgramSettings, progress: ProgressFn | None = None) -
     started, load_start = time.perf_counter(), os.getloadavg()[0]
     rules = rules_of(settings)
     with workspace(settings.out_dir) as work:
-        base, treat, fixed = _load(settings, work)
+        base, treat, fixed, early = _load(settings, work, report)
         measured = measure(base, treat, settings, report,
                            lambda m, look: _step_comparison(settings, m, look).outcome != Outcome.INCONCLUSIVE)
         b_sum, t_sum = (SideSummary(s.label, s.spec, s.source, measured.warmup_s.get(s.label, 0.0),
@@ -109,7 +135,7 @@ def run_program(settings: ProgramSettings, progress: ProgressFn | None = None) -
         captured: tuple[Captured, Captured] | None = None
         if measured.raised is None:
             # After the rounds: the profiler never runs inside a measured round.
-            captured = (capture_side(base, work / "baseline-run", settings.profile_steps, report),
+            captured = (early or capture_side(base, work / "baseline-run", settings.profile_steps, report),
                         capture_side(treat, work / "treatment-run", settings.profile_steps, report))
             if fixed is not None:
                 captured = (captured[0], _as_original(captured[1], fixed))
@@ -129,6 +155,7 @@ def run_program(settings: ProgramSettings, progress: ProgressFn | None = None) -
         baseline_hlo=captured[0].evidence if captured else None, treatment_hlo=captured[1].evidence if captured else None,
         removed_ops=removed_ops(*captured) if captured else (), outputs=_outputs(measured, settings),
         fix_diff=fixed.diff if fixed else "", fix_safe=fixed.safe if fixed else None,
+        fix_sites=fixed.sites if fixed else (),
         elapsed_s=time.perf_counter() - started, backend=jax.default_backend(),
         load_average=(load_start, os.getloadavg()[0]), notes=tuple(notes), stopping=measured.stopping)
 

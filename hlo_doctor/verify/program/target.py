@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.verify.program.sites import FixSite
 
 Step = Callable[[], object]
 """A target: takes no argument, runs one step, returns JAX arrays (any pytree of them)."""
@@ -32,6 +33,8 @@ class FixedCopy:
     safe: bool
     """Whether every edit is safe (output-identical by construction); unsafe ones are what verify checks."""
     notes: tuple[str, ...]
+    sites: tuple[FixSite, ...] = ()
+    """Without ``--fix-line``: the lines the baseline's findings named, and which finding named each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,42 +59,69 @@ def is_file_spec(spec: str) -> bool:
     return module.endswith(".py") or "/" in module
 
 
-def make_fixed_copy(spec: str, fix_id: str, work: Path, *, line: int | None = None, argument: str = "") -> FixedCopy:
-    """Copy the target's file into ``work`` and apply ``fix_id`` to the copy (never to the file itself),
-    at ``line`` (with the finding's ``argument``) or, without a line, wherever it applies.
-
-    :class:`InputError` with the codemod's reason when the fix does not apply to the file.
-    """
-    # Imported here: the fixes load libcst.
-    from hlo_doctor.fixes import FixApplied
+def check_fix_target(spec: str, fix_id: str) -> Path:
+    """The file ``--fix fix_id`` would copy: :class:`InputError` for an unknown fix, a fix of a whole
+    project, a module target, or a file that is not there (before anything is imported)."""
     from hlo_doctor.fixes.catalog import catalog_entry, load_source_fix
-    from hlo_doctor.fixes.source.apply import apply_source_fix
-    from hlo_doctor.fixes.source.base import Hint
 
     catalog_entry(fix_id)  # an unknown fix names the known ones
     load_source_fix(fix_id)  # a fix of a whole project (bf16-greedy-sampler) is not a file fix
-    module, func = split_spec(spec)
+    module, _ = split_spec(spec)
     if not is_file_spec(spec):
         raise InputError(f"--fix {fix_id} needs a file target (FILE.py:FUNC), not the module {module}",
                          "pass the module's file path instead")
     original = Path(module)
     if not original.is_file():
         raise InputError(f"TARGET file {original} does not exist", "check the path before ':'")
+    return original
+
+
+def refuse_without_pattern(spec: str, fix_id: str) -> None:
+    """:class:`InputError` when the fix's pattern is nowhere in the target's file (before anything is
+    imported: no finding could make it apply); a pattern that is there is judged at the findings' lines."""
+    from hlo_doctor.fixes.catalog import load_source_fix
+    from hlo_doctor.fixes.source.base import Hint, NotApplicable
+
+    original = check_fix_target(spec, fix_id)
+    outcome = load_source_fix(fix_id).rewrite(original.read_text(encoding="utf-8"), None, Hint())
+    if isinstance(outcome, NotApplicable) and outcome.kind == "no-pattern":
+        raise InputError(f"--fix {fix_id} does not apply to {original}: {outcome.reason}",
+                         f"hlo-doctor apply-fix {fix_id} {original} --dry-run shows where it looks")
+
+
+def make_fixed_copy(spec: str, fix_id: str, work: Path, *, line: int | None = None, argument: str = "",
+                    sites: Sequence[FixSite] = ()) -> FixedCopy:
+    """Copy the target's file into ``work`` and apply ``fix_id`` to the copy (never to the file itself),
+    at ``sites`` (the lines the baseline's findings name, each with its finding's hint), else at ``line``
+    (with the finding's ``argument``) or, without a line, wherever it applies.
+
+    :class:`InputError` with the codemod's reason when the fix does not apply to the file.
+    """
+    original = check_fix_target(spec, fix_id)
+    # Imported here: the fixes load libcst.
+    from hlo_doctor.fixes import FixApplied
+    from hlo_doctor.fixes.source.apply import apply_source_fix
+    from hlo_doctor.fixes.source.base import Hint
+
+    func = split_spec(spec)[1]
     dest = work / "treatment" / original.name
     if dest.parent.exists():
         shutil.rmtree(dest.parent)
     dest.parent.mkdir(parents=True)
     dest.write_bytes(original.read_bytes())
     # Unsafe edits too: the A/B below is what tells whether they change the outputs.
-    result = apply_source_fix(fix_id, dest, [(line, Hint(argument=argument))], unsafe=True)
+    where: list[tuple[int | None, Hint]] = [(s.line, s.hint or Hint(argument=s.argument)) for s in sites]
+    where = where or [(line, Hint(argument=argument))]
+    result = apply_source_fix(fix_id, dest, where, unsafe=True)
     if not isinstance(result, FixApplied):
         reason = getattr(result, "reason", "") or type(result).__name__
-        at = f"{original}:{line}" if line is not None else str(original)
+        lines = [str(s.line) for s in sites] or ([str(line)] if line is not None else [])
+        at = f"{original}:{','.join(lines)}" if lines else str(original)
         raise InputError(f"--fix {fix_id} does not apply to {at}: {reason}",
                          f"hlo-doctor apply-fix {fix_id} {at} --dry-run shows where it looks")
     diff = result.diff.replace(f"a/{dest.name}", f"a/{original.name}").replace(f"b/{dest.name}", f"b/{original.name}")
     safe = all(not e.detail.startswith("unsafe") for e in result.elements)
-    return FixedCopy(f"{dest}:{func}", original, diff, safe, tuple(result.notes))
+    return FixedCopy(f"{dest}:{func}", original, diff, safe, tuple(result.notes), tuple(sites))
 
 
 @contextmanager

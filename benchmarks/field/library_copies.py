@@ -1,0 +1,82 @@
+"""Copies of real library files with a ``step()`` appended: targets for ``hlo-doctor verify FILE.py:step --fix FIX``.
+
+``verify --fix`` edits a copy of the target's own file, so the target must live in the library file
+whose code the fix changes. This writes, for each library below, a byte copy of that file with
+
+- its package-relative imports spelled absolute (``from ...utils import x`` ->
+  ``from transformers.utils import x``): the copy is imported by path, outside its package; the
+  names it binds are the installed package's own objects, so the code runs as installed;
+- a ``step()`` appended that builds a tiny random model from the file's own classes (nothing is
+  downloaded) and runs the library's decode loop once, cycling over ``FIELD_PROMPTS`` prompts so
+  that the outputs are compared over several inputs (both sides call in lockstep).
+
+Usage (the field venv): ``/work/fieldvenv/bin/python benchmarks/field/library_copies.py OUT_DIR``;
+then ``hlo-doctor verify OUT_DIR/tf_gpt2/modeling_flax_gpt2.py:step --fix init-once``.
+
+Environment of the appended steps (read at import): ``FIELD_VOCAB``, ``FIELD_SEQ`` (max length),
+``FIELD_PROMPT`` (prompt tokens), ``FIELD_BATCH``, ``FIELD_PROMPTS`` (distinct prompts, default 4),
+``FIELD_TRACE`` (transformers: 1 = ``generate(trace=True)``, the library's default, whose
+``lax.while_loop`` gets fresh closures and compiles on every call; 0 = its Python loop).
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+TRANSFORMERS_STEP = '''
+
+# ---- appended by benchmarks/field/library_copies.py: a tiny random GPT-2 from this file's classes ----
+import os as _os
+
+import numpy as _np
+
+_VOCAB = int(_os.environ.get("FIELD_VOCAB", "50257"))
+_SEQ = int(_os.environ.get("FIELD_SEQ", "32"))
+_PROMPT = int(_os.environ.get("FIELD_PROMPT", "16"))
+_BATCH = int(_os.environ.get("FIELD_BATCH", "1"))
+_TRACE = _os.environ.get("FIELD_TRACE", "1") == "1"
+_CONFIG = GPT2Config(vocab_size=_VOCAB, n_positions=max(_SEQ, 64), n_embd=128, n_layer=2, n_head=4,
+                     bos_token_id=0, eos_token_id=0)
+_MODEL = FlaxGPT2LMHeadModel(_CONFIG, seed=0)
+_IDS = [jnp.asarray(_np.random.default_rng(i).integers(3, _VOCAB, size=(_BATCH, _PROMPT)), jnp.int32)
+        for i in range(int(_os.environ.get("FIELD_PROMPTS", "4")))]
+_CALLS = [0]
+
+
+def step():
+    """One greedy generate() (an end id the model never emits: always max_length), prompts in turn."""
+    ids = _IDS[_CALLS[0] % len(_IDS)]
+    _CALLS[0] += 1
+    return _MODEL.generate(ids, max_length=_SEQ, do_sample=False, pad_token_id=0, eos_token_id=_VOCAB,
+                           trace=_TRACE).sequences
+'''
+
+
+def absolute_imports(text: str, package: str) -> str:
+    """``from .x``/``from ..x`` spelled from ``package`` (the file's own package, dotted)."""
+    parts = package.split(".")
+
+    def repl(m: re.Match[str]) -> str:
+        dots, rest = len(m.group(2)), m.group(3)
+        base = ".".join(parts[: len(parts) - dots + 1])
+        return f"{m.group(1)}from {base}{'.' + rest if rest else ''} import"
+
+    return re.sub(r"^(\s*)from (\.+)([\w.]*) import", repl, text, flags=re.M)
+
+
+def write_transformers_gpt2(out: Path) -> Path:
+    """``out/tf_gpt2/modeling_flax_gpt2.py``: transformers' Flax GPT-2 file with a greedy ``step()``."""
+    import transformers.models.gpt2.modeling_flax_gpt2 as lib
+
+    text = absolute_imports(Path(lib.__file__).read_text(encoding="utf-8"), "transformers.models.gpt2")
+    dest = out / "tf_gpt2" / "modeling_flax_gpt2.py"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(text + TRANSFORMERS_STEP, encoding="utf-8")
+    return dest
+
+
+if __name__ == "__main__":
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/field/fixes")
+    for path in (write_transformers_gpt2(root),):
+        print(path)
