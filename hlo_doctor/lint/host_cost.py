@@ -17,9 +17,9 @@ Removing the call removes all of them. This module reads them from the trace, ne
   it converts nothing only because the flagged call widened first, and a fix that removes the
   widening removes it too (left alone, it would become the widening). Its idle time counts.
 - **What the step gets back** (critical path, per step): the device's idle time inside those spans
-  and their repeats (host work the device waited for) plus the program's own device time while the host waited for it
-  (inside the call's span, in ``block_until_ready``, in XLA:CPU's execution of a program inside a
-  dispatch). On a host-bound GPU step the convert's kernel runs while the host is busy elsewhere and
+  and their repeats (host work the device waited for) plus the program's own device time while the
+  host waited for it (inside the call's span, in ``block_until_ready``, in XLA:CPU's execution of a
+  program inside a dispatch). On a host-bound GPU step the convert's kernel runs while the host is busy elsewhere and
   the host part counts; on a device-bound XLA:CPU step the host waits for the convert in
   ``block_until_ready`` and its device time counts, the call's Python mostly hidden behind other ops.
 
