@@ -210,7 +210,13 @@ def rejudge(path: str, settings: Settings) -> str:
                              lower_is_better=False)
     now = check_step_verdict(step, new_thr, False)
     pooled_p = f"pooled steps x{pooled.ratio:.3f}, CI [{pooled.ci_low:.3f}, {pooled.ci_high:.3f}], p={pooled.p_value:.2g}"
-    return (f"{path}: {len(steps['baseline'])} rounds x {len(steps['baseline'][0])} steps a side\n"
+    import numpy as np
+    from scipy import stats
+
+    pairs = [math.exp(stats.trim_mean(np.log(t), 0.2) - stats.trim_mean(np.log(b), 0.2))
+             for b, t in zip(steps["baseline"], steps["treatment"], strict=False)]
+    return (f"{path}: {len(steps['baseline'])} rounds x {len(steps['baseline'][0])} steps a side; per-pair step "
+            f"ratios {', '.join(f'{r:.3f}' for r in pairs)}\n"
             f"  before: {'PASS' if before.passed else 'FAIL'} {before.figure} ({pooled_p})\n"
             f"  now:    {'PASS' if now.passed else 'FAIL'} {now.figure}")
 

@@ -90,7 +90,7 @@ def _strip_chart(doc: Mapping[str, Any], *, metric: str, title: str, unit: str, 
 def _comparisons(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     out: list[tuple[str, Mapping[str, Any]]] = []
     for key, name in (("throughput", "throughput (higher is better)"),
-                      ("step_time", "decode step time (lower is better)"),
+                      ("step_time", "decode step time (lower is better; decides check 5)"),
                       ("batch_ttft", "batch TTFT (lower is better)")):
         if isinstance(doc.get(key), Mapping):
             out.append((name, doc[key]))
@@ -113,8 +113,9 @@ def _ratio_chart(doc: Mapping[str, Any]) -> Chart | None:
     rows = [{"what": n, "ratio": float(c["ratio"]), "low": c.get("ci_low"), "high": c.get("ci_high"),
              "outcome": str(c.get("outcome", ""))} for n, c in comps]
     bands = [{"from": 1.0 - effect, "to": 1.0 + effect, "zone": _ZONES[0]}] if effect else []
-    alt = ("Treatment over baseline, one diamond per figure at the ratio of the medians with its 95% bootstrap "
-           f"confidence interval as a line; the grey band is the minimum effect (+-{effect:.0%}) inside which a "
+    alt = ("Treatment over baseline, one diamond per figure at its ratio with its 95% confidence interval as a "
+           "line (the ratio of the medians and a bootstrap interval; for figures compared by paired rounds, the "
+           "geometric mean of the pairs' ratios and its t-interval); the grey band is the minimum effect (+-{effect:.0%}) inside which a "
            "change does not count. " + "; ".join(f"{n.split(' (')[0]} x{float(c['ratio']):.3f} ({c.get('outcome', '')})"
                                                    for n, c in comps) + ".")
     spec = charts.ratio_intervals(rows, bands, label="what", value_title="treatment / baseline (log scale)",
