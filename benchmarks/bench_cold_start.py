@@ -13,8 +13,9 @@ that its package is the one imported (the working folder comes first on ``sys.pa
     python benchmarks/bench_cold_start.py --runs 5 --tree /tmp/hlo-before --tree .
 
 The captures, read from this checkout whichever tree is measured: ``sample_traces/gpu_h200_seed_b512``
-(XLA:GPU, a 108 KB xplane, 2 HLO modules) and ``sample_traces/engine_b64_original_a`` and ``_b``
-(XLA:CPU, 1.9 MB xplanes, 67 HLO modules each; the only pair of captures of one program for ``gate``).
+(XLA:GPU, a 108 KB xplane, 2 HLO modules; ``gate`` compares it with itself, an A/A check) and
+``sample_traces/engine_b64_original_a`` and ``_b`` (XLA:CPU, 1.9 MB xplanes, 67 HLO modules each; two
+captures of one program for ``gate``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ COMMANDS: dict[str, list[str]] = {
     "rules": ["rules"],
     "stats 108 KB": ["stats", str(SMALL), "--jobs", "1"],
     "diagnose 108 KB": ["diagnose", str(SMALL), "--jobs", "1"],
+    "gate 108 KB x 2": ["gate", str(SMALL), str(SMALL), "--jobs", "1"],
     "stats 1.9 MB": ["stats", str(CAPTURE_A), "--jobs", "1"],
     "diagnose 1.9 MB": ["diagnose", str(CAPTURE_A), "--jobs", "1"],
     "gate 1.9 MB x 2": ["gate", str(CAPTURE_A), str(CAPTURE_B), "--jobs", "1"],
