@@ -10,6 +10,7 @@ import os
 import re
 import sys
 from functools import lru_cache
+from pathlib import PurePosixPath
 from typing import Any, NamedTuple
 
 __all__ = ["PathRoots", "fmt_bytes", "fmt_duration", "fmt_ms", "fmt_num", "fmt_path", "fmt_pct", "fmt_source", "fmt_us",
@@ -124,7 +125,26 @@ def fmt_path(path: str) -> str:
     (``transformers/models/gpt2/modeling_flax_gpt2.py``), to the standard library, to the working
     folder (a file of one's own), to its topmost package folder, else as given."""
     roots = path_roots(path)
-    return roots.installed or roots.stdlib or roots.cwd or roots.package or path
+    return roots.installed or roots.stdlib or roots.cwd or roots.package or _checkout_tail(path, os.getcwd())
+
+
+_MIN_TAIL_PARTS = 2
+"""A path from another machine maps onto the working folder by at least this many trailing parts (a
+bare ``utils.py`` could be any file)."""
+
+
+@lru_cache(maxsize=4096)
+def _checkout_tail(path: str, cwd: str) -> str:
+    """A path from another checkout of the working folder's project (a capture made on another machine
+    or folder, ``/srv/app/checkout/pkg/mod.py``) as the longest tail of two parts or more that names a
+    file under the working folder; ``path`` itself when none does."""
+    if not os.path.isabs(path):
+        return path
+    parts = PurePosixPath(path.replace("\\", "/")).parts[1:]
+    for start in range(len(parts) - _MIN_TAIL_PARTS + 1):
+        if os.path.isfile(os.path.join(cwd, *parts[start:])):
+            return PurePosixPath(*parts[start:]).as_posix()
+    return path
 
 
 def fmt_source(source: str) -> str:
