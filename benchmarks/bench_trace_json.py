@@ -1,6 +1,6 @@
 """Reading a capture from its trace JSON against reading it from its xplane: CPU time and peak RSS.
 
-Two captures, each read three ways, every read in its own subprocess (``load_opstats(FILE)``, the
+Two captures, each read as an xplane and as trace JSON, every read in its own subprocess (``load_opstats(FILE)``, the
 table ``stats`` prints), alternating xplane / JSON runs so that load from other jobs hits both:
 
 - an XLA:CPU capture (``bench_opstats.py``'s program: ``--cpu-mb`` MiB of xplane, 1,200 annotated
@@ -14,12 +14,18 @@ xprof converts a copy of each xplane (it writes cache files beside its input). P
 hlo-doctor stats`` sees it), wall seconds, peak RSS (VmHWM), and whether the table equals the
 xplane's row for row (module, op, occurrences, total time; program ids where the JSON has them).
 
+``--before DIR`` also reads each JSON with the hlo-doctor of another checkout (``git worktree add
+DIR COMMIT``), so one run compares the reader before and after a change under the same load.
+
 Usage::
 
     python benchmarks/bench_trace_json.py [--workdir DIR] [--cpu-mb 50] [--tpu-mb 21] [--repeat 2]
+                                          [--before DIR]
 
 The captures are generated into ``--workdir`` (default: a temporary directory; reused when it
-already holds them) and never committed. Print ``uptime`` beside the figures: they move with load.
+already holds them) and never committed. The load average is printed before and after: the
+figures move with it. Small settings first on a shared machine (``--cpu-mb 4 --tpu-mb 3
+--repeat 1``: the XLA:CPU capture has at least 1,200 steps, about 50 MiB, whatever the size asked).
 """
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ class EventLine:
 
 
 class EventFile:
-    """The events of one trace JSON, streamed: ``traceEvents`` is decoded one event at a time."""
+    """The events of one trace JSON, streamed: ``traceEvents`` is decoded a chunk of events at a time."""
 
     def __init__(self, path: Path) -> None:
         self.path, self.origin = path, str(path)
