@@ -10,11 +10,12 @@ whose code the fix changes. This writes, for each library below, a byte copy of 
   downloaded) and runs the library's decode loop once, cycling over ``FIELD_PROMPTS`` prompts so
   that the outputs are compared over several inputs (both sides call in lockstep).
 
-Usage (the field venv): ``/work/fieldvenv/bin/python benchmarks/field/library_copies.py OUT_DIR``;
-then ``hlo-doctor verify OUT_DIR/tf_gpt2/modeling_flax_gpt2.py:step --fix init-once``.
+Usage (the field venv): ``/work/fieldvenv/bin/python benchmarks/field/library_copies.py OUT_DIR [NAME...]``
+(names: ``tf_gpt2``, ``kh_gemma``); then e.g. ``hlo-doctor verify OUT_DIR/tf_gpt2/modeling_flax_gpt2.py:step
+--fix init-once`` (docs/field.md, "Fixes proven on library loops").
 
 Environment of the appended steps (read at import): ``FIELD_VOCAB``, ``FIELD_SEQ`` (max length),
-``FIELD_PROMPT`` (prompt tokens), ``FIELD_BATCH``, ``FIELD_PROMPTS`` (distinct prompts, default 4),
+``FIELD_PROMPT`` (prompt tokens), ``FIELD_BATCH``, ``FIELD_HIDDEN`` (width, default 128), ``FIELD_PROMPTS`` (distinct prompts, default 4),
 ``FIELD_TRACE`` (transformers: 1 = ``generate(trace=True)``, the library's default, whose
 ``lax.while_loop`` gets fresh closures and compiles on every call; 0 = its Python loop).
 """
@@ -35,8 +36,9 @@ _VOCAB = int(_os.environ.get("FIELD_VOCAB", "50257"))
 _SEQ = int(_os.environ.get("FIELD_SEQ", "32"))
 _PROMPT = int(_os.environ.get("FIELD_PROMPT", "16"))
 _BATCH = int(_os.environ.get("FIELD_BATCH", "1"))
+_HIDDEN = int(_os.environ.get("FIELD_HIDDEN", "128"))
 _TRACE = _os.environ.get("FIELD_TRACE", "1") == "1"
-_CONFIG = GPT2Config(vocab_size=_VOCAB, n_positions=max(_SEQ, 64), n_embd=128, n_layer=2, n_head=4,
+_CONFIG = GPT2Config(vocab_size=_VOCAB, n_positions=max(_SEQ, 64), n_embd=_HIDDEN, n_layer=2, n_head=4,
                      bos_token_id=0, eos_token_id=0)
 _MODEL = FlaxGPT2LMHeadModel(_CONFIG, seed=0)
 _IDS = [jnp.asarray(_np.random.default_rng(i).integers(3, _VOCAB, size=(_BATCH, _PROMPT)), jnp.int32)
@@ -50,6 +52,31 @@ def step():
     _CALLS[0] += 1
     return _MODEL.generate(ids, max_length=_SEQ, do_sample=False, pad_token_id=0, eos_token_id=_VOCAB,
                            trace=_TRACE).sequences
+'''
+
+
+KERAS_HUB_STEP = '''
+
+# ---- appended by benchmarks/field/library_copies.py: a tiny random Gemma whose generate() is this file's ----
+_LM = None
+
+
+def step():
+    """One greedy generate() (benchmarks/field/kerashub_gemma.py's sizes and prompts) through this file's
+    CausalLM.make_generate_function."""
+    global _LM
+    if _LM is None:
+        import sys as _sys
+
+        _sys.path.insert(0, {field!r})
+        import kerashub_gemma as kg
+
+        class _ThisFilesLM(kg.GemmaCausalLM):
+            make_generate_function = CausalLM.make_generate_function
+
+        _LM = (_ThisFilesLM(backbone=kg.backbone, preprocessor=None), kg.INPUTS)
+        _LM[0].compile(sampler="greedy")
+    return _LM[0].generate(_LM[1], stop_token_ids=None)["token_ids"]
 '''
 
 
@@ -76,7 +103,24 @@ def write_transformers_gpt2(out: Path) -> Path:
     return dest
 
 
+def write_kerashub_causal_lm(out: Path) -> Path:
+    """``out/kh_gemma/causal_lm.py``: keras-hub's ``CausalLM`` file (its ``jax.jit`` of generate) with a
+    ``step()`` that runs ``kerashub_gemma.py``'s tiny Gemma through it (run with ``KERAS_BACKEND=jax``)."""
+    import keras_hub.src.models.causal_lm as lib
+
+    text = Path(lib.__file__).read_text(encoding="utf-8")
+    dest = out / "kh_gemma" / "causal_lm.py"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(text + KERAS_HUB_STEP.replace("{field!r}", repr(str(Path(__file__).resolve().parent))),
+                    encoding="utf-8")
+    return dest
+
+
+WRITERS = {"tf_gpt2": write_transformers_gpt2, "kh_gemma": write_kerashub_causal_lm}
+
+
 if __name__ == "__main__":
     root = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/field/fixes")
-    for path in (write_transformers_gpt2(root),):
+    for name in sys.argv[2:] or list(WRITERS):
+        path = WRITERS[name](root)
         print(path)

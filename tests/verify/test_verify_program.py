@@ -224,10 +224,9 @@ def test_too_few_rounds_and_a_fix_that_does_not_apply_are_refused_before_anythin
     assert result.exit_code == 2
     assert "--rounds 2: the statistics need at least 3 rounds per side" in result.output
     before = (programs / "marked.py").read_bytes()
-    # No --fix-line, and no jit anywhere in the file for donate-state: refused before the baseline's capture.
-    result = CliRunner().invoke(main, ["verify", target, "--fix", "donate-state", *FAST])
+    result = CliRunner().invoke(main, ["verify", target, "--fix", "donate-state", "--fix-line", "8", *FAST])
     assert result.exit_code == 2
-    assert "--fix donate-state does not apply to" in result.output and "marked.py" in result.output
+    assert "--fix donate-state does not apply to" in result.output and "marked.py:8" in result.output
     result = CliRunner().invoke(main, ["verify", target, "--fix", "argmax-without-softmax", "--fix-line", "5", *FAST])
     assert result.exit_code == 2 and "does not apply to" in result.output and "marked.py:5" in result.output
     result = CliRunner().invoke(main, ["verify", target, "--fix", "bf16-greedy-sampler", *FAST])

@@ -40,9 +40,9 @@ from hlo_doctor.verify.program.sites import sites_from_findings
 from hlo_doctor.verify.program.target import (
     FixedCopy,
     Side,
+    check_fix_target,
     load_side,
     make_fixed_copy,
-    refuse_without_pattern,
     split_spec,
 )
 from hlo_doctor.verify.results import Check
@@ -66,7 +66,9 @@ def _load(settings: ProgramSettings, work: Path,
         fixed = make_fixed_copy(settings.baseline, settings.fix, work, line=settings.fix_line,
                                 argument=settings.fix_arg)
     elif settings.fix is not None:
-        refuse_without_pattern(settings.baseline, settings.fix)  # before any import
+        # Only what needs no finding is checked before the import (the fix, the file): whether the
+        # codemod matches depends on the line and the argument a finding names.
+        check_fix_target(settings.baseline, settings.fix)
     keep_gpu_ops_visible()  # before the targets' imports start a backend: per-op events stay in the trace
     base = load_side("baseline", settings.baseline)
     early = None

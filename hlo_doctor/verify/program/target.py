@@ -76,19 +76,6 @@ def check_fix_target(spec: str, fix_id: str) -> Path:
     return original
 
 
-def refuse_without_pattern(spec: str, fix_id: str) -> None:
-    """:class:`InputError` when the fix's pattern is nowhere in the target's file (before anything is
-    imported: no finding could make it apply); a pattern that is there is judged at the findings' lines."""
-    from hlo_doctor.fixes.catalog import load_source_fix
-    from hlo_doctor.fixes.source.base import Hint, NotApplicable
-
-    original = check_fix_target(spec, fix_id)
-    outcome = load_source_fix(fix_id).rewrite(original.read_text(encoding="utf-8"), None, Hint())
-    if isinstance(outcome, NotApplicable) and outcome.kind == "no-pattern":
-        raise InputError(f"--fix {fix_id} does not apply to {original}: {outcome.reason}",
-                         f"hlo-doctor apply-fix {fix_id} {original} --dry-run shows where it looks")
-
-
 def make_fixed_copy(spec: str, fix_id: str, work: Path, *, line: int | None = None, argument: str = "",
                     sites: Sequence[FixSite] = ()) -> FixedCopy:
     """Copy the target's file into ``work`` and apply ``fix_id`` to the copy (never to the file itself),
