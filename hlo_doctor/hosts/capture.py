@@ -123,9 +123,11 @@ def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, 
             runner.send_frame_paths(frame_paths)
         # (A host read again gets the paths with its task.)
         tasks = [dataclasses.replace(t, frame_paths=frame_paths, frame_paths_follow=False) for t in tasks]
-        first = runner.results() if isinstance(runner, LocalPool) else runner.run(tasks)
-        # A host the command could not read is left out (or stops it) whatever its worker says.
+        # A host the command could not read is left out (or stops it) whatever a worker says of it;
+        # only the local workers, which started before the command knew, are given it at all.
         keep = [i for i, x in enumerate(xplanes) if str(x) in protos]
+        first: Iterable[Result] = runner.results() if isinstance(runner, LocalPool) else \
+            ((keep[j], r) for j, r in runner.run([tasks[i] for i in keep]))
         parts, left_out = _read_hosts(runner.run, tasks, options, first, keep)
     finally:
         if isinstance(runner, LocalPool):
