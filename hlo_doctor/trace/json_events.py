@@ -158,7 +158,7 @@ class EventFile:
         self.lines: dict[tuple[Any, Any], EventLine] = {}
         self.names, self.infos = Vocabulary(), Vocabulary()
         self.infos.code(None)  # code 0: no args worth keeping
-        self._info_codes: dict[tuple[Any, ...], int] = {}
+        self._info_codes: dict[tuple[Any, ...], int] = {_NO_INFO: 0}
         self._host_keep: dict[str, bool] = {}  # host event name -> kept (a few thousand distinct)
         self.host_pids: set[Any] = set()
         self._last: tuple[Any, Any, EventLine] = (object(), object(), EventLine())  # the line last added to
@@ -289,7 +289,7 @@ class EventFile:
             cut = self._last_boundary() if self.pos > no_batch_until else -1
             if cut > self.pos:
                 try:
-                    batch = decode_events(b"[" + self.buf[self.pos:cut + 1] + b"]")
+                    batch = decode_events(b"".join((b"[", memoryview(self.buf)[self.pos:cut + 1], b"]")))
                     self.pos = cut + 1
                 except (ValueError, RecursionError):
                     no_batch_until = cut
@@ -338,6 +338,7 @@ class EventFile:
         info_codes, host_pids, host_keep, lines = self._info_codes, self.host_pids, self._host_keep, self.lines
         name_codes = self.names.codes
         last_pid, last_tid, line = self._last
+        floats, ints = line.floats.extend, line.ints.extend
         for ev in events:
             if ev is None:
                 self.bad_events += 1
@@ -355,11 +356,10 @@ class EventFile:
             info, step_arg = 0, None
             if args is not None:
                 key = (args.hlo_op, args.hlo_module, args.long_name, args.program_id, args.module)
-                if key != _NO_INFO:
-                    try:
-                        info = info_codes[key]
-                    except (KeyError, TypeError):
-                        info = self._info(key)
+                try:
+                    info = info_codes[key]  # _NO_INFO is code 0
+                except (KeyError, TypeError):
+                    info = self._info(key)
                 step_arg = args.step_num
             # The Python tracer and runtime write most host events: only ops, steps, compiles and
             # dispatches are kept (an event of a process named later is kept and sorted out at the end).
@@ -381,18 +381,18 @@ class EventFile:
             if pid != last_pid or tid != last_tid:
                 found = lines.get((pid, tid))
                 line = found if found is not None else lines.setdefault((pid, tid), EventLine())
-                last_pid, last_tid = pid, tid
+                last_pid, last_tid, floats, ints = pid, tid, line.floats.extend, line.ints.extend
             code = name_codes.get(name)
             if code is None:
                 code = self.names.code(name)
             if args is None:
-                line.floats.extend((ts * 1e3, dur * 1e3, _NAN, _NAN))
-                line.ints.extend((code, info, -1, NONE, NONE))
+                floats((ts * 1e3, dur * 1e3, _NAN, _NAN))
+                ints((code, info, -1, NONE, NONE))
                 continue
             # Numbers already (json_decode): None where the event has no such arg. group_id names a
             # device step; on the host xprof puts it on nearly every event.
             off, ddur, run, group = args.device_offset_ps, args.device_duration_ps, args.run_id, args.group_id
-            line.floats.extend((ts * 1e3, dur * 1e3, _NAN if off is None else off, _NAN if ddur is None else ddur))
-            line.ints.extend((code, info, -1 if run is None else run, NONE if step_arg is None else step_arg,
-                              NONE if group is None or on_host else group))
+            floats((ts * 1e3, dur * 1e3, _NAN if off is None else off, _NAN if ddur is None else ddur))
+            ints((code, info, -1 if run is None else run, NONE if step_arg is None else step_arg,
+                  NONE if group is None or on_host else group))
         self._last = (last_pid, last_tid, line)
