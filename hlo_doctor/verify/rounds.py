@@ -7,6 +7,7 @@ them, and with a time budget adds pairs until the verdict decides or the budget 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 
@@ -26,37 +27,48 @@ def interleaved(pairs: int) -> Iterator[str]:
         yield from pair_order(pair)
 
 
+GROWTH = 1.5
+"""With a budget, each look after the first comes when the pairs have grown by this factor (6, 9, 14,
+21, 32, ... pairs): few looks, so that the significance level spent per look stays usable."""
+
+
 def run_rounds(pairs: int, measure: Callable[[str, int], None], *, budget_s: float | None = None,
                decided: Callable[[int], bool] | None = None,
                clock: Callable[[], float] = time.perf_counter) -> Stopping:
     """Run ``pairs`` interleaved pairs of rounds (``measure(label, order)`` each); then, with a budget,
-    ask ``decided(look)`` and add one pair at a time until it says yes or the next pair would not fit.
+    ask ``decided(look)`` and add pairs until it says yes or no pair fits in the budget any more.
 
-    A pair is added only while the seconds spent so far plus the longest pair so far stay within
-    ``budget_s`` (the budget counts the measured rounds, the first ``pairs`` included). ``look`` counts
-    from 1 (after the first ``pairs``), so the caller can lower its alpha per look.
+    After a look that does not decide, pairs are added up to ``GROWTH`` times the count so far (at
+    least one), as many of them as fit: the seconds spent so far plus the longest pair so far per
+    added pair stay within ``budget_s`` (the budget counts the measured rounds, the first ``pairs``
+    included). ``look`` counts from 1 (after the first ``pairs``), so the caller can lower its alpha
+    per look.
     """
     start = clock()
     longest = 0.0
     order = 0
-    for pair in range(pairs):
+
+    def one_pair(index: int) -> None:
+        nonlocal longest, order
         began = clock()
-        for label in pair_order(pair):
+        for label in pair_order(index):
             measure(label, order)
             order += 1
         longest = max(longest, clock() - began)
+
+    for pair in range(pairs):
+        one_pair(pair)
     if budget_s is None or decided is None:
         return Stopping(pairs, pairs, budget_s, clock() - start, False)
     look, run = 1, pairs
     while True:
         if decided(look):
             return Stopping(run, pairs, budget_s, clock() - start, True, look)
-        if clock() - start + longest > budget_s:
+        fit = int((budget_s - (clock() - start)) // longest) if longest > 0 else 0
+        add = min(max(1, math.ceil(run * GROWTH) - run), fit)
+        if add < 1:
             return Stopping(run, pairs, budget_s, clock() - start, False, look)
-        began = clock()
-        for label in pair_order(run):
-            measure(label, order)
-            order += 1
-        longest = max(longest, clock() - began)
-        run += 1
+        for _ in range(add):
+            one_pair(run)
+            run += 1
         look += 1

@@ -37,10 +37,11 @@ the CI excludes 1: a change at least as large as the minimum effect with ``p < a
 ``improved`` or ``regressed``, never ``inconclusive``. Fewer than :data:`MIN_PAIRS` pairs is
 ``inconclusive`` without testing.
 
-Adding rounds until the interval decides (``--budget``) looks at the data more than once; each look
-``j`` (1, 2, ...) then tests at :func:`alpha_at_look` ``= alpha * 6 / (pi^2 * j^2)``, whose sum over
-any number of looks is ``alpha``, so the false-alarm rate stays at most ``alpha`` however many rounds
-the budget allows.
+Adding rounds until the interval decides (``--budget``) looks at the data more than once (after the
+first pairs, then each time the pairs have grown by half: :func:`hlo_doctor.verify.rounds.run_rounds`);
+each look ``j`` (1, 2, ...) then tests at :func:`alpha_at_look` ``= alpha * 6 / (pi^2 * j^2)``, whose
+sum over any number of looks is ``alpha``, so the false-alarm rate stays at most ``alpha`` however many
+rounds the budget allows.
 """
 
 from __future__ import annotations

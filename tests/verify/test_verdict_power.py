@@ -135,12 +135,15 @@ def test_budget_adds_pairs_until_decided_or_spent() -> None:
     stop = run_rounds(3, measure, clock=clock)
     assert order == list(interleaved(3)) and stop.rounds == 3 and stop.reason == "fixed"
     assert stop.describe() == "3 rounds a side"
-    # Decided at the third look: two pairs added, in the same alternating order.
+    # Decided at the third look: pairs grow x1.5 between looks (3, 5, 8), in the same alternating order.
     order.clear()
-    stop = run_rounds(3, measure, budget_s=100, decided=lambda look: look == 3, clock=clock)
-    assert order == list(interleaved(5)) and stop.rounds == 5 and stop.looks == 3 and stop.reason == "decided"
-    assert stop.describe().startswith("decided at round 5 (budget 100 s")
-    # Never decided: pairs of 4 s are added while they fit in 20 s (3 pairs = 12 s, then 16 s, 20 s).
+    looks: list[int] = []
+    stop = run_rounds(3, measure, budget_s=100, decided=lambda look: looks.append(len(order)) or look == 3,
+                      clock=clock)
+    assert looks == [6, 10, 16] and order == list(interleaved(8))
+    assert stop.rounds == 8 and stop.looks == 3 and stop.reason == "decided"
+    assert stop.describe().startswith("decided at round 8 (budget 100 s")
+    # Never decided: pairs of 4 s are added while they fit in 20 s (3 pairs = 12 s, then 2 more: 20 s).
     order.clear()
     stop = run_rounds(3, measure, budget_s=20, decided=lambda look: False, clock=clock)
     assert stop.rounds == 5 and stop.spent_s == 20 and stop.reason == "budget spent"
