@@ -68,7 +68,8 @@ def write_parquet(stats: OpStats, path: Path) -> Path:
     assert tuple(table.column_names) == PER_STEP_COLUMNS
     doc = json.loads(to_json(stats, per_step=False, compact=True))
     doc["step_times_us"] = list(stats.step_times_us)
-    doc["per_step_written"] = True
+    # (An export read without its samples has none to write.)
+    doc["per_step_written"] = len(stats.per_step) > 0
     if doc.get("breakdown") is not None:
         doc["breakdown"]["steps"] = []  # its slices are the columns of META_STEPS
     meta = {META_OPSTATS: json.dumps(doc, separators=(",", ":")).encode()}
