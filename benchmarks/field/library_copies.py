@@ -11,7 +11,7 @@ whose code the fix changes. This writes, for each library below, a byte copy of 
   that the outputs are compared over several inputs (both sides call in lockstep).
 
 Usage (the field venv): ``/work/fieldvenv/bin/python benchmarks/field/library_copies.py OUT_DIR [NAME...]``
-(names: ``tf_gpt2``, ``kh_gemma``); then e.g. ``hlo-doctor verify OUT_DIR/tf_gpt2/modeling_flax_gpt2.py:step
+(names: ``tf_gpt2``, ``kh_gemma``, ``rg_griffin``); then e.g. ``hlo-doctor verify OUT_DIR/tf_gpt2/modeling_flax_gpt2.py:step
 --fix init-once`` (docs/field.md, "Fixes proven on library loops").
 
 Environment of the appended steps (read at import): ``FIELD_VOCAB``, ``FIELD_SEQ`` (max length),
@@ -80,6 +80,56 @@ def step():
 '''
 
 
+RECURRENTGEMMA_STEP = '''
+
+# ---- appended by benchmarks/field/library_copies.py: recurrentgemma's Sampler over this file's Griffin ----
+import os as _os
+
+import jax as _jax
+import numpy as _np
+import recurrentgemma.jax as _rg
+
+
+class _Vocab:
+    """A byte-level stand-in for the SentencePiece vocabulary (ids are bytes + 3)."""
+
+    def pad_id(self):
+        return 0
+
+    def bos_id(self):
+        return 2
+
+    def eos_id(self):
+        return 1
+
+    def EncodeAsIds(self, s):  # noqa: N802
+        return [b + 3 for b in s.encode()]
+
+    def DecodeIds(self, ids):  # noqa: N802
+        return ""
+
+
+_DTYPE = jnp.dtype(_os.environ.get("FIELD_DTYPE", "bfloat16"))
+_CONFIG = common.GriffinConfig(
+    vocab_size=int(_os.environ.get("FIELD_VOCAB", "256000")), width=256, mlp_expanded_width=768, num_heads=4,
+    block_types=(common.TemporalBlockType.RECURRENT, common.TemporalBlockType.RECURRENT,
+                 common.TemporalBlockType.ATTENTION),
+    embeddings_scale_by_sqrt_dim=True, attention_window_size=64, logits_soft_cap=30.0)
+_MODEL = Griffin(_CONFIG, dtype=_DTYPE, param_dtype=_DTYPE)
+_PARAMS = _MODEL.init(_jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32), jnp.arange(8)[None])["params"]
+_SAMPLER = _rg.Sampler(model=_MODEL, vocab=_Vocab(), params=_PARAMS)
+_PROMPTS = [["the quick brown fox", "jumps over the lazy dog"] * 4, ["hello world", "a b c d e f"] * 4]
+_CALLS = [0]
+
+
+def step():
+    """One greedy Sampler call of 16 steps over 8 prompts (two prompt sets in turn)."""
+    prompts = _PROMPTS[_CALLS[0] % len(_PROMPTS)]
+    _CALLS[0] += 1
+    return _SAMPLER(prompts, total_generation_steps=16, end_sampling_at_eos_token=False).tokens
+'''
+
+
 def absolute_imports(text: str, package: str) -> str:
     """``from .x``/``from ..x`` spelled from ``package`` (the file's own package, dotted)."""
     parts = package.split(".")
@@ -116,7 +166,19 @@ def write_kerashub_causal_lm(out: Path) -> Path:
     return dest
 
 
-WRITERS = {"tf_gpt2": write_transformers_gpt2, "kh_gemma": write_kerashub_causal_lm}
+def write_recurrentgemma_griffin(out: Path) -> Path:
+    """``out/rg_griffin/griffin.py``: recurrentgemma's ``Griffin`` file with a ``step()`` that samples
+    greedily through ``recurrentgemma.jax.Sampler`` over this file's ``Griffin``."""
+    import recurrentgemma.jax.griffin as lib
+
+    dest = out / "rg_griffin" / "griffin.py"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(Path(lib.__file__).read_text(encoding="utf-8") + RECURRENTGEMMA_STEP, encoding="utf-8")
+    return dest
+
+
+WRITERS = {"tf_gpt2": write_transformers_gpt2, "kh_gemma": write_kerashub_causal_lm,
+           "rg_griffin": write_recurrentgemma_griffin}
 
 
 if __name__ == "__main__":

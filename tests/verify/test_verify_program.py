@@ -178,7 +178,7 @@ def test_a_fix_keeps_the_outputs_and_removes_its_findings(programs: Path, progra
     assert checks[1]["passed"] and checks[1]["figure"] == "treatment 0, baseline 0"
     assert checks[2]["passed"] and checks[2]["figure"] == "bit-identical in 7/7 calls"
     assert checks[3]["passed"], checks[3]
-    assert checks[3]["figure"].startswith(f"{rules}: ") and " -> 0;" in checks[3]["figure"]
+    assert checks[3]["figure"].startswith(f"{rules} at the fixed lines: ") and " -> 0;" in checks[3]["figure"]
     assert " 0 -> 0" not in checks[3]["figure"]  # the baseline had the finding the fix removes
     assert any(o["module"] == gone for o in doc["removed_ops"]) and doc["removed_time_per_step_us"] > 0
     assert doc["fix_diff"].startswith(f"--- a/{program}")

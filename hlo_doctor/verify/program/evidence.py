@@ -60,9 +60,15 @@ def _codes(findings: Sequence[Finding]) -> str:
     return ", ".join(f"{code}" + (f" x{n}" if n > 1 else "") for code, n in sorted(counts.items())) or "none"
 
 
-def check_findings(baseline: HloEvidence, treatment: HloEvidence, rules: Sequence[str]) -> Check:
+def check_findings(baseline: HloEvidence, treatment: HloEvidence, rules: Sequence[str],
+                   targets: Sequence[tuple[str, str]] = ()) -> Check:
     """Check 3: the treatment's capture has no finding of ``rules`` (the fix's); without rules, no finding
-    the baseline did not have. The figure says which findings remain."""
+    the baseline did not have. The figure says which findings remain.
+
+    ``targets``: (rule, program) of the baseline's findings that offered the fix at the lines it changed
+    (``--fix`` without ``--fix-line``): those must be gone; a finding of the fix's rules elsewhere (a
+    program no line of the file made, which the fix was never applied to) is listed, not held against it.
+    """
     for side, ev in (("treatment", treatment), ("baseline", baseline)):
         if ev.error:
             return Check(3, NAME, False, f"{side} capture failed", ev.error)
@@ -76,12 +82,17 @@ def check_findings(baseline: HloEvidence, treatment: HloEvidence, rules: Sequenc
         if not_run:
             return Check(3, NAME, False, f"rules not run: {', '.join(not_run)}",
                          "the capture lacked what these rules need (HLO modules, op stats)")
-        had = [f for f in base if f.code in rules]
-        left = [f for f in treat if f.code in rules]
+        aimed = set(targets)
+        had = [f for f in base if f.code in rules and (not aimed or (f.code, f.module) in aimed)]
+        left = [f for f in treat if f.code in rules and (not aimed or (f.code, f.module) in aimed)]
+        elsewhere = [f for f in treat if f.code in rules and aimed and (f.code, f.module) not in aimed]
         others = [f for f in treat if f.code not in rules]
         keys = {(f.code, f.module) for f in base}
         new = [f for f in others if (f.code, f.module) not in keys]
-        figure = f"{', '.join(rules)}: {len(had)} -> {len(left)}; other findings left: {_codes(others)}"
+        at = " at the fixed lines" if aimed else ""
+        figure = f"{', '.join(rules)}{at}: {len(had)} -> {len(left)}; other findings left: {_codes(others)}"
+        if elsewhere:
+            figure += f"; not at the fixed lines: {_codes(elsewhere)}"
         if new:
             # Not the fix's to remove, but a person should see what the change brought in.
             figure += f" (new in the treatment: {_codes(new)})"
@@ -91,6 +102,9 @@ def check_findings(baseline: HloEvidence, treatment: HloEvidence, rules: Sequenc
             "the baseline had no finding of these rules: nothing for the fix to remove")
         if new:
             detail += "; new in the treatment: " + "; ".join(_name(f) for f in new[:4])
+        if elsewhere:
+            detail += ("; left where the fix was not applied (no line of the file offered it): "
+                       + "; ".join(_name(f) for f in elsewhere[:4]))
         return Check(3, NAME, True, figure, detail)
     keys = {(f.code, f.module) for f in base}
     new = [f for f in treat if (f.code, f.module) not in keys]

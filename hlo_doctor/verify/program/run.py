@@ -147,7 +147,9 @@ def run_program(settings: ProgramSettings, progress: ProgressFn | None = None) -
         why = measured.raised.describe()
         findings, verdict = not_run(3, NAMES[3], why), not_run(4, NAMES[4], why)
     else:
-        findings = check_findings(captured[0].evidence, captured[1].evidence, rules)
+        # Without --rules, a fix placed by the findings answers for those findings (settings.rules: all).
+        targets = [t for site in fixed.sites for t in site.targets] if fixed and not settings.rules else []
+        findings = check_findings(captured[0].evidence, captured[1].evidence, rules, targets)
         notes += slower_selections(captured[0].evidence, captured[1].evidence, jax.default_backend())
         step_time, round_time, verdict = _verdict(settings, measured)
     return ProgramReport(

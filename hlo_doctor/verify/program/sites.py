@@ -37,6 +37,8 @@ class FixSite:
     finding: str
     """``HD009 jit_step/copy.7 f32[1024,64,128]``: the finding that offers the fix here."""
     safe: bool
+    targets: tuple[tuple[str, str], ...] = ()
+    """(rule, program) of every baseline finding that offered the fix at this line: what must be gone."""
     hint: Hint | None = field(default=None, compare=False, repr=False)
     """The finding's whole hint (dtypes, rank, the other lines of its stack), as the codemod read it."""
 
@@ -47,7 +49,8 @@ class FixSite:
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form."""
-        return {"line": self.line, "argument": self.argument, "finding": self.finding, "safe": self.safe}
+        return {"line": self.line, "argument": self.argument, "finding": self.finding, "safe": self.safe,
+                "targets": [f"{code} {module}" for code, module in self.targets]}
 
 
 def _label(f: Finding) -> str:
@@ -75,7 +78,8 @@ def _offer(finding: Finding, fix_id: str, file: Path, texts: dict[Path, str]) ->
         others = tuple(ln for p, ln in frames[i + 1:] if p == path)
         outcome = fix.rewrite(texts[file], line, dataclasses.replace(hint, lines=others))
         if isinstance(outcome, Rewritten):
-            return FixSite(line, hint.argument, _label(finding), outcome.safe, dataclasses.replace(hint, lines=others)), ""
+            return FixSite(line, hint.argument, _label(finding), outcome.safe, ((finding.code, finding.module),),
+                           dataclasses.replace(hint, lines=others)), ""
         assert isinstance(outcome, NotApplicable)
         why = f"{_label(finding)} at {file.name}:{line}: {outcome.reason}"
         if outcome.kind != "no-pattern":
@@ -103,7 +107,10 @@ def sites_from_findings(findings: Sequence[Finding], fix_id: str, file: Path) ->
             continue
         site, why = _offer(f, fix_id, file, texts)
         if site is not None:
-            sites.setdefault((site.line, site.argument), site)
+            key = (site.line, site.argument)
+            was = sites.setdefault(key, site)
+            if site.targets[0] not in was.targets:
+                sites[key] = dataclasses.replace(was, targets=was.targets + site.targets)
         elif why and why not in reasons:
             reasons.append(why)
     if sites:
