@@ -58,8 +58,9 @@ def _label(f: Finding) -> str:
     return f"{f.code} {f.module}/{f.op}{shape}"
 
 
-def _offer(finding: Finding, fix_id: str, file: Path, texts: dict[Path, str]) -> tuple[FixSite | None, str]:
-    """The site ``finding`` offers ``fix_id`` at in ``file``, or why it offers none there."""
+def _offer(finding: Finding, fix_id: str, file: Path, texts: dict[Path, str]) -> tuple[FixSite | None, str, bool]:
+    """The site ``finding`` offers ``fix_id`` at in ``file``, or why it offers none there and whether
+    that is the codemod's refusal at a line of the file (else: the finding names no line of it)."""
     from hlo_doctor.fixes.catalog import load_source_fix
     from hlo_doctor.fixes.source.applicable import editable_frames
     from hlo_doctor.fixes.source.base import NotApplicable, Rewritten
@@ -69,7 +70,7 @@ def _offer(finding: Finding, fix_id: str, file: Path, texts: dict[Path, str]) ->
     tried = frames if fix.walks_stack else frames[:1]
     if not any(path == file for path, _ in tried):
         named = ", ".join(f"{p.name}:{ln}" for p, ln in frames[:3]) or (finding.source or "no line")
-        return None, f"{_label(finding)} names no line of {file.name} ({named})"
+        return None, f"{_label(finding)} names no line of {file.name} ({named})", False
     hint = fix.hint(finding)
     why = ""
     for i, (path, line) in enumerate(tried):
@@ -79,12 +80,12 @@ def _offer(finding: Finding, fix_id: str, file: Path, texts: dict[Path, str]) ->
         outcome = fix.rewrite(texts[file], line, dataclasses.replace(hint, lines=others))
         if isinstance(outcome, Rewritten):
             return FixSite(line, hint.argument, _label(finding), outcome.safe, ((finding.code, finding.module),),
-                           dataclasses.replace(hint, lines=others)), ""
+                           dataclasses.replace(hint, lines=others)), "", False
         assert isinstance(outcome, NotApplicable)
         why = f"{_label(finding)} at {file.name}:{line}: {outcome.reason}"
         if outcome.kind != "no-pattern":
             break  # the pattern is there and was refused: an outer line is not this finding's code
-    return None, why
+    return None, why, bool(why)
 
 
 def sites_from_findings(findings: Sequence[Finding], fix_id: str, file: Path) -> tuple[FixSite, ...]:
@@ -101,18 +102,18 @@ def sites_from_findings(findings: Sequence[Finding], fix_id: str, file: Path) ->
     texts = {file: file.read_text(encoding="utf-8")}
     rules = catalog_entry(fix_id).rules
     sites: dict[tuple[int, str], FixSite] = {}
-    reasons: list[str] = []
+    reasons: dict[str, bool] = {}  # why a finding offers nothing here: True where the codemod refused a line
     for f in findings:
         if f.code == "HD000" or all(e.fix_id != fix_id for e in candidates(f)):
             continue
-        site, why = _offer(f, fix_id, file, texts)
+        site, why, refused_here = _offer(f, fix_id, file, texts)
         if site is not None:
             key = (site.line, site.argument)
             was = sites.setdefault(key, site)
             if site.targets[0] not in was.targets:
                 sites[key] = dataclasses.replace(was, targets=was.targets + site.targets)
-        elif why and why not in reasons:
-            reasons.append(why)
+        elif why:
+            reasons.setdefault(why, refused_here)
     if sites:
         return tuple(sites.values())
     if not reasons:
@@ -120,6 +121,8 @@ def sites_from_findings(findings: Sequence[Finding], fix_id: str, file: Path) ->
         raise InputError(f"--fix {fix_id}: no finding of the baseline's capture offers it in {file.name} (its rules "
                          f"{', '.join(rules)} found nothing; the capture's findings: {', '.join(codes) or 'none'})",
                          "run hlo-doctor profile and diagnose on TARGET to see what it finds, or pass --fix-line LINE")
+    refused, shown = any(reasons.values()), list(reasons)
     raise InputError(f"--fix {fix_id}: no finding of the baseline's capture offers it in {file.name}: "
-                     + "; ".join(reasons[:3]) + (f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""),
+                     + "; ".join(shown[:3]) + (f" (and {len(shown) - 3} more)" if len(shown) > 3 else ""),
+                     "the fix refuses the line its finding names (--fix-line gets the same answer)" if refused else
                      "pass --fix-line LINE to apply it at a line of your choice (hlo-doctor apply-fix shows why not)")
