@@ -134,14 +134,13 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
 
 def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None, wide: bool = False,
           per_step: bool = False) -> None:
+    from hlo_doctor.opstats import group_by_shape, to_csv, to_json
     from hlo_doctor.opstats.parquet import wants_parquet, write_parquet
+    from hlo_doctor.render.opstats import to_markdown
 
     if wants_parquet(fmt, output):
         console.print(f"wrote {write_parquet(stats, output)}", soft_wrap=True)  # type: ignore[arg-type]
         return
-    from hlo_doctor.opstats import group_by_shape, to_csv, to_json
-    from hlo_doctor.render.opstats import to_markdown
-
     if fmt == "table" and output is not None:
         write_output(plain_text(_table(stats, top, group_by, wide=True)), output)
         return

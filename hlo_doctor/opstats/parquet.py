@@ -50,7 +50,7 @@ def is_parquet(path: Path) -> bool:
 
 def write_parquet(stats: OpStats, path: Path) -> Path:
     """Write ``stats`` to ``path`` (see the module's docstring), through a temporary file; the path."""
-    from hlo_doctor.opstats.io import to_json
+    from hlo_doctor.opstats.export_json import to_json
 
     pa, pq = _pyarrow()
     ps = stats.per_step
@@ -146,7 +146,7 @@ def from_parquet(path: Path) -> OpStats:
     """
     import dataclasses
 
-    from hlo_doctor.opstats.io import from_json
+    from hlo_doctor.opstats.export_json import from_json
 
     _, pq = _pyarrow()
     try:
