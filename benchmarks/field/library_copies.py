@@ -11,7 +11,7 @@ whose code the fix changes. This writes, for each library below, a byte copy of 
   that the outputs are compared over several inputs (both sides call in lockstep).
 
 Usage (the field venv): ``/work/fieldvenv/bin/python benchmarks/field/library_copies.py OUT_DIR [NAME...]``
-(names: ``tf_gpt2``, ``kh_gemma``, ``rg_griffin``); then e.g. ``hlo-doctor verify OUT_DIR/tf_gpt2/modeling_flax_gpt2.py:step
+(names: ``tf_gpt2``, ``tf_gemma``, ``kh_gemma``, ``rg_griffin``); then e.g. ``hlo-doctor verify OUT_DIR/tf_gpt2/modeling_flax_gpt2.py:step
 --fix init-once`` (docs/field.md, "Fixes proven on library loops").
 
 Environment of the appended steps (read at import): ``FIELD_VOCAB``, ``FIELD_SEQ`` (max length),
@@ -27,20 +27,19 @@ from pathlib import Path
 
 TRANSFORMERS_STEP = '''
 
-# ---- appended by benchmarks/field/library_copies.py: a tiny random GPT-2 from this file's classes ----
+# ---- appended by benchmarks/field/library_copies.py: a tiny random {model} from this file's classes ----
 import os as _os
 
 import numpy as _np
 
-_VOCAB = int(_os.environ.get("FIELD_VOCAB", "50257"))
+_VOCAB = int(_os.environ.get("FIELD_VOCAB", "{vocab}"))
 _SEQ = int(_os.environ.get("FIELD_SEQ", "32"))
 _PROMPT = int(_os.environ.get("FIELD_PROMPT", "16"))
 _BATCH = int(_os.environ.get("FIELD_BATCH", "1"))
 _HIDDEN = int(_os.environ.get("FIELD_HIDDEN", "128"))
 _TRACE = _os.environ.get("FIELD_TRACE", "1") == "1"
-_CONFIG = GPT2Config(vocab_size=_VOCAB, n_positions=max(_SEQ, 64), n_embd=_HIDDEN, n_layer=2, n_head=4,
-                     bos_token_id=0, eos_token_id=0)
-_MODEL = FlaxGPT2LMHeadModel(_CONFIG, seed=0)
+_CONFIG = {config}
+_MODEL = {cls}(_CONFIG, seed=0)
 _IDS = [jnp.asarray(_np.random.default_rng(i).integers(3, _VOCAB, size=(_BATCH, _PROMPT)), jnp.int32)
         for i in range(int(_os.environ.get("FIELD_PROMPTS", "4")))]
 _CALLS = [0]
@@ -53,6 +52,16 @@ def step():
     return _MODEL.generate(ids, max_length=_SEQ, do_sample=False, pad_token_id=0, eos_token_id=_VOCAB,
                            trace=_TRACE).sequences
 '''
+TRANSFORMERS_MODELS = {
+    # name: (module, class, default vocabulary, config expression): benchmarks/field/transformers_flax.py's.
+    "gpt2": ("transformers.models.gpt2.modeling_flax_gpt2", "FlaxGPT2LMHeadModel", 50257,
+             "GPT2Config(vocab_size=_VOCAB, n_positions=max(_SEQ, 64), n_embd=_HIDDEN, n_layer=2, n_head=4, "
+             "bos_token_id=0, eos_token_id=0)"),
+    "gemma": ("transformers.models.gemma.modeling_flax_gemma", "FlaxGemmaForCausalLM", 256000,
+              "GemmaConfig(vocab_size=_VOCAB, hidden_size=_HIDDEN, intermediate_size=2 * _HIDDEN, "
+              "num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=_HIDDEN // 4, "
+              "max_position_embeddings=max(_SEQ, 64), bos_token_id=2, eos_token_id=1, pad_token_id=0)"),
+}
 
 
 KERAS_HUB_STEP = '''
@@ -142,14 +151,19 @@ def absolute_imports(text: str, package: str) -> str:
     return re.sub(r"^(\s*)from (\.+)([\w.]*) import", repl, text, flags=re.M)
 
 
-def write_transformers_gpt2(out: Path) -> Path:
-    """``out/tf_gpt2/modeling_flax_gpt2.py``: transformers' Flax GPT-2 file with a greedy ``step()``."""
-    import transformers.models.gpt2.modeling_flax_gpt2 as lib
+def write_transformers(out: Path, model: str) -> Path:
+    """``out/tf_<model>/modeling_flax_<model>.py``: transformers' Flax file of ``model`` (``gpt2``,
+    ``gemma``) with a greedy ``step()``."""
+    import importlib
 
-    text = absolute_imports(Path(lib.__file__).read_text(encoding="utf-8"), "transformers.models.gpt2")
-    dest = out / "tf_gpt2" / "modeling_flax_gpt2.py"
+    module, cls, vocab, config = TRANSFORMERS_MODELS[model]
+    lib = importlib.import_module(module)
+    text = absolute_imports(Path(str(lib.__file__)).read_text(encoding="utf-8"), module.rpartition(".")[0])
+    dest = out / f"tf_{model}" / Path(str(lib.__file__)).name
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(text + TRANSFORMERS_STEP, encoding="utf-8")
+    step = TRANSFORMERS_STEP.replace("{model}", model).replace("{vocab}", str(vocab)).replace(
+        "{config}", config).replace("{cls}", cls)
+    dest.write_text(text + step, encoding="utf-8")
     return dest
 
 
@@ -177,7 +191,8 @@ def write_recurrentgemma_griffin(out: Path) -> Path:
     return dest
 
 
-WRITERS = {"tf_gpt2": write_transformers_gpt2, "kh_gemma": write_kerashub_causal_lm,
+WRITERS = {"tf_gpt2": lambda out: write_transformers(out, "gpt2"),
+           "tf_gemma": lambda out: write_transformers(out, "gemma"), "kh_gemma": write_kerashub_causal_lm,
            "rg_griffin": write_recurrentgemma_griffin}
 
 
