@@ -12,6 +12,12 @@ For each device and step (the table's steps, :mod:`~hlo_doctor.opstats.step_span
 - **lines**: the source lines (first frame outside the frameworks) that filled the idle time, with
   the idle time each explains per step.
 
+The host columns and lines are the **driver** thread's: per host, the thread that dispatches the
+most programs. Every other thread that dispatches programs (a server thread beside a detokenizer,
+two engines in one process) is a :class:`HostThread` of its own, with its host time, the device
+idle time it spans and its lines, apart: two threads run at once, so their times are not added to
+the step's. Python threads that dispatch nothing are left out.
+
 A **window** per device is xprof's view: from the device's first op (or ``Steps`` event) to its last,
 busy over span; its idle share is what xprof's overview page reports as device idle time.
 Built by :func:`hlo_doctor.opstats.breakdown_build.build_breakdown`.
@@ -27,8 +33,8 @@ import numpy as np
 
 from hlo_doctor.opstats.breakdown_steps import HOST_KINDS, StepSlice, StepTable
 
-__all__ = ["BREAKDOWN_SCHEMA", "HOST_KINDS", "DeviceWindow", "HostLine", "StepBreakdown", "StepSlice", "StepTable",
-           "breakdown_from_dict"]
+__all__ = ["BREAKDOWN_SCHEMA", "HOST_KINDS", "DeviceWindow", "HostLine", "HostThread", "StepBreakdown", "StepSlice",
+           "StepTable", "breakdown_from_dict"]
 
 BREAKDOWN_SCHEMA = "hlo-doctor.breakdown/1"
 
@@ -58,6 +64,28 @@ class HostLine:
         head = self.where.split(" ", 1)[0]
         file, sep, line = head.rpartition(":")
         return f"{self.path or file}:{line}" if sep and line.isdigit() else ""
+
+
+@dataclass(frozen=True, slots=True)
+class HostThread:
+    """One host thread that dispatches programs: what it did per device step of its host (means)."""
+
+    host: str
+    thread: str
+    """The line's name and id (``python 8056110614980132888``: every Python thread is ``python``)."""
+    entry: str
+    """Its outermost frame outside the frameworks (``server.py:18 serve``), or ""."""
+    driver: bool
+    """The host's driver thread (the most dispatches): the step rows' host columns and the
+    breakdown's lines are its."""
+    dispatches: int
+    frames: int
+    host_by_kind_us: dict[str, float]
+    """Its time per device step by kind (:data:`HOST_KINDS`)."""
+    idle_by_kind_us: dict[str, float]
+    """Device idle time per device step while it was in each kind."""
+    lines: tuple[HostLine, ...] = ()
+    """Its lines, most idle time first; empty for the driver thread (its lines are the breakdown's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +124,8 @@ class StepBreakdown:
     driver_threads: tuple[tuple[str, str], ...] = ()
     """(host, thread) whose events say what the host did."""
     notes: tuple[str, ...] = ()
+    threads: tuple[HostThread, ...] = ()
+    """Every thread that dispatches programs, per host, the driver first."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.steps, StepTable):
@@ -188,6 +218,8 @@ class StepBreakdown:
             "lines": [{**asdict(line), "source": line.source} for line in self.lines],
             "windows": [{**asdict(w), "idle_pct": w.idle_pct} for w in self.windows],
             "notes": list(self.notes),
+            "threads": [{**asdict(t), "lines": [{**asdict(x), "source": x.source} for x in t.lines]}
+                        for t in self.threads],
         }
         if not steps:
             del out["steps"]
@@ -218,4 +250,7 @@ def breakdown_from_dict(d: Mapping[str, Any]) -> StepBreakdown:
         python_frames=bool(d.get("python_frames", False)), dispatch_spans=bool(d.get("dispatch_spans", False)),
         driver_threads=tuple((str(h), str(t)) for h, t in d.get("driver_threads", [])),
         notes=tuple(str(n) for n in d.get("notes", [])),
+        threads=tuple(HostThread(**{**_take(HostThread, t),
+                                    "lines": tuple(HostLine(**_take(HostLine, x)) for x in t.get("lines", []))})
+                      for t in d.get("threads", [])),
     )

@@ -18,13 +18,13 @@ import numpy as np
 import pandas as pd
 
 from hlo_doctor.hlo import HloModule
-from hlo_doctor.opstats.breakdown import HOST_KINDS, DeviceWindow, HostLine, StepBreakdown
+from hlo_doctor.opstats.breakdown import HOST_KINDS, DeviceWindow, HostLine, HostThread, StepBreakdown
 from hlo_doctor.opstats.breakdown_steps import SliceColumns, StepTable
 from hlo_doctor.opstats.host_time import FrameKinds, Label, Segments, host_segments
 from hlo_doctor.opstats.step_spans import StepSpans, device_index, step_spans
 from hlo_doctor.trace import Trace
 from hlo_doctor.trace.compiles import Compile, group_compiles
-from hlo_doctor.trace.python_frames import read_driver_threads
+from hlo_doctor.trace.python_frames import DriverThread, parse_frame, read_host_threads
 
 MAX_LINES = 100
 """Host lines kept (most idle time first)."""
@@ -92,6 +92,8 @@ class BreakdownPart:
     python_frames: bool
     dispatch_spans: bool
     driver_threads: tuple[tuple[str, str], ...]
+    threads: tuple[HostThread, ...] = ()
+    """Every dispatching thread of the part's hosts, the driver first."""
 
 
 def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
@@ -104,13 +106,19 @@ def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
     aggregated = int((ev["occurrences"].to_numpy() > 1).sum())
     which, devices = device_index(ev)
     spans = step_spans(trace, ev, step_source, which, devices, name=step_name, main=main)
-    threads = read_driver_threads([Path(p) for p in trace.paths])
+    host_threads = read_host_threads([Path(p) for p in trace.paths])
+    threads = {host: ts[0] for host, ts in host_threads.items()}
     # Which of the Python tracer's files are a framework's: only needed when there are frames.
-    kinds = frame_kinds() if any(t.frames for t in threads.values()) else FrameKinds.empty()
+    kinds = frame_kinds() if any(t.frames for ts in host_threads.values() for t in ts) else FrameKinds.empty()
     compiles = group_compiles(trace.compile_events)
     segments = {host: host_segments(threads.get(host), kinds, _compiles_of(compiles, host),
                                     execution_waits=trace.backend == "cpu")
                 for host in {h for h, _ in devices}}
+    # The other dispatching threads, apart: the compiles are opened on the driver thread only (a
+    # compile on another thread is among that thread's own events).
+    others = {host: [(t, host_segments(t, kinds, execution_waits=trace.backend == "cpu")) for t in ts[1:]]
+              for host, ts in host_threads.items() if host in segments}
+    per_thread: dict[tuple[str, int], _ThreadSums] = {}
     starts_all = ev["start_ns"].to_numpy(np.float64)
     durations_all = ev["duration_ns"].to_numpy(np.float64)
     timed_all = ev["occurrences"].to_numpy() <= 1
@@ -140,13 +148,62 @@ def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
             line_idle[(host, seg.labels[k])] = line_idle.get((host, seg.labels[k]), 0.0) + us
         for k, us in piece_host.items():
             line_host[(host, seg.labels[k])] = line_host.get((host, seg.labels[k]), 0.0) + us
+        if host in threads:
+            per_thread.setdefault((host, threads[host].line_id), _ThreadSums()).add(step_rows, {}, {}, seg)
+        for thread, other in others.get(host, ()):
+            rows, idle, spent = _attribute(host, device, busy, steps, other, starts, durations)
+            per_thread.setdefault((host, thread.line_id), _ThreadSums()).add(rows, idle, spent, other)
     paths = {base: kinds.path(base) for _, label in (*line_idle, *line_host)
              if (base := label.where.split(":", 1)[0]) and label.where}
+    host_records = tuple(
+        per_thread[(host, t.line_id)].record(t, i == 0, _entry(t, kinds), kinds)
+        for host in sorted(host_threads) for i, t in enumerate(host_threads[host]) if (host, t.line_id) in per_thread)
     return BreakdownPart(
         slices=tuple(slices), windows=tuple(windows), line_idle=line_idle, line_host=line_host, paths=paths,
         aggregated=aggregated, python_frames=any(t.frames for t in threads.values()),
         dispatch_spans=any(t.dispatches for t in threads.values()),
-        driver_threads=tuple(sorted((h, t.line) for h, t in threads.items())))
+        driver_threads=tuple(sorted((h, t.line) for h, t in threads.items())), threads=host_records)
+
+
+class _ThreadSums:
+    """One dispatching thread's host time and device idle time, summed over its host's device steps."""
+
+    def __init__(self) -> None:
+        self.host = np.zeros(len(HOST_KINDS))
+        self.idle = np.zeros(len(HOST_KINDS))
+        self.steps = 0
+        self.line_idle: dict[tuple[str, Label], float] = {}
+        self.line_host: dict[tuple[str, Label], float] = {}
+
+    def add(self, rows: SliceColumns, idle: Mapping[int, float], spent: Mapping[int, float], seg: Segments) -> None:
+        self.host += rows.host_us.sum(axis=0)
+        self.idle += rows.idle_by_kind.sum(axis=0)
+        self.steps += len(rows)
+        for k, us in idle.items():
+            self.line_idle[(rows.host, seg.labels[k])] = self.line_idle.get((rows.host, seg.labels[k]), 0.0) + us
+        for k, us in spent.items():
+            self.line_host[(rows.host, seg.labels[k])] = self.line_host.get((rows.host, seg.labels[k]), 0.0) + us
+
+    def record(self, thread: DriverThread, driver: bool, entry: str, kinds: FrameKinds) -> HostThread:
+        n = max(self.steps, 1)
+        paths = {base: kinds.path(base) for _, label in (*self.line_idle, *self.line_host)
+                 if (base := label.where.split(":", 1)[0]) and label.where}
+        return HostThread(
+            host=thread.host, thread=f"{thread.line} {thread.line_id}", entry=entry, driver=driver,
+            dispatches=thread.dispatches, frames=thread.frames,
+            host_by_kind_us={k: float(v) / n for k, v in zip(HOST_KINDS, self.host, strict=True)},
+            idle_by_kind_us={k: float(v) / n for k, v in zip(HOST_KINDS, self.idle, strict=True)},
+            lines=() if driver else _lines(self.line_idle, self.line_host, n, paths))
+
+
+def _entry(thread: DriverThread, kinds: FrameKinds) -> str:
+    """The thread's first (outermost) frame outside the frameworks, or ""."""
+    user = [code for code, name in enumerate(thread.names)
+            if (f := parse_frame(name)) is not None and not kinds.is_framework(f)]
+    if not user:
+        return ""
+    hits = np.flatnonzero(np.isin(thread.name_code, user))
+    return thread.names[int(thread.name_code[hits[0]])].lstrip("$") if len(hits) else ""
 
 
 def finish_breakdown(parts: Sequence[BreakdownPart], step_source: str, backend: str,
@@ -182,10 +239,22 @@ def finish_breakdown(parts: Sequence[BreakdownPart], step_source: str, backend: 
                      "(capture with python_tracer_level=1, as 'hlo-doctor profile' does)")
     if not threads:
         notes.append("no host thread dispatched a program in the trace: device idle time is not attributed")
+    records = tuple(t for p in parts for t in p.threads)
+    for host in sorted({t.host for t in records}):
+        mine = [t for t in records if t.host == host]
+        if len(mine) > 1:
+            def said(t: HostThread) -> str:
+                d, w = t.host_by_kind_us.get("dispatch", 0.0), t.host_by_kind_us.get("wait", 0.0)
+                return (f"{t.entry or t.thread} ({t.dispatches} dispatches; per step dispatch {d:,.1f} us, "
+                        f"wait {w:,.1f} us, python {t.host_by_kind_us.get('python', 0.0):,.1f} us)")
+            notes.append(f"{host}: {len(mine)} threads dispatch programs; the host columns and lines are the "
+                         f"driver thread's, {said(mine[0])}; apart (they run at the same time): "
+                         + "; ".join(said(t) for t in mine[1:]) + " (JSON: threads)")
     return StepBreakdown(
         step_source=step_source, busy_definition=_definition(backend), steps=steps,
         lines=lines, windows=tuple(windows), python_frames=has_frames,
-        dispatch_spans=any(p.dispatch_spans for p in parts), driver_threads=threads, notes=tuple(notes))
+        dispatch_spans=any(p.dispatch_spans for p in parts), driver_threads=threads, notes=tuple(notes),
+        threads=records)
 
 
 def _compiles_of(compiles: Sequence[Compile], host: str) -> list[Compile]:

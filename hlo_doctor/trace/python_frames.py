@@ -7,9 +7,11 @@ function STARTS: the tracer records calls, not lines), ``$builtins isinstance`` 
 jax's dispatch of a jitted function or of an eager op is a ``PjitFunction(<name>)`` span on the same
 thread (every backend). Nested events on one line are nested calls.
 
-:func:`read_driver_threads` keeps, per host, the one thread that dispatches programs (the most
-``PjitFunction`` spans; without any, the most Python frames): the thread whose work the devices
-wait for. Other Python threads (a progress bar's refresh thread) run beside it and are left out.
+:func:`read_host_threads` keeps, per host, every thread that dispatches programs (a server thread
+and a detokenizer, two engines in one process), the one with the most ``PjitFunction`` spans first
+(the **driver** thread, :func:`read_driver_threads`); without any dispatch, the thread with the most
+Python frames. Python threads that dispatch nothing (a progress bar's refresh thread, a thread
+that only starts and joins others) are left out: the devices never wait for them.
 Besides Python frames it keeps the dispatch spans, compile events and the PJRT client's execution
 of a program (:data:`EXECUTE_MARKER`).
 """
@@ -84,6 +86,8 @@ class DriverThread:
     """``PjitFunction`` spans on the thread (nested re-entries included)."""
     frames: int
     """Python-tracer frames of Python functions on the thread (C functions are not kept)."""
+    line_id: int = 0
+    """The line's id: the Python tracer names every Python thread's line ``python``."""
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -125,33 +129,54 @@ def _thread(host: str, plane: object, line: object, names: dict[int, str],
     frame_codes = np.fromiter((n.startswith("$") for n in vocabulary), bool, len(vocabulary))
     label = str(line.name or line.display_name or line.id)  # type: ignore[attr-defined]
     return DriverThread(host, str(plane.name), label, s[order], e[order], c[order], vocabulary,  # type: ignore[attr-defined]
-                        int(dispatch_codes[c].sum()), int(frame_codes[c].sum()))
+                        int(dispatch_codes[c].sum()), int(frame_codes[c].sum()), int(line.id))  # type: ignore[attr-defined]
 
 
-def driver_thread_of_plane(host: str, plane: object) -> DriverThread | None:
-    """The thread of one host plane that dispatches programs (see the module's docstring)."""
+def threads_of_plane(host: str, plane: object) -> list[DriverThread]:
+    """Every thread of one host plane with Python frames, dispatch spans or compile events, in the
+    plane's line order."""
     names = event_names(plane)
     wanted = [mid for mid, name in names.items() if _wanted(name)]
     if not wanted:
-        return None
+        return []
     codes = {mid: i for i, mid in enumerate(wanted)}
-    best: DriverThread | None = None
-    for line in plane.lines:  # type: ignore[attr-defined]
-        thread = _thread(host, plane, line, names, codes)
-        if thread is None:
-            continue
-        if best is None or (thread.dispatches, thread.frames) > (best.dispatches, best.frames):
-            best = thread
-    return best
+    return [t for line in plane.lines  # type: ignore[attr-defined]
+            if (t := _thread(host, plane, line, names, codes)) is not None]
+
+
+def _rank(thread: DriverThread) -> tuple[int, int]:
+    return thread.dispatches, thread.frames
+
+
+def dispatching_threads(threads: list[DriverThread]) -> list[DriverThread]:
+    """The threads that dispatch programs, most dispatches first (the first found first on a tie);
+    without any, the one with the most Python frames alone (see the module's docstring)."""
+    ranked = sorted(threads, key=lambda t: (-t.dispatches, -t.frames))  # stable: the first found first
+    if not ranked:
+        return []
+    return [t for t in ranked if t.dispatches > 0] or ranked[:1]
+
+
+def driver_thread_of_plane(host: str, plane: object) -> DriverThread | None:
+    """The thread of one host plane that dispatches the most programs (see the module's docstring)."""
+    found = dispatching_threads(threads_of_plane(host, plane))
+    return found[0] if found else None
 
 
 def read_driver_threads(paths: list[Path] | tuple[Path, ...]) -> dict[str, DriverThread]:
-    """host -> its driver thread, from the host planes of these xplane files (one per host).
+    """host -> its driver thread (the most dispatches), from the host planes of these xplane files
+    (one per host); see :func:`read_host_threads`."""
+    return {host: threads[0] for host, threads in read_host_threads(paths).items()}
+
+
+def read_host_threads(paths: list[Path] | tuple[Path, ...]) -> dict[str, list[DriverThread]]:
+    """host -> its dispatching threads, the driver thread first (:func:`dispatching_threads`), from
+    the host planes of these xplane files (one per host).
 
     Only host planes are parsed. A file that cannot be read, or a host without Python frames or
     dispatch spans, yields nothing for that host.
     """
-    out: dict[str, DriverThread] = {}
+    found: dict[str, list[DriverThread]] = {}
     for path in paths:
         if not str(path).endswith(".pb"):
             continue
@@ -161,10 +186,7 @@ def read_driver_threads(paths: list[Path] | tuple[Path, ...]) -> dict[str, Drive
                 for ref in space.planes:
                     if not ref.name.startswith("/host:") or ref.name == METADATA_PLANE:
                         continue
-                    thread = driver_thread_of_plane(host, space.plane(ref))
-                    if thread is not None and (host not in out or (thread.dispatches, thread.frames)
-                                               > (out[host].dispatches, out[host].frames)):
-                        out[host] = thread
+                    found.setdefault(host, []).extend(threads_of_plane(host, space.plane(ref)))
         except (InputError, OSError):
             continue
-    return out
+    return {host: picked for host, threads in found.items() if (picked := dispatching_threads(threads))}
