@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -47,11 +48,13 @@ from hlo_doctor.hlo import HloModule
 from hlo_doctor.hlo.analysis import ConvertProgram, convert_programs
 from hlo_doctor.lint.context import Context, OpTiming
 from hlo_doctor.lint.intervals import covered, in_steps, inside, parents, union
-from hlo_doctor.opstats.host_time import FrameKinds, host_segments
 from hlo_doctor.trace import find_xplanes, read_trace
 from hlo_doctor.trace.compiles import module_of_function
 from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX
 from hlo_doctor.trace.python_frames import EXECUTE_MARKER, DriverThread, parse_frame, read_driver_threads
+
+if TYPE_CHECKING:  # the op-stats package imports pandas: the rule API loads without it
+    from hlo_doctor.opstats.host_time import FrameKinds
 
 PER_STEP_FLOOR = 0.5
 """A program runs "per step" from this many launches per step on one device (HD003's bar)."""
@@ -275,6 +278,8 @@ def _call_cost(ctx: Context, name: str) -> CallCost | None:
     cap = _capture(ctx)
     if cap is None:
         return None
+    from hlo_doctor.opstats.host_time import FrameKinds
+
     kinds = FrameKinds.from_modules(ctx.modules)
     totals = {"calls": 0, "steps": 0, "host": 0.0, "dispatch": 0.0, "idle": 0.0, "device": 0.0, "waited": 0.0,
               "repeats": 0, "repeat_host": 0.0, "repeat_idle": 0.0}
@@ -345,6 +350,8 @@ def _idle_by_label(thread: DriverThread, kinds: FrameKinds, busy: tuple[np.ndarr
     """Device idle time (us) inside the spans [lo, hi) by the breakdown's (kind, where) labels."""
     if not len(lo):
         return {}
+    from hlo_doctor.opstats.host_time import host_segments
+
     seg = host_segments(thread, kinds, execution_waits=cpu)
     spans = union(lo, hi)
     # Pieces: the segments cut at the spans' edges; each lies in one segment and in or out of a span.

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from hlo_doctor.trace.model import OpEvents
+
+if TYPE_CHECKING:  # imported where a column becomes a Categorical: the rule API needs no pandas
+    import pandas as pd
 
 _WIDTH = 10
 
@@ -36,6 +38,8 @@ class Vocabulary:
 
     def categorical(self, codes: np.ndarray) -> pd.Categorical:
         """The column as a ``pandas.Categorical`` (values kept as they are: ints stay Python ints)."""
+        import pandas as pd
+
         categories = pd.Index(np.array(self.values + [None], dtype=object)[:-1], dtype=object)
         return pd.Categorical.from_codes(codes, categories=categories)
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from hlo_doctor.trace.peaks import DevicePeaks
+
+if TYPE_CHECKING:  # pandas is imported by the readers that build the columns, not by their type
+    import pandas as pd
 
 
 @dataclass(frozen=True, slots=True)
