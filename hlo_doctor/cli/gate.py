@@ -153,8 +153,11 @@ def gate_cmd(
         "noise_z": noise_z,
     })
     options = pod_options(jobs, scheduler, skip_bad_hosts)
-    base_stats = _load(baseline, "baseline", options)
-    cand_stats = _load(candidate, "candidate", options)
+    from hlo_doctor.opstats.build import shared_module_parses
+
+    with shared_module_parses():  # the two sides of one program share most of their modules' texts
+        base_stats = _load(baseline, "baseline", options)
+        cand_stats = _load(candidate, "candidate", options)
     result = gate(base_stats, cand_stats, policy, strict=strict,
                   baseline_label=str(baseline), candidate_label=str(candidate))
 

@@ -15,7 +15,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,10 +59,38 @@ def modules_from_protos(protos: Iterable[ModuleProto]) -> tuple[tuple[HloModule,
         origin = f"{proto.name}({proto.program_id})"
         try:
             text = module_text_from_proto(proto.hlo_proto, origin=origin)
-            modules.append(parse_module(text, program_id=proto.program_id, origin=origin))
+            modules.append(_parse(text, proto.program_id, origin))
         except InputError as exc:
             warnings.append(f"module {origin} skipped: {exc.what}")
     return tuple(modules), tuple(warnings)
+
+
+_SHARED_PARSES: ContextVar[dict[str, HloModule] | None] = ContextVar("_SHARED_PARSES", default=None)
+
+
+@contextmanager
+def shared_module_parses() -> Iterator[None]:
+    """Inside the block, a module text is parsed once for every capture read: two captures of one
+    program (a gate's baseline and candidate) print the same modules, and parsing them is most of
+    reading a small capture. The parsed modules are held until the block ends, no longer."""
+    token = _SHARED_PARSES.set({})
+    try:
+        yield
+    finally:
+        _SHARED_PARSES.reset(token)
+
+
+def _parse(text: str, program_id: int | None, origin: str) -> HloModule:
+    """The module of ``text`` (with ``program_id``), parsed once per text inside :func:`shared_module_parses`."""
+    parsed = _SHARED_PARSES.get()
+    if parsed is None:
+        return parse_module(text, program_id=program_id, origin=origin)
+    module = parsed.get(text)
+    if module is None:
+        module = parsed[text] = parse_module(text, program_id=program_id, origin=origin)
+    # The same text under another program id (a jit compiled again): the id is the module's only
+    # field that is not read from the text.
+    return module if module.program_id == program_id else dataclasses.replace(module, program_id=program_id)
 
 
 @dataclass(frozen=True, slots=True)
