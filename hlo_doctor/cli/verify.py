@@ -60,8 +60,8 @@ def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
 @click.option("--fix", "fix", metavar="FIX", help="Fix to verify: the treatment is a temporary fixed copy (of the "
               "bundled engine: bf16-greedy-sampler; of TARGET's file: a file fix of the catalog, "
               "hlo-doctor apply-fix --list).")
-@click.option("--fix-line", type=int, metavar="LINE", help="TARGET: apply --fix at this line of TARGET's file (the "
-              "line a finding names) [default: wherever it applies].")
+@click.option("--fix-line", type=int, metavar="LINE", help="TARGET: apply --fix at this line of TARGET's file "
+              "[default: the lines the baseline's own findings name, from a capture taken first].")
 @click.option("--fix-arg", metavar="NAME", default="", help="TARGET: the argument a finding names (donate-state: "
               "the state to donate), as apply-fix --arg.")
 @click.option("--variant", type=click.Choice(["full", "upstream"]), default="full", show_default=True,

@@ -62,3 +62,12 @@ def test_a_fix_no_finding_offers_is_refused_naming_why(tmp_path: Path) -> None:
                                        "--rounds", "3", "--steps", "1", "--warmup", "1", "--format", "md"])
     assert result.exit_code in (0, 1), result.output
     assert f"fixed at small_loop.py:{line}, as --fix-line said" in " ".join(result.output.split())
+
+
+def test_an_argument_without_a_line_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    path = tmp_path / "small_loop.py"
+    path.write_text(SMALL_LOOP + "\nimport pathlib\npathlib.Path(__file__).with_suffix('.imported').touch()\n")
+    result = CliRunner().invoke(main, ["verify", f"{path}:step", "--fix", "donate-state", "--fix-arg", "cache"])
+    assert result.exit_code == 2, result.output
+    assert "--fix-arg without --fix-line" in result.output
+    assert not path.with_suffix(".imported").exists()

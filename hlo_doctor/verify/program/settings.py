@@ -44,7 +44,7 @@ class ProgramSettings:
     fix: str | None = None
     """A file fix of the catalog (``eager-widening``), applied to a copy of the baseline's file."""
     fix_line: int | None = None
-    """The line of the baseline's file the fix is applied at (a finding's line); None: wherever it applies."""
+    """The line of the baseline's file the fix is applied at; None: the lines the baseline's findings name."""
     fix_arg: str = ""
     """The jitted function's argument a finding names (``donate-state``: the state to donate)."""
     rounds: int = shared.DEFAULT_ROUNDS
@@ -97,6 +97,9 @@ def validate_program_settings(settings: ProgramSettings) -> None:
         _spec(settings.treatment, "--treatment")
     if settings.fix is None and (settings.fix_line is not None or settings.fix_arg):
         raise InputError("--fix-line/--fix-arg without --fix", "pass --fix FIX, or drop them")
+    if settings.fix is not None and settings.fix_arg and settings.fix_line is None:
+        raise InputError("--fix-arg without --fix-line: without a line, each finding names its own argument",
+                         "pass --fix-line LINE with --fix-arg, or drop --fix-arg")
     if settings.fix_line is not None and settings.fix_line < 1:
         raise InputError(f"--fix-line {settings.fix_line}: lines count from 1", "pass the line a finding names")
     shared.check_rounds(settings.rounds)
