@@ -94,6 +94,7 @@ class BreakdownPart:
     driver_threads: tuple[tuple[str, str], ...]
     threads: tuple[HostThread, ...] = ()
     """Every dispatching thread of the part's hosts, the driver first."""
+    notes: tuple[str, ...] = ()
 
 
 def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
@@ -110,6 +111,7 @@ def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
     threads = {host: ts[0] for host, ts in host_threads.items()}
     # Which of the Python tracer's files are a framework's: only needed when there are frames.
     kinds = frame_kinds() if any(t.frames for ts in host_threads.values() for t in ts) else FrameKinds.empty()
+    kinds.by_definition = any(not str(p).endswith(".pb") for p in trace.paths)  # a trace JSON: no HLO paths
     compiles = group_compiles(trace.compile_events)
     segments = {host: host_segments(threads.get(host), kinds, _compiles_of(compiles, host),
                                     execution_waits=trace.backend == "cpu")
@@ -162,7 +164,17 @@ def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
         slices=tuple(slices), windows=tuple(windows), line_idle=line_idle, line_host=line_host, paths=paths,
         aggregated=aggregated, python_frames=any(t.frames for t in threads.values()),
         dispatch_spans=any(t.dispatches for t in threads.values()),
-        driver_threads=tuple(sorted((h, t.line) for h, t in threads.items())), threads=host_records)
+        driver_threads=tuple(sorted((h, t.line) for h, t in threads.items())), threads=host_records,
+        notes=_json_notes(trace.paths, host_threads))
+
+
+def _json_notes(paths: Sequence[str], threads: Mapping[str, object]) -> tuple[str, ...]:
+    """What a trace JSON without host thread events leaves out (an xplane says it by the notes below)."""
+    json_files = [p for p in paths if not str(p).endswith(".pb")]
+    if not json_files or threads:
+        return ()
+    return (f"{', '.join(Path(p).name for p in json_files)}: the trace JSON holds no host thread events "
+            "(PjitFunction dispatch, Python frames, compiles): device busy and idle only, no host side",)
 
 
 class _ThreadSums:
@@ -210,7 +222,7 @@ def finish_breakdown(parts: Sequence[BreakdownPart], step_source: str, backend: 
                      device_rank: Mapping[tuple[str, str], int] | None = None) -> StepBreakdown:
     """The step breakdown of the parts' devices together; ``device_rank`` orders the devices (as
     the op events of all hosts read in one go would), else they keep the parts' order."""
-    notes: list[str] = []
+    notes: list[str] = [n for p in parts for n in p.notes]
     aggregated = sum(p.aggregated for p in parts)
     if aggregated:
         notes.append(f"{aggregated} aggregated op events (num_occurrences) have no place in time: "

@@ -132,6 +132,10 @@ class FrameKinds:
         self.paths = dict(paths or {})
         self._user = {base for base, path in self.paths.items() if not self.path_is_framework(path)}
         self._cache: dict[tuple[str, str, bool], bool] = {}
+        self.by_definition = False
+        """Inside a framework's call too, a file of that name must define the function (set for a
+        trace JSON: without the HLO metadata's paths, ``runner.py`` called back by the capture loop
+        would otherwise be pytest's)."""
 
     def path_is_framework(self, path: str) -> bool:
         """True when ``path`` (a full path) is a framework's or the standard library's file."""
@@ -145,6 +149,7 @@ class FrameKinds:
         """Kinds for a capture without Python frames: nothing to classify, nothing read from disk."""
         kinds = cls.__new__(cls)
         kinds._installed, kinds.paths, kinds._user, kinds._cache = {}, {}, set(), {}
+        kinds.by_definition = False
         return kinds
 
     @classmethod
@@ -179,7 +184,8 @@ class FrameKinds:
                 known = True
             else:
                 candidates = self._installed.get(frame.file, ())
-                known = bool(candidates) and (called_from_framework or frame.function.startswith("<") or any(
+                loose = called_from_framework and not self.by_definition
+                known = bool(candidates) and (loose or frame.function.startswith("<") or any(
                     frame.function in _defined_names(path) for _, path in candidates))
             self._cache[key] = known
         return known

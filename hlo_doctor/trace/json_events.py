@@ -10,8 +10,9 @@ The files people share (jax's ``<host>.trace.json.gz`` and ``perfetto_trace.json
 by :mod:`.json_decode`: msgspec records holding only the keys read), so a 100 MB ``.json.gz`` never
 becomes one Python object per event at once. Each thread's ``ph: "X"`` events become columns (name
 and arg codes, times in ns); ``ph: "M"`` events name processes and threads.
-Host events that are neither ops, steps, compiles nor dispatches (the Python tracer's frames, the
-runtime's own spans) are dropped as they are read.
+Host events that are neither ops, steps, compiles, dispatches, the PJRT client's execution of a
+program nor the Python tracer's frames of ``.py`` files (the runtime's own spans, C functions) are
+dropped as they are read: what is kept is what :mod:`.json_threads` makes the host threads of.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.columns import Vocabulary
 from hlo_doctor.trace.conventions import COMPILE_MARKERS
 from hlo_doctor.trace.json_decode import GZIP_ERRORS, NONE, decode_events, decode_value, from_value, open_gzip
+from hlo_doctor.trace.python_frames import EXECUTE_MARKER
 
 # Names as jax and xprof write them; any other ``.json.gz`` is read as a trace too.
 TRACE_JSON_SUFFIXES = (".trace.json", ".trace.json.gz", "perfetto_trace.json", "perfetto_trace.json.gz")
@@ -37,8 +39,10 @@ HINT = "pass a trace-viewer JSON (<host>.trace.json.gz, perfetto_trace.json.gz, 
 _CHUNK = 1 << 22  # bytes decoded per read: memory stays bounded on a 100 MB .json.gz
 _SEP = re.compile(rb"[ \t\r\n,]*")
 _WS = re.compile(rb"[ \t\r\n]*")
-# Host events worth keeping (the Python tracer writes millions of others).
-_HOST_KEEP = re.compile("|".join([*(re.escape(m) for m in COMPILE_MARKERS), r"^PjitFunction\("]))
+# Host events worth keeping (the runtime writes millions of others): as python_frames keeps them on
+# an xplane; a frame of a .py file is ``$file.py:12 function`` (line > 0; C functions are line-less).
+_HOST_KEEP = re.compile("|".join([*(re.escape(m) for m in COMPILE_MARKERS), r"^PjitFunction\(",
+                                  re.escape(EXECUTE_MARKER), r"^\$(?!<)\S*:\d*[1-9]\d*(?:\s|$)"]))
 INFO_KEYS = ("hlo_op", "hlo_module", "long_name", "program_id", "module")
 """The args kept per event, interned as one tuple (a few hundred distinct in millions of events)."""
 _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")

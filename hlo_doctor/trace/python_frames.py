@@ -177,6 +177,12 @@ def read_host_threads(paths: list[Path] | tuple[Path, ...]) -> dict[str, list[Dr
     dispatch spans, yields nothing for that host.
     """
     found: dict[str, list[DriverThread]] = {}
+    json_paths = [Path(p) for p in paths if not str(p).endswith(".pb")]
+    if json_paths:  # a trace JSON's host lines, read with its table (see json_threads)
+        from hlo_doctor.trace.json_threads import host_threads_json
+
+        for host, threads in host_threads_json(json_paths).items():
+            found.setdefault(host, []).extend(threads)
     for path in paths:
         if not str(path).endswith(".pb"):
             continue

@@ -33,7 +33,9 @@ from hlo_doctor.trace.json_events import (
     is_device_plane,
     is_trace_json,
 )
+from hlo_doctor.trace.json_threads import host_dispatch_json, pick, remember, thread_of_line
 from hlo_doctor.trace.model import CompileEvent, HostDispatch, StepMark, Trace
+from hlo_doctor.trace.python_frames import DriverThread
 from hlo_doctor.trace.xspace import program_id_of
 
 _COMPILE = re.compile("|".join(re.escape(m) for m in COMPILE_MARKERS))
@@ -83,6 +85,8 @@ class _Builder:
     backends: set[str] = field(default_factory=set)
     dispatch: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
     """``PjitFunction(<name>)`` spans (start, end, name) per host line."""
+    threads: dict[str, list[DriverThread]] = field(default_factory=dict)
+    """Host -> its lines with frames, dispatches or compiles (:mod:`.json_threads`)."""
     counts: dict[str, int] = field(default_factory=dict)
     """Events the reader had to work around, by what was missing (said in the warnings)."""
     notes: list[str] = field(default_factory=list)
@@ -265,10 +269,16 @@ class _Builder:
             is_op = is_op_info[infos]
             if want_ops and is_op.any():
                 self._host_ops(f, host, plane, line, infos, is_op)
+            if (thread := thread_of_line(f, host, plane, tid, tname, line)) is not None:
+                self.threads.setdefault(host, []).append(thread)
             starts, durs = line.ts, line.dur
             steps = line.column("step")
             found: list[CompileEvent] = []
-            for i in np.flatnonzero(~is_op).tolist():
+            # Python frames are kept for the threads; only steps, compiles and dispatches are read here.
+            codes = np.unique(names)
+            marks = codes[np.fromiter((bool(_COMPILE.search(n := str(f.names.values[c])) or _DISPATCH.match(n))
+                                       for c in codes.tolist()), bool, len(codes))]
+            for i in np.flatnonzero(~is_op & (np.isin(names, marks) | (steps != NONE))).tolist():
                 name = str(f.names.values[names[i]])
                 if name.startswith(_NOISE_PREFIXES):
                     continue
@@ -350,18 +360,13 @@ class _Builder:
 
 def _dispatched(found: list[CompileEvent], spans: list[tuple[float, float, str]]) -> list[CompileEvent]:
     """Compile events with the name jax dispatched: the innermost ``PjitFunction`` span around each
-    on its thread (the Python frames around it are not kept: the tracer's events are dropped)."""
+    on its thread (as on an xplane, not the Python frames around it)."""
     out = []
     for e in found:
         start, end = e.start_us * 1e3, (e.start_us + e.duration_us) * 1e3
         around = [s for s in spans if s[0] <= start and end <= s[1] and (s[0], s[1]) != (start, end)]
         out.append(replace(e, function=max(around)[2]) if around else e)
     return out
-
-
-# The dispatch spans of the files read last: diagnose reads the table and then the dispatch of the
-# same file, and a trace JSON is read once (Trace has no field for them).
-_DISPATCH_OF: dict[tuple[tuple[str, int, int], ...], tuple[HostDispatch, ...]] = {}
 
 
 def _key(paths: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
@@ -383,16 +388,5 @@ def read_trace_json(paths: Sequence[Path]) -> Trace:
     """
     builder = _read(paths)
     trace = builder.trace(paths)
-    if len(_DISPATCH_OF) > 4:
-        _DISPATCH_OF.clear()
-    _DISPATCH_OF[_key(paths)] = builder.host_dispatch()
+    remember(_key(paths), builder.host_dispatch(), pick(builder.threads))
     return trace
-
-
-def host_dispatch_json(paths: Sequence[Path]) -> tuple[HostDispatch, ...]:
-    """Host dispatch spans per program in trace JSON files (kept from :func:`read_trace_json`)."""
-    try:
-        cached = _DISPATCH_OF.get(_key(paths))
-        return cached if cached is not None else _read(paths).host_dispatch()
-    except (InputError, OSError):
-        return ()

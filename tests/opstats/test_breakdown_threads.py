@@ -4,20 +4,33 @@ A real capture (``hlo-doctor``'s own, jax.jit on CPU): a server thread runs ``en
 detokenizer thread runs ``detok`` three times per step, both long-lived and fed by queues, while the
 stepping thread only hands them work and waits. The detokenizer dispatches the most: it is the
 driver thread; the server thread is read apart, with its own host time and lines.
+
+The same capture exported by xprof's converter (``trace_viewer``, as people share it) must give the
+same host side as its xplane: per step and kind, per thread, line for line.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 import queue
+import sys
 import threading
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from hlo_doctor.capture import capture_run
-from hlo_doctor.opstats import OpStats
-from hlo_doctor.opstats.breakdown import HOST_KINDS, breakdown_from_dict
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+
+from test_trace_json import xprof_trace_json  # noqa: E402
+
+from hlo_doctor.capture import capture_run  # noqa: E402
+from hlo_doctor.opstats import OpStats, load_opstats  # noqa: E402
+from hlo_doctor.opstats.breakdown import HOST_KINDS, StepBreakdown, breakdown_from_dict  # noqa: E402
+from hlo_doctor.trace import find_xplanes  # noqa: E402
 
 
 @jax.jit
@@ -38,7 +51,7 @@ def _worker(fn: object, x: jax.Array, inbox: queue.Queue[int | None], done: queu
 
 
 @pytest.fixture(scope="module")
-def two_threads(tmp_path_factory: pytest.TempPathFactory) -> OpStats:
+def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, OpStats]:
     x = jnp.ones((64, 64), jnp.float32)
     boxes: list[tuple[queue.Queue[int | None], queue.Queue[int]]] = [(queue.Queue(), queue.Queue()) for _ in range(2)]
     workers = [threading.Thread(target=_worker, args=(fn, x, *box), name=name, daemon=True)
@@ -53,14 +66,19 @@ def two_threads(tmp_path_factory: pytest.TempPathFactory) -> OpStats:
         boxes[1][1].get()
 
     try:
-        _, stats = capture_run(step, steps=3, warmup=1, out_dir=tmp_path_factory.mktemp("threads") / "run",
-                               target="two_threads")
+        run, stats = capture_run(step, steps=3, warmup=1, out_dir=tmp_path_factory.mktemp("threads") / "run",
+                                 target="two_threads")
     finally:
         for inbox, _ in boxes:
             inbox.put(None)
         for w in workers:
             w.join(timeout=30)
-    return stats
+    return run, stats
+
+
+@pytest.fixture(scope="module")
+def two_threads(captured: tuple[Path, OpStats]) -> OpStats:
+    return captured[1]
 
 
 def test_each_dispatching_thread_has_its_own_host_time(two_threads: OpStats) -> None:
@@ -91,3 +109,41 @@ def test_threads_survive_the_json(two_threads: OpStats) -> None:
     assert b is not None
     back = breakdown_from_dict(b.to_dict())
     assert back.threads == b.threads
+
+
+def _host_side(b: StepBreakdown) -> tuple[object, ...]:
+    """Everything the host side says, thread names aside (xprof writes 32-bit thread ids)."""
+    lines = [(x.kind, x.where, x.target, round(x.idle_us, 6), round(x.host_us, 6)) for x in b.lines]
+    threads = [(t.entry, t.driver, t.dispatches, t.frames, t.host_by_kind_us, t.idle_by_kind_us,
+                [(x.kind, x.where, x.target, round(x.idle_us, 6), round(x.host_us, 6)) for x in t.lines])
+               for t in b.threads]
+    return lines, threads
+
+
+def test_trace_json_gives_the_xplanes_host_side(captured: tuple[Path, OpStats], tmp_path: Path) -> None:
+    run, stats = captured
+    xplane = stats.breakdown
+    trace = xprof_trace_json(find_xplanes(run)[0], tmp_path)
+    got = load_opstats(trace).breakdown
+    assert xplane is not None and got is not None
+    for name in ("wall_us", "busy_us", "host_us", "idle_by_kind"):
+        np.testing.assert_allclose(got.table.column(name), xplane.table.column(name), rtol=1e-9, atol=1e-6)
+    assert got.host_by_kind()["dispatch"] > 0 and got.python_frames and got.dispatch_spans
+    assert len(got.threads) == 2
+    assert _host_side(got) == _host_side(xplane)
+    assert not any("no host thread events" in n for n in got.notes)
+
+
+def test_trace_json_without_host_events_says_so(captured: tuple[Path, OpStats], tmp_path: Path) -> None:
+    # The same export with the Python threads' events taken out: only XLA:CPU's threads are left.
+    trace = xprof_trace_json(find_xplanes(captured[0])[0], tmp_path)
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    python = {(e["pid"], e["tid"]) for e in doc["traceEvents"]
+              if e.get("ph") == "M" and e.get("name") == "thread_name" and e["args"]["name"] == "python"}
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if (e.get("pid"), e.get("tid")) not in python]
+    bare = tmp_path / "bare.trace.json.gz"
+    bare.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    b = load_opstats(bare).breakdown
+    assert b is not None and b.threads == () and not b.python_frames
+    assert any("holds no host thread events" in n for n in b.notes)
+    assert b.host_by_kind()["untraced"] == pytest.approx(b.wall_us)

@@ -1,0 +1,92 @@
+"""The host threads of a trace JSON, as :mod:`hlo_doctor.trace.python_frames` reads them from an xplane.
+
+jax's ``perfetto_trace.json.gz`` and xprof's ``trace_viewer`` export keep the host plane's lines:
+one thread each, with the Python tracer's frames (``$runner.py:124 execute_decode``) when the
+tracer was on, jax's ``PjitFunction(<name>)`` dispatch spans, compile events and the PJRT client's
+execution of a program. The reader (:mod:`.json_events`) keeps exactly those host events; each
+thread's become a :class:`~hlo_doctor.trace.python_frames.DriverThread` with the times of the
+file's clock (the clock of its op events), so the step breakdown has its host side from the JSON.
+A file without them (a trace with only device events) has no host threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from hlo_doctor.core.errors import InputError
+from hlo_doctor.trace.conventions import DISPATCH_PREFIX
+from hlo_doctor.trace.json_events import EventFile, EventLine
+from hlo_doctor.trace.model import HostDispatch
+from hlo_doctor.trace.python_frames import DriverThread, _wanted, dispatching_threads
+
+# The dispatch spans and threads of the files read last, by (path, size, mtime): the table reads a
+# trace JSON once; diagnose asks for its dispatch and the breakdown for its threads after (Trace has
+# no field for them).
+_DISPATCH_OF: dict[tuple[tuple[str, int, int], ...], tuple[HostDispatch, ...]] = {}
+_THREADS_OF: dict[tuple[tuple[str, int, int], ...], dict[str, list[DriverThread]]] = {}
+
+
+def thread_of_line(f: EventFile, host: str, plane: str, tid: object, tname: str,
+                   line: EventLine) -> DriverThread | None:
+    """One host line's frames, dispatches, compiles and executions as a thread; None without any."""
+    names = line.names
+    if not len(names):
+        return None
+    codes = np.unique(names)
+    wanted = codes[np.fromiter((_wanted(str(f.names.values[c])) for c in codes.tolist()), bool, len(codes))]
+    keep = np.isin(names, wanted)
+    if not keep.any():
+        return None
+    starts = line.ts[keep]
+    ends = starts + line.dur[keep]
+    used, code = np.unique(names[keep], return_inverse=True)
+    vocabulary = tuple(str(f.names.values[c]) for c in used.tolist())
+    order = np.lexsort((-ends, starts))
+    code = code.astype(np.int32)
+    dispatch = np.fromiter((n.startswith(DISPATCH_PREFIX) for n in vocabulary), bool, len(vocabulary))
+    frame = np.fromiter((n.startswith("$") for n in vocabulary), bool, len(vocabulary))
+    line_id = tid if isinstance(tid, int) else 0
+    return DriverThread(host, plane, tname or str(tid), starts[order], ends[order], code[order], vocabulary,
+                        int(dispatch[code].sum()), int(frame[code].sum()), line_id)
+
+
+def pick(found: dict[str, list[DriverThread]]) -> dict[str, list[DriverThread]]:
+    """host -> its dispatching threads, the driver first (as from an xplane)."""
+    return {host: picked for host, threads in found.items() if (picked := dispatching_threads(threads))}
+
+
+def remember(key: tuple[tuple[str, int, int], ...], dispatch: tuple[HostDispatch, ...],
+             threads: dict[str, list[DriverThread]]) -> None:
+    """Keep the dispatch spans and threads of the files just read (:func:`host_dispatch_json`,
+    :func:`host_threads_json`)."""
+    if len(_THREADS_OF) > 4:
+        _THREADS_OF.clear()
+        _DISPATCH_OF.clear()
+    _DISPATCH_OF[key] = dispatch
+    _THREADS_OF[key] = threads
+
+
+def host_dispatch_json(paths: Sequence[Path]) -> tuple[HostDispatch, ...]:
+    """Host dispatch spans per program in trace JSON files (kept from the table's read of them)."""
+    from hlo_doctor.trace.trace_json import _key, _read  # the reader imports this module
+
+    try:
+        cached = _DISPATCH_OF.get(_key(paths))
+        return cached if cached is not None else _read(paths).host_dispatch()
+    except (InputError, OSError):
+        return ()
+
+
+def host_threads_json(paths: Sequence[Path]) -> dict[str, list[DriverThread]]:
+    """host -> its dispatching threads in trace JSON files (kept from the table's read of them, else
+    read again); empty when the files hold no host thread events or cannot be read."""
+    from hlo_doctor.trace.trace_json import _key, _read  # the reader imports this module
+
+    try:
+        cached = _THREADS_OF.get(_key(paths))
+        return cached if cached is not None else pick(_read(paths).threads)
+    except (InputError, OSError):
+        return {}
