@@ -20,7 +20,7 @@ from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.conventions import DISPATCH_PREFIX
 from hlo_doctor.trace.json_events import EventFile, EventLine
 from hlo_doctor.trace.model import HostDispatch
-from hlo_doctor.trace.python_frames import DriverThread, _wanted, dispatching_threads
+from hlo_doctor.trace.python_frames import DriverThread, dispatching_threads, is_host_event
 
 # The dispatch spans and threads of the files read last, by (path, size, mtime): the table reads a
 # trace JSON once; diagnose asks for its dispatch and the breakdown for its threads after (Trace has
@@ -36,7 +36,7 @@ def thread_of_line(f: EventFile, host: str, plane: str, tid: object, tname: str,
     if not len(names):
         return None
     codes = np.unique(names)
-    wanted = codes[np.fromiter((_wanted(str(f.names.values[c])) for c in codes.tolist()), bool, len(codes))]
+    wanted = codes[np.fromiter((is_host_event(str(f.names.values[c])) for c in codes.tolist()), bool, len(codes))]
     keep = np.isin(names, wanted)
     if not keep.any():
         return None

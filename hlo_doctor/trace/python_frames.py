@@ -93,7 +93,9 @@ class DriverThread:
         return len(self.start_ns)
 
 
-def _wanted(name: str) -> bool:
+def is_host_event(name: str) -> bool:
+    """True for an event a host thread's time is read from: a frame of a ``.py`` file, a dispatch span,
+    the PJRT client's execution of a program, a compile event."""
     # C functions (``$builtins max``: most of a Python loop's events) never change what the host is
     # doing around them: they are left out.
     if name.startswith("$"):
@@ -136,7 +138,7 @@ def threads_of_plane(host: str, plane: object) -> list[DriverThread]:
     """Every thread of one host plane with Python frames, dispatch spans or compile events, in the
     plane's line order."""
     names = event_names(plane)
-    wanted = [mid for mid, name in names.items() if _wanted(name)]
+    wanted = [mid for mid, name in names.items() if is_host_event(name)]
     if not wanted:
         return []
     codes = {mid: i for i, mid in enumerate(wanted)}
