@@ -206,6 +206,8 @@ def test_a_treatment_with_other_outputs_fails_naming_the_round_and_the_element(p
     assert suite.get("failures") != "0"
     assert [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None][0] == "2 outputs identical"
     assert "differ in round 2" in (out / "verify.md").read_text()
+    page = (out / "report.html").read_text()  # the verify page, drawn from this verify.json
+    assert "verify: FAIL (outputs identical)" in page and "Step time (one call of the target)" in page
 
 
 def test_a_target_that_raises_fails_naming_it(programs: Path) -> None:

@@ -87,11 +87,19 @@ def _strip_chart(doc: Mapping[str, Any], *, metric: str, title: str, unit: str, 
     return Chart(f"verify-{key}", title, alt, spec, table(f"table-verify-{key}", f"{title} ({unit})", columns, rows))
 
 
+def _is_program(doc: Mapping[str, Any]) -> bool:
+    """``verify FILE.py:FUNC``'s report: a call of the target is its step, check 4 its verdict."""
+    return str(doc.get("schema", "")).startswith("hlo-doctor.verify-program")
+
+
 def _comparisons(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     out: list[tuple[str, Mapping[str, Any]]] = []
-    for key, name in (("throughput", "throughput (higher is better)"),
-                      ("step_time", "decode step time (lower is better; decides check 5)"),
-                      ("batch_ttft", "batch TTFT (lower is better)")):
+    named = ((("step_time", "step time: one call of the target (lower is better; decides check 4)"),
+              ("round_time", "round wall time (lower is better)")) if _is_program(doc) else
+             (("throughput", "throughput (higher is better)"),
+              ("step_time", "decode step time (lower is better; decides check 5)"),
+              ("batch_ttft", "batch TTFT (lower is better)")))
+    for key, name in named:
         if isinstance(doc.get(key), Mapping):
             out.append((name, doc[key]))
     for level in doc.get("levels") or []:  # verify --target: a throughput (and a step time) per level
@@ -193,10 +201,13 @@ def verify_sections(doc: Mapping[str, Any]) -> tuple[Section, ...]:
     older = "" if doc.get("schema") else " (a verify.json from an older hlo-doctor)"
     target = str(doc.get("schema", "")).startswith("hlo-doctor.verify-target")
     view = (_target_rounds(doc) or {}) if target else doc
-    for metric, title, unit, per_step, key in (
-            ("throughput_rows_s" if target else "throughput_tok_s", "Throughput per round",
-             "rows/s" if target else "tok/s", False, "throughput"),
-            ("step_times_ms", "Sampling-step time" if target else "Decode-step time", "ms", True, "step_times")):
+    strips: tuple[tuple[str, str, str, bool, str], ...] = (
+        ("throughput_rows_s" if target else "throughput_tok_s", "Throughput per round", "rows/s" if target else "tok/s",
+         False, "throughput"),
+        ("step_times_ms", "Sampling-step time" if target else "Decode-step time", "ms", True, "step_times"))
+    if _is_program(doc):  # a program has no throughput: its rounds' wall times are in the rounds table
+        strips = (("step_times_ms", "Step time (one call of the target)", "ms", True, "step_times"),)
+    for metric, title, unit, per_step, key in strips:
         chart = _strip_chart(view, metric=metric, title=title, unit=unit, per_step=per_step, key=key)
         if chart is not None:
             items.append(chart)
