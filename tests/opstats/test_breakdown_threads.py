@@ -29,7 +29,7 @@ from test_trace_json import xprof_trace_json  # noqa: E402
 
 from hlo_doctor.capture import capture_run  # noqa: E402
 from hlo_doctor.opstats import OpStats, load_opstats  # noqa: E402
-from hlo_doctor.opstats.breakdown import HOST_KINDS, StepBreakdown, breakdown_from_dict  # noqa: E402
+from hlo_doctor.opstats.breakdown import HOST_KINDS, HostLine, StepBreakdown, breakdown_from_dict  # noqa: E402
 from hlo_doctor.trace import find_xplanes  # noqa: E402
 
 
@@ -111,13 +111,20 @@ def test_threads_survive_the_json(two_threads: OpStats) -> None:
     assert back.threads == b.threads
 
 
-def _host_side(b: StepBreakdown) -> tuple[object, ...]:
-    """Everything the host side says, thread names aside (xprof writes 32-bit thread ids)."""
-    lines = [(x.kind, x.where, x.target, round(x.idle_us, 6), round(x.host_us, 6)) for x in b.lines]
-    threads = [(t.entry, t.driver, t.dispatches, t.frames, t.host_by_kind_us, t.idle_by_kind_us,
-                [(x.kind, x.where, x.target, round(x.idle_us, 6), round(x.host_us, 6)) for x in t.lines])
-               for t in b.threads]
-    return lines, threads
+def _assert_same_host_side(got: StepBreakdown, want: StepBreakdown) -> None:
+    """Everything the host side says, equal to float rounding; thread names aside (xprof writes
+    32-bit thread ids)."""
+    def lines(b: tuple[HostLine, ...]) -> dict[tuple[str, str, str, str], float]:
+        return {(x.kind, x.where, x.target, what): us for x in b
+                for what, us in (("idle", x.idle_us), ("host", x.host_us))}
+
+    assert lines(got.lines) == pytest.approx(lines(want.lines), rel=1e-9, abs=1e-6)
+    assert [(t.entry, t.driver, t.dispatches, t.frames) for t in got.threads] == \
+        [(t.entry, t.driver, t.dispatches, t.frames) for t in want.threads]
+    for g, w in zip(got.threads, want.threads, strict=True):
+        assert g.host_by_kind_us == pytest.approx(w.host_by_kind_us, rel=1e-9, abs=1e-6)
+        assert g.idle_by_kind_us == pytest.approx(w.idle_by_kind_us, rel=1e-9, abs=1e-6)
+        assert lines(g.lines) == pytest.approx(lines(w.lines), rel=1e-9, abs=1e-6)
 
 
 def test_trace_json_gives_the_xplanes_host_side(captured: tuple[Path, OpStats], tmp_path: Path) -> None:
@@ -130,7 +137,7 @@ def test_trace_json_gives_the_xplanes_host_side(captured: tuple[Path, OpStats], 
         np.testing.assert_allclose(got.table.column(name), xplane.table.column(name), rtol=1e-9, atol=1e-6)
     assert got.host_by_kind()["dispatch"] > 0 and got.python_frames and got.dispatch_spans
     assert len(got.threads) == 2
-    assert _host_side(got) == _host_side(xplane)
+    _assert_same_host_side(got, xplane)
     assert not any("no host thread events" in n for n in got.notes)
 
 
