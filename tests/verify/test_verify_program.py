@@ -201,13 +201,14 @@ def test_a_treatment_with_other_outputs_fails_naming_the_round_and_the_element(p
     assert "output, index (3,) (1 of 8 elements differ): " in outputs["detail"]
     first, second = outputs["detail"].rsplit(": ", 1)[1].split(" vs ")
     assert int(second) == int(first) + 1
-    assert doc["verdict"] == "FAIL: outputs identical"
+    # First the outputs; a timing-dependent finding (HD015, host-bound) may add check 3 on a loaded machine.
+    assert doc["verdict"].startswith("FAIL: outputs identical")
     suite = ET.parse(xml).getroot()
     assert suite.get("failures") != "0"
     assert [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None][0] == "2 outputs identical"
     assert "differ in round 2" in (out / "verify.md").read_text()
     page = (out / "report.html").read_text()  # the verify page, drawn from this verify.json
-    assert "verify: FAIL (outputs identical)" in page and "Step time (one call of the target)" in page
+    assert "verify: FAIL (outputs identical" in page and "Step time (one call of the target)" in page
 
 
 def test_a_target_that_raises_fails_naming_it(programs: Path) -> None:
