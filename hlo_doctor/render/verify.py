@@ -91,9 +91,10 @@ def to_markdown(report: VerifyReport) -> str:
         lines.append("")
         lines += [f"- check {c.number} ({c.name}): {_md(c.detail)}" for c in details]
     lines += ["", "Medians over the rounds (decode step: over every step of every round); the decode step's and "
-              "the throughput's ratio and interval come from the paired rounds (each round's median, compared "
-              "within each AB/BA pair: t-test over the pairs). Profiled step, removed and argmax times come "
-              f"from the captures ({s.profile_steps} profiled decode steps). {_stopping(report)}", "", "| metric | baseline | treatment | ratio | 95% interval | outcome |",
+              "the throughput's ratio and interval come from the paired rounds (each round's trimmed mean, "
+              "compared within each AB/BA pair: t-test over the pairs). Profiled step, removed and argmax times "
+              f"come from the captures ({s.profile_steps} profiled decode steps). {_stopping(report)}", "",
+              f"| metric | baseline | treatment | ratio | {_level(report)} interval | outcome |",
               "|---|---:|---:|---:|---|---|"]
     for row in metric_rows(report):
         lines.append("| " + " | ".join(_md(x) for x in row) + " |")
@@ -110,6 +111,12 @@ def to_markdown(report: VerifyReport) -> str:
         lines += ["", "<details><summary>What the fix changed</summary>", "", "```diff", report.fix_diff.rstrip(),
                   "```", "</details>"]
     return "\n".join(lines) + "\n"
+
+
+def _level(report: VerifyReport) -> str:
+    """The intervals' level: 95% at alpha 0.05, higher at a budget's later looks (alpha spent per look)."""
+    alpha = report.step_time.alpha if report.step_time is not None else report.settings.alpha
+    return f"{(1 - alpha) * 100:.4g}%"
 
 
 def _stopping(report: VerifyReport) -> str:
@@ -142,7 +149,7 @@ def to_terminal(report: VerifyReport) -> RenderableType:
     # No box: the table must fit an 80-column CI log without wrapping its rows.
     table = Table(title=None, box=None, pad_edge=False, header_style="bold")
     for col, justify in (("median", "left"), ("baseline", "right"), ("treatment", "right"), ("ratio", "right"),
-                         ("95% CI", "left"), ("outcome", "left")):
+                         (f"{_level(report)} CI", "left"), ("outcome", "left")):
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in metric_rows(report):
         table.add_row(*(Text(cell) for cell in row))

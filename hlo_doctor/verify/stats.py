@@ -67,9 +67,10 @@ TRIM = 0.2
 
 
 def compare(settings: MeasureSettings, baseline: Sequence[float], treatment: Sequence[float], *,
-            lower_is_better: bool = True) -> SampleComparison:
-    """``compare_samples`` with the settings' effect size, alpha and seed."""
-    return compare_samples(baseline, treatment, min_effect=settings.min_effect, alpha=settings.alpha,
+            lower_is_better: bool = True, alpha: float | None = None) -> SampleComparison:
+    """``compare_samples`` with the settings' effect size, alpha (or ``alpha``: a look's) and seed."""
+    return compare_samples(baseline, treatment, min_effect=settings.min_effect,
+                           alpha=settings.alpha if alpha is None else alpha,
                            lower_is_better=lower_is_better, seed=settings.seed)
 
 

@@ -121,7 +121,8 @@ def _measure(settings: VerifySettings, base: Variant, treat: Variant, work: Path
     throughput = compare_rounds(settings, [[r.throughput_tok_s] for r in b.rounds],
                                 [[r.throughput_tok_s] for r in t.rounds], lower_is_better=False,
                                 alpha=_alpha(settings, stopping.looks))
-    ttft = compare(settings, [r.batch_ttft_ms for r in b.rounds], [r.batch_ttft_ms for r in t.rounds])
+    ttft = compare(settings, [r.batch_ttft_ms for r in b.rounds], [r.batch_ttft_ms for r in t.rounds],
+                   alpha=_alpha(settings, stopping.looks))
     checks = (
         check_compiles(b, t),
         check_ttft(b, t, settings.ttft_bound, cold=cold),
