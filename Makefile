@@ -38,8 +38,10 @@ chromium:
 	  || echo "chromium: apt-get failed: the browser tests will skip"; \
 	fi
 
+# The test files are spread over the cores (pytest-xdist; a file's tests stay in one worker, which
+# keeps each file's module fixtures built once).
 test: $(STAMP) chromium
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check hlo_doctor rules tests benchmarks
