@@ -50,8 +50,9 @@ from hlo_doctor.lint.context import Context, OpTiming
 from hlo_doctor.lint.intervals import covered, in_steps, inside, parents, union
 from hlo_doctor.trace import find_xplanes, read_trace
 from hlo_doctor.trace.compiles import module_of_function
-from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX
-from hlo_doctor.trace.python_frames import EXECUTE_MARKER, DriverThread, parse_frame, read_driver_threads
+from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX, EXECUTE_MARKER
+from hlo_doctor.trace.host_threads import read_driver_threads
+from hlo_doctor.trace.python_frames import DriverThread, parse_frame
 
 if TYPE_CHECKING:  # the op-stats package imports pandas: the rule API loads without it
     from hlo_doctor.opstats.host_time import FrameKinds

@@ -21,7 +21,8 @@ from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.dispatch import read_host_dispatch
 from hlo_doctor.lint.rule import Example
 from hlo_doctor.trace import CompileEvent, find_xplanes
-from hlo_doctor.trace.trace_json import host_dispatch_json, is_trace_json
+from hlo_doctor.trace.host_threads import host_dispatch_json
+from hlo_doctor.trace.trace_json import is_trace_json
 
 if TYPE_CHECKING:
     import pandas as pd

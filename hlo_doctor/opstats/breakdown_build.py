@@ -24,7 +24,8 @@ from hlo_doctor.opstats.host_time import FrameKinds, Label, Segments, host_segme
 from hlo_doctor.opstats.step_spans import StepSpans, device_index, step_spans
 from hlo_doctor.trace import Trace
 from hlo_doctor.trace.compiles import Compile, group_compiles
-from hlo_doctor.trace.python_frames import DriverThread, parse_frame, read_host_threads
+from hlo_doctor.trace.host_threads import read_host_threads
+from hlo_doctor.trace.python_frames import DriverThread, parse_frame
 
 MAX_LINES = 100
 """Host lines kept (most idle time first)."""

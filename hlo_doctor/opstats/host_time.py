@@ -35,8 +35,8 @@ import numpy as np
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.hlo.frames import framework_of, frameworks
 from hlo_doctor.trace.compiles import Compile, module_of_function
-from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX
-from hlo_doctor.trace.python_frames import EXECUTE_MARKER, DriverThread, PyFrame, parse_frame
+from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX, EXECUTE_MARKER
+from hlo_doctor.trace.python_frames import DriverThread, PyFrame, parse_frame
 
 _WAIT_FUNCTIONS = frozenset({"block_until_ready"})
 # The name given to a compile of :func:`~hlo_doctor.trace.compiles.group_compiles` opened as an event.

@@ -198,3 +198,8 @@ def _callers(spans: list[tuple[float, float, str]]) -> tuple[str, tuple[str, ...
         k -= 1
     callers = outer_first[:k] if inner >= 0 else [n for n in outer_first if not _COMPILE_RE.search(n)]
     return function, tuple(n.removeprefix("$") for n in reversed(callers))[:_MAX_FRAMES]
+
+EXECUTE_MARKER = "ExecuteHelper"
+"""In the name of the PJRT client's execution of a program inside a dispatch
+(``CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice``): on XLA:CPU the host thread waits
+there while XLA:CPU's threads run the program."""

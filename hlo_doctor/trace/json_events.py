@@ -29,9 +29,8 @@ import numpy as np
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.columns import Vocabulary
-from hlo_doctor.trace.conventions import COMPILE_MARKERS
+from hlo_doctor.trace.conventions import COMPILE_MARKERS, EXECUTE_MARKER
 from hlo_doctor.trace.json_decode import GZIP_ERRORS, NONE, decode_events, decode_value, from_value, open_gzip
-from hlo_doctor.trace.python_frames import EXECUTE_MARKER
 
 # Names as jax and xprof write them; any other ``.json.gz`` is read as a trace too.
 TRACE_JSON_SUFFIXES = (".trace.json", ".trace.json.gz", "perfetto_trace.json", "perfetto_trace.json.gz")

@@ -11,12 +11,8 @@ A file without them (a trace with only device events) has no host threads.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-
 import numpy as np
 
-from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.conventions import DISPATCH_PREFIX
 from hlo_doctor.trace.json_events import EventFile, EventLine
 from hlo_doctor.trace.model import HostDispatch
@@ -25,8 +21,8 @@ from hlo_doctor.trace.python_frames import DriverThread, dispatching_threads, is
 # The dispatch spans and threads of the files read last, by (path, size, mtime): the table reads a
 # trace JSON once; diagnose asks for its dispatch and the breakdown for its threads after (Trace has
 # no field for them).
-_DISPATCH_OF: dict[tuple[tuple[str, int, int], ...], tuple[HostDispatch, ...]] = {}
-_THREADS_OF: dict[tuple[tuple[str, int, int], ...], dict[str, list[DriverThread]]] = {}
+DISPATCH_OF: dict[tuple[tuple[str, int, int], ...], tuple[HostDispatch, ...]] = {}
+THREADS_OF: dict[tuple[tuple[str, int, int], ...], dict[str, list[DriverThread]]] = {}
 
 
 def thread_of_line(f: EventFile, host: str, plane: str, tid: object, tname: str,
@@ -60,33 +56,10 @@ def pick(found: dict[str, list[DriverThread]]) -> dict[str, list[DriverThread]]:
 
 def remember(key: tuple[tuple[str, int, int], ...], dispatch: tuple[HostDispatch, ...],
              threads: dict[str, list[DriverThread]]) -> None:
-    """Keep the dispatch spans and threads of the files just read (:func:`host_dispatch_json`,
-    :func:`host_threads_json`)."""
-    if len(_THREADS_OF) > 4:
-        _THREADS_OF.clear()
-        _DISPATCH_OF.clear()
-    _DISPATCH_OF[key] = dispatch
-    _THREADS_OF[key] = threads
-
-
-def host_dispatch_json(paths: Sequence[Path]) -> tuple[HostDispatch, ...]:
-    """Host dispatch spans per program in trace JSON files (kept from the table's read of them)."""
-    from hlo_doctor.trace.trace_json import _key, _read  # the reader imports this module
-
-    try:
-        cached = _DISPATCH_OF.get(_key(paths))
-        return cached if cached is not None else _read(paths).host_dispatch()
-    except (InputError, OSError):
-        return ()
-
-
-def host_threads_json(paths: Sequence[Path]) -> dict[str, list[DriverThread]]:
-    """host -> its dispatching threads in trace JSON files (kept from the table's read of them, else
-    read again); empty when the files hold no host thread events or cannot be read."""
-    from hlo_doctor.trace.trace_json import _key, _read  # the reader imports this module
-
-    try:
-        cached = _THREADS_OF.get(_key(paths))
-        return cached if cached is not None else pick(_read(paths).threads)
-    except (InputError, OSError):
-        return {}
+    """Keep the dispatch spans and threads of the files just read (read back by
+    :mod:`hlo_doctor.trace.host_threads`)."""
+    if len(THREADS_OF) > 4:
+        THREADS_OF.clear()
+        DISPATCH_OF.clear()
+    DISPATCH_OF[key] = dispatch
+    THREADS_OF[key] = threads

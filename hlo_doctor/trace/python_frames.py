@@ -7,13 +7,13 @@ function STARTS: the tracer records calls, not lines), ``$builtins isinstance`` 
 jax's dispatch of a jitted function or of an eager op is a ``PjitFunction(<name>)`` span on the same
 thread (every backend). Nested events on one line are nested calls.
 
-:func:`read_host_threads` keeps, per host, every thread that dispatches programs (a server thread
-and a detokenizer, two engines in one process), the one with the most ``PjitFunction`` spans first
-(the **driver** thread, :func:`read_driver_threads`); without any dispatch, the thread with the most
-Python frames. Python threads that dispatch nothing (a progress bar's refresh thread, a thread
+:func:`dispatching_threads` keeps, per host, every thread that dispatches programs (a server
+thread and a detokenizer, two engines in one process), the one with the most ``PjitFunction`` spans
+first (the **driver** thread); without any dispatch, the thread with the most Python frames
+(:mod:`hlo_doctor.trace.host_threads` reads them per host from xplane and trace JSON files). Python threads that dispatch nothing (a progress bar's refresh thread, a thread
 that only starts and joins others) are left out: the devices never wait for them.
 Besides Python frames it keeps the dispatch spans, compile events and the PJRT client's execution
-of a program (:data:`EXECUTE_MARKER`).
+of a program (``EXECUTE_MARKER`` in :mod:`hlo_doctor.trace.conventions`).
 """
 
 from __future__ import annotations
@@ -25,16 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from hlo_doctor.core.errors import InputError
-from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX
-from hlo_doctor.trace.stream import XSpaceFile
-from hlo_doctor.trace.xspace import METADATA_PLANE, event_names
+from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX, EXECUTE_MARKER
+from hlo_doctor.trace.xspace import event_names
 
 _COMPILE = re.compile("|".join(re.escape(m) for m in BACKEND_COMPILE_MARKERS))
-EXECUTE_MARKER = "ExecuteHelper"
-"""In the name of the PJRT client's execution of a program inside a dispatch
-(``CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice``): on XLA:CPU the host thread waits
-there while XLA:CPU's threads run the program."""
 XPLANE_SUFFIX = ".xplane.pb"
 
 
@@ -104,7 +98,7 @@ def is_host_event(name: str) -> bool:
     return name.startswith(DISPATCH_PREFIX) or EXECUTE_MARKER in name or bool(_COMPILE.search(name))
 
 
-def _host_of(path: Path) -> str:
+def host_of(path: Path) -> str:
     name = path.name
     return name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else path.stem
 
@@ -163,38 +157,3 @@ def driver_thread_of_plane(host: str, plane: object) -> DriverThread | None:
     """The thread of one host plane that dispatches the most programs (see the module's docstring)."""
     found = dispatching_threads(threads_of_plane(host, plane))
     return found[0] if found else None
-
-
-def read_driver_threads(paths: list[Path] | tuple[Path, ...]) -> dict[str, DriverThread]:
-    """host -> its driver thread (the most dispatches), from the host planes of these xplane files
-    (one per host); see :func:`read_host_threads`."""
-    return {host: threads[0] for host, threads in read_host_threads(paths).items()}
-
-
-def read_host_threads(paths: list[Path] | tuple[Path, ...]) -> dict[str, list[DriverThread]]:
-    """host -> its dispatching threads, the driver thread first (:func:`dispatching_threads`), from
-    the host planes of these xplane files (one per host).
-
-    Only host planes are parsed. A file that cannot be read, or a host without Python frames or
-    dispatch spans, yields nothing for that host.
-    """
-    found: dict[str, list[DriverThread]] = {}
-    json_paths = [Path(p) for p in paths if not str(p).endswith(".pb")]
-    if json_paths:  # a trace JSON's host lines, read with its table (see json_threads)
-        from hlo_doctor.trace.json_threads import host_threads_json
-
-        for host, threads in host_threads_json(json_paths).items():
-            found.setdefault(host, []).extend(threads)
-    for path in paths:
-        if not str(path).endswith(".pb"):
-            continue
-        host = _host_of(path)
-        try:
-            with XSpaceFile(path, str(path)) as space:
-                for ref in space.planes:
-                    if not ref.name.startswith("/host:") or ref.name == METADATA_PLANE:
-                        continue
-                    found.setdefault(host, []).extend(threads_of_plane(host, space.plane(ref)))
-        except (InputError, OSError):
-            continue
-    return {host: picked for host, threads in found.items() if (picked := dispatching_threads(threads))}

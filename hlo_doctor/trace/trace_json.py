@@ -33,7 +33,7 @@ from hlo_doctor.trace.json_events import (
     is_device_plane,
     is_trace_json,
 )
-from hlo_doctor.trace.json_threads import host_dispatch_json, pick, remember, thread_of_line
+from hlo_doctor.trace.json_threads import pick, remember, thread_of_line
 from hlo_doctor.trace.model import CompileEvent, HostDispatch, StepMark, Trace
 from hlo_doctor.trace.python_frames import DriverThread
 from hlo_doctor.trace.xspace import program_id_of
@@ -48,7 +48,7 @@ _NOT_OP_LINES = frozenset({"XLA Modules", "Steps", "Framework Ops", "Framework N
                            "Async XLA Ops", "XLA TraceMe", "Launch Stats"})
 _NO_ID = -1
 
-__all__ = ["TRACE_JSON_SUFFIXES", "host_dispatch_json", "is_trace_json", "read_trace_json"]
+__all__ = ["TRACE_JSON_SUFFIXES", "is_trace_json", "read_trace_json"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,11 +369,11 @@ def _dispatched(found: list[CompileEvent], spans: list[tuple[float, float, str]]
     return out
 
 
-def _key(paths: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
+def cache_key(paths: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
     return tuple((str(Path(p).resolve()), (st := Path(p).stat()).st_size, st.st_mtime_ns) for p in paths)
 
 
-def _read(paths: Sequence[Path]) -> _Builder:
+def read_events(paths: Sequence[Path]) -> _Builder:
     builder = _Builder()
     for path in paths:
         builder.add_file(EventFile(Path(path)).read())
@@ -386,7 +386,7 @@ def read_trace_json(paths: Sequence[Path]) -> Trace:
     Raises :class:`InputError` naming the file for what is not a trace (no ``traceEvents``), a
     truncated gzip or JSON, and a trace without HLO op events.
     """
-    builder = _read(paths)
+    builder = read_events(paths)
     trace = builder.trace(paths)
-    remember(_key(paths), builder.host_dispatch(), pick(builder.threads))
+    remember(cache_key(paths), builder.host_dispatch(), pick(builder.threads))
     return trace
