@@ -48,7 +48,7 @@ DEFAULT_FRAMEWORKS: tuple[str, ...] = (
     # Wrappers that type-check or decorate a model's functions (their frames sit between its lines).
     "jaxtyping", "typeguard", "beartype",
     # What runs a program without being it: CLIs, test runners, notebooks, and this tool's capture.
-    "click", "absl", "_pytest", "pytest", "pluggy", "IPython", "ipykernel", "hlo_doctor.capture",
+    "click", "absl", "_pytest", "pytest", "pluggy", "xdist", "execnet", "IPython", "ipykernel", "hlo_doctor.capture",
     "hlo_doctor.capture_guard", "hlo_doctor.cli",
 )
 """Dotted module prefixes whose frames are framework internals (a prefix matches itself and its

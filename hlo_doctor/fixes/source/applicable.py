@@ -29,6 +29,7 @@ from hlo_doctor.core.model import Finding
 from hlo_doctor.fixes import FixApplied, apply_fix
 from hlo_doctor.fixes.catalog import CatalogEntry, catalog_entry, fixes_for_rule, load_source_fix
 from hlo_doctor.fixes.source.base import NotApplicable, Rewritten
+from hlo_doctor.fixes.source.lines import rewrite_at
 from hlo_doctor.fixes.targets import Target, detect_target
 from hlo_doctor.hlo.frames import framework_of
 
@@ -125,9 +126,9 @@ def _file_fix(entry: CatalogEntry, finding: Finding, frames: list[tuple[Path, in
         if text is None:
             continue
         others = tuple(ln for p, ln in frames[i + 1:] if p == path)
-        outcome = fix.rewrite(text, line, dataclasses.replace(hint, lines=others))
+        at, outcome = rewrite_at(fix, text, line, dataclasses.replace(hint, lines=others))
         if isinstance(outcome, Rewritten):
-            return Applicable(entry.fix_id, path, line, outcome.safe)
+            return Applicable(entry.fix_id, path, at, outcome.safe)
         if isinstance(outcome, NotApplicable) and outcome.kind != "no-pattern":
             return None  # the pattern is there and was refused: an outer frame is not this finding's code
     return None

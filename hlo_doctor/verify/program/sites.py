@@ -64,6 +64,7 @@ def _offer(finding: Finding, fix_id: str, file: Path, texts: dict[Path, str]) ->
     from hlo_doctor.fixes.catalog import load_source_fix
     from hlo_doctor.fixes.source.applicable import editable_frames
     from hlo_doctor.fixes.source.base import NotApplicable, Rewritten
+    from hlo_doctor.fixes.source.lines import rewrite_at
 
     fix = load_source_fix(fix_id)
     frames = list(editable_frames(finding, file.parent))
@@ -77,9 +78,9 @@ def _offer(finding: Finding, fix_id: str, file: Path, texts: dict[Path, str]) ->
         if path != file:
             continue
         others = tuple(ln for p, ln in frames[i + 1:] if p == path)
-        outcome = fix.rewrite(texts[file], line, dataclasses.replace(hint, lines=others))
+        at, outcome = rewrite_at(fix, texts[file], line, dataclasses.replace(hint, lines=others))
         if isinstance(outcome, Rewritten):
-            return FixSite(line, hint.argument, _label(finding), outcome.safe, ((finding.code, finding.module),),
+            return FixSite(at, hint.argument, _label(finding), outcome.safe, ((finding.code, finding.module),),
                            dataclasses.replace(hint, lines=others)), "", False
         assert isinstance(outcome, NotApplicable)
         why = f"{_label(finding)} at {file.name}:{line}: {outcome.reason}"
