@@ -79,7 +79,7 @@ def write_artifacts(report: VerifyReport, out_dir: Path) -> tuple[Path, Path]:
 @click.option("--logprobs", is_flag=True, help="Request logprobs; check 3 then also compares them.")
 @click.option("--ttft-bound", type=float, help=f"Largest allowed batch TTFT ratio treatment/baseline.  [default: "
               f"{DEFAULT_TTFT_BOUND}]")
-@click.option("--min-effect", type=float, help=f"Smallest relative change that counts (0.02 = 2%).  [default: "
+@click.option("--min-effect", type=float, help=f"Smallest relative change of the step that counts (0.02 = 2%).  [default: "
               f"{DEFAULT_MIN_EFFECT}]")
 @click.option("--alpha", type=float, help=f"Significance level.  [default: {DEFAULT_ALPHA}]")
 @click.option("--require-improvement", is_flag=True, help="The verdict fails on 'no change' too.")
@@ -124,13 +124,14 @@ def verify_cmd(program: str | None, fix: str | None, fix_line: int | None, fix_a
     Both engine trees are warmed up with their own precompiled menus, then measured in interleaved
     rounds (AB BA AB...) of the offline batch. Checks, each pass/fail with its figure:
       1 no compile inside any measured round (JAX's reason when there is one)
-      2 batch TTFT ratio treatment/baseline <= --ttft-bound (medians; the sampler restarts cold
-        before every round, so a menu miss compiles in every round)
+      2 batch TTFT ratio treatment/baseline <= --ttft-bound (each side's fastest round; the
+        sampler restarts cold before every round, so a menu miss compiles in every round)
       3 greedy tokens identical (and logprobs with --logprobs: bit-identical, f32)
       4 the treatment's own captured trace: no aliasing copy, no standalone convert program,
         argmax reads the narrow dtype (rules HD001-HD004)
       5 step-time verdict: improved / no change / regressed / inconclusive on the decode steps,
-        rounds as blocks (paired t-test over the AB/BA pairs); the throughput must not regress
+        each round's trimmed mean compared within its AB/BA pair, t-test over the pairs; the
+        per-round throughput must not regress
 
     \b
     TARGET (FILE.py:FUNC or package.module:FUNC, as for profile: func() runs one step and returns
