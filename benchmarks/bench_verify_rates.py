@@ -153,14 +153,14 @@ def _repeat(kind: str, x: Any, w: Any, args: argparse.Namespace, settings: Setti
     return record
 
 
-def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+def _wilson(k: int, n: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of a rate of k in n (scipy's)."""
     if n == 0:
         return (math.nan, math.nan)
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def _rate(k: int, n: int) -> str:
