@@ -49,7 +49,18 @@ def test_target_0_24_0_program_level(wheels: dict[str, Path]) -> None:
     for n in (1, 3, 4, 6):
         assert checks[n]["passed"], checks[n]
     assert "argmax reads bf16[8,1024]; copy none; logits out none" in checks[4]["figure"]
-    assert not checks[5]["figure"].startswith("not run")  # throughput: measured, whatever the backend says
+    assert not checks[5]["figure"].startswith("not run")  # measured, whatever the backend says
+    # Check 5 decides as every kind does: the per-call step times, rounds as blocks, 5 AB/BA pairs.
+    level = doc["levels"][0]
+    assert checks[5]["name"] == "step-time verdict" and "5 rounds a side" in checks[5]["figure"]
+    assert level["step_time"]["method"] == "paired rounds" and level["step_time"]["blocks"] == 5
+    assert level["step_time"]["n_baseline"] == 5 * 3  # each round's steps after its cold first one
+    assert level["throughput"]["method"] == "paired rounds" and level["throughput"]["n_baseline"] == 5
+    assert level["figures"]["stopping"]["reason"] == "fixed"
+    if doc["passed"]:
+        assert doc["verdict"] == level["step_time"]["outcome"]
+    elif not checks[5]["passed"]:
+        assert "program step-time verdict" in doc["verdict"]
     base = doc["levels"][0]["figures"]["baseline"]
     assert base["runner_widens"] and base["menu_dtype"] == "float32"
     assert doc["levels"][0]["figures"]["baseline_hlo"]["aliasing_copy"] is True
@@ -158,6 +169,10 @@ def test_bench_reads_vllm_fields_and_the_recompilation_check(wheels: dict[str, P
     serving = _checks(doc, "serving")
     assert serving[1]["passed"] and serving[1]["figure"] == "treatment 0, baseline 0"
     assert serving[2]["passed"] and 3 not in serving  # no tokens in vllm's JSON: no token check at this level
+    # One throughput per round, compared within its AB/BA pair: one pair is too few to test.
+    tp = next(lvl for lvl in doc["levels"] if lvl["level"] == "serving")["throughput"]
+    assert tp["method"] == "paired rounds" and tp["outcome"] == "inconclusive"
+    assert "too few pairs of rounds" in serving[5]["detail"] and not serving[5]["passed"]
     assert doc["treatment"].endswith("/tpu_inference")
     code, doc, err = _verify("--target", str(package), "--rounds", "1", "--bench", FAKE_VLLM_BENCH.format(fail=True),
                              *SMALL)

@@ -29,7 +29,7 @@ from hlo_doctor.verify.checks import check_throughput, ratio
 from hlo_doctor.verify.results import Check
 from hlo_doctor.verify.rounds import interleaved
 from hlo_doctor.verify.settings import ProgressFn
-from hlo_doctor.verify.stats import compare
+from hlo_doctor.verify.stats import compare_rounds
 from hlo_doctor.verify.tpu_inference.results import LevelResult
 from hlo_doctor.verify.tpu_inference.settings import TargetSettings
 
@@ -200,9 +200,11 @@ def serving_checks(settings: TargetSettings,
         checks.append(Check(3, "greedy tokens identical", not differ,
                             f"tokens differ in rounds {differ}" if differ else f"identical in {len(b)}/{len(b)} rounds",
                             ""))
-    throughput = compare(settings, [float(r.metrics["throughput"]) for r in b],
-                         [float(r.metrics["throughput"]) for r in t], lower_is_better=False)
-    wall = compare(settings, [r.seconds for r in b], [r.seconds for r in t])
+    # One figure per round (a serving benchmark gives no per-step times): each round its own block,
+    # compared within the AB/BA pair it ran in, as check 5 of every other kind compares its rounds.
+    throughput = compare_rounds(settings, [[float(r.metrics["throughput"])] for r in b],
+                                [[float(r.metrics["throughput"])] for r in t], lower_is_better=False)
+    wall = compare_rounds(settings, [[r.seconds] for r in b], [[r.seconds] for r in t])
     checks.append(check_throughput(throughput, wall, False, second="run wall time"))
     return tuple(checks), throughput
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hlo_doctor.verify.checks import check_throughput, not_run, ratio
-from hlo_doctor.verify.results import Check
+from hlo_doctor.verify.checks import check_step_verdict, not_run, ratio
+from hlo_doctor.verify.results import Check, Stopping
 from hlo_doctor.verify.settings import ProgressFn
-from hlo_doctor.verify.stats import compare
+from hlo_doctor.verify.stats import compare_rounds
 from hlo_doctor.verify.tpu_inference.program import (
     HloFacts,
     ProgramRound,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from hlo_doctor.fixes.targets import Target
 
 NAMES = {1: "steady-state compiles", 2: "cold first-step ratio", 3: "greedy tokens identical",
-         4: "treatment HLO", 5: "throughput verdict", 6: "precompile key (HD006)"}
+         4: "treatment HLO", 5: "step-time verdict", 6: "precompile key (HD006)"}
 
 
 def _hd006(side: SamplerSide, package_dir: str) -> Check:
@@ -156,16 +157,22 @@ def program_level(settings: TargetSettings, target: Target, treatment: Target, r
     figures["baseline_hlo"], figures["treatment_hlo"] = base_hlo.to_dict(), treat_hlo.to_dict()
     tokens, token_figures = _check_tokens(base, treat, settings)
     figures.update(token_figures)
+    start = time.perf_counter()
     rounds = measure_rounds(base, treat, logits, settings.rounds, settings.steps, report)
-    throughput = compare(settings, [r.throughput_rows_s for r in rounds["baseline"]],
-                         [r.throughput_rows_s for r in rounds["treatment"]], lower_is_better=False)
-    steps = compare(settings, [t for r in rounds["baseline"] for t in r.step_times_ms[1:]],
-                    [t for r in rounds["treatment"] for t in r.step_times_ms[1:]])
+    stopping = Stopping(settings.rounds, settings.rounds, None, time.perf_counter() - start, False)
+    # Check 5 as every kind of target decides it: each round's steps (its cold first step left out:
+    # check 2 judges that) summarised per round, compared within the AB/BA pair the round ran in.
+    steps = compare_rounds(settings, [r.step_times_ms[1:] for r in rounds["baseline"]],
+                           [r.step_times_ms[1:] for r in rounds["treatment"]])
+    # The round's rows/s, one value per round, paired the same way: it must not regress.
+    throughput = compare_rounds(settings, [[r.throughput_rows_s] for r in rounds["baseline"]],
+                                [[r.throughput_rows_s] for r in rounds["treatment"]], lower_is_better=False)
     figures["step_time"] = steps.to_dict()
+    figures["stopping"] = stopping.to_dict()
     figures["rounds"] = {k: [{"first_step_ms": r.first_step_ms, "step_times_ms": list(r.step_times_ms),
                               "throughput_rows_s": r.throughput_rows_s, "compiles": list(r.compiles)} for r in v]
                          for k, v in rounds.items()}
     checks = (_check_compiles(rounds), _check_first_step(rounds, settings.ttft_bound), tokens,
               _check_hlo(treat_side, treat_hlo, settings.logprobs),
-              check_throughput(throughput, steps, False), hd006)
-    return LevelResult("program", checks, throughput, figures)
+              check_step_verdict(steps, throughput, False, stopping), hd006)
+    return LevelResult("program", checks, throughput, figures, step_time=steps)

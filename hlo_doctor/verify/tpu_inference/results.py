@@ -18,10 +18,19 @@ class LevelResult:
     checks: tuple[Check, ...]
     throughput: SampleComparison | None = None
     figures: dict[str, Any] = field(default_factory=dict)
+    step_time: SampleComparison | None = None
+    """The paired-rounds comparison of the step times that decides check 5 (program level); None
+    where check 5 decides on the per-round throughput (serving level)."""
+
+    @property
+    def deciding(self) -> SampleComparison | None:
+        """The comparison check 5 decides on: the step times where measured, else the throughput."""
+        return self.step_time if self.step_time is not None else self.throughput
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "checks": [c.to_dict() for c in self.checks],
-                "throughput": self.throughput.to_dict() if self.throughput else None, "figures": self.figures}
+                "throughput": self.throughput.to_dict() if self.throughput else None,
+                "step_time": self.step_time.to_dict() if self.step_time else None, "figures": self.figures}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +60,8 @@ class TargetReport:
         failed = [f"{lvl.level} {c.name}" for lvl in self.levels for c in lvl.checks if not c.passed]
         if failed:
             return "FAIL: " + "; ".join(failed)
-        tp = next((lvl.throughput for lvl in reversed(self.levels) if lvl.throughput is not None), None)
+        # The last level that measured decides (the serving level when it ran).
+        tp = next((lvl.deciding for lvl in reversed(self.levels) if lvl.deciding is not None), None)
         return str(tp.outcome) if tp is not None else "inconclusive"
 
     def to_dict(self) -> dict[str, Any]:
