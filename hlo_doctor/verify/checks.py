@@ -24,12 +24,14 @@ def check_throughput(throughput: SampleComparison, step_time: SampleComparison,
 
 
 def check_step_verdict(step_time: SampleComparison, throughput: SampleComparison | None,
-                       require_improvement: bool, stopping: Stopping | None = None) -> Check:
+                       require_improvement: bool, stopping: Stopping | None = None, *,
+                       step: str = "decode step") -> Check:
     """Check 5 decided on the step times: the paired-rounds comparison of the per-round median step
     (:func:`hlo_doctor.verify.stats.compare_blocks`) must be improved (or no change, unless
     ``require_improvement``), and the per-round throughput, compared the same way, must not have
     regressed (a change that moves work out of the decode step into the prefill or the host shows
-    there). ``stopping`` says how many rounds ran and why no more."""
+    there). ``stopping`` says how many rounds ran and why no more; ``step`` names the step measured
+    (the engine's decode step, one call of a target, one sampling call)."""
     outcome = step_time.outcome
     ok = {Outcome.IMPROVED} if require_improvement else {Outcome.IMPROVED, Outcome.NO_CHANGE}
     passed = outcome in ok and (throughput is None or throughput.outcome != Outcome.REGRESSED)
@@ -40,7 +42,7 @@ def check_step_verdict(step_time: SampleComparison, throughput: SampleComparison
         figure += f"; {stopping.describe()}"
     if throughput is not None:
         figure += f"; throughput {str(throughput.outcome)} x{throughput.ratio:.3f}"
-    detail = f"decode step: {step_time.reason}"
+    detail = f"{step}: {step_time.reason}"
     if throughput is not None:
         detail += f"; throughput: {throughput.reason}"
     return Check(5, "step-time verdict", passed, figure, detail)

@@ -181,10 +181,8 @@ def _verdict(settings: ProgramSettings, measured: Measured) -> tuple[SampleCompa
     step_time = _step_comparison(settings, measured, looks)
     round_time = compare_rounds(settings, [[r.wall_ms] for r in measured.rounds["baseline"]],
                                 [[r.wall_ms] for r in measured.rounds["treatment"]], alpha=_alpha(settings, looks))
-    check = check_step_verdict(step_time, None, settings.require_improvement, measured.stopping)
-    # The core's check words the step as a decode step (the engine's); here it is one call of the target.
-    detail = check.detail.replace("decode step: ", "step: ", 1)
-    return step_time, round_time, dataclasses.replace(check, number=4, name=NAMES[4], detail=detail)
+    check = check_step_verdict(step_time, None, settings.require_improvement, measured.stopping, step="step")
+    return step_time, round_time, dataclasses.replace(check, number=4, name=NAMES[4])
 
 
 def _check_compiles(measured: Measured) -> Check:

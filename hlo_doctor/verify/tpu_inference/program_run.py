@@ -174,5 +174,5 @@ def program_level(settings: TargetSettings, target: Target, treatment: Target, r
                          for k, v in rounds.items()}
     checks = (_check_compiles(rounds), _check_first_step(rounds, settings.ttft_bound), tokens,
               _check_hlo(treat_side, treat_hlo, settings.logprobs),
-              check_step_verdict(steps, throughput, False, stopping), hd006)
+              check_step_verdict(steps, throughput, False, stopping, step="sampling step"), hd006)
     return LevelResult("program", checks, throughput, figures, step_time=steps)
