@@ -174,7 +174,7 @@ def to_terminal(result: DoctorOutcome) -> RenderableType:
     parts: list[RenderableType] = [Text(f"found: {d.summary_line()}", style="bold")]
     for f in d.findings:
         tps = "-" if f.time_per_step_us is None else f"{f.time_per_step_us:,.0f} us/step"
-        parts.append(Text(f"  {f.code} {f.module}/{f.op} {fmt_shape(f.shape)}: {tps} {f.source}"))
+        parts.append(Text(f"  {f.code} {f.module}/{f.op} {fmt_shape(f.shape)}: {tps} {fmt_source(f.source)}"))
     if result.fix_id is not None:
         parts.append(Text(f"fixed: {result.fix_id} ({result.settings.variant}) on a copy: {result.treatment_dir}",
                           style="bold"))
