@@ -166,6 +166,26 @@ def open_gzip(path: Path) -> BinaryIO:
     return igzip.open(path, "rb")  # type: ignore[no-any-return]
 
 
+# Names as jax and xprof write them; any other ``.json.gz`` is read as a trace too.
+TRACE_JSON_SUFFIXES = (".trace.json", ".trace.json.gz", "perfetto_trace.json", "perfetto_trace.json.gz")
+
+
+def is_trace_json(path: Path) -> bool:
+    """Whether ``path`` is a trace JSON: by name, else (a plain ``.json``) by its first 64 KiB."""
+    name = path.name
+    if name.endswith((*TRACE_JSON_SUFFIXES, ".json.gz")):
+        return True
+    if not name.endswith(".json") or not path.is_file():
+        return False
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return False
+    # An hlo-doctor export names its schema first; a trace names traceEvents or is a bare list.
+    return "hlo-doctor.opstats" not in head and ('"traceEvents"' in head or head.lstrip().startswith("["))
+
+
 _DECODE = json.JSONDecoder().raw_decode
 
 

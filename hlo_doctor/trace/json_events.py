@@ -32,8 +32,6 @@ from hlo_doctor.trace.columns import Vocabulary
 from hlo_doctor.trace.conventions import COMPILE_MARKERS, EXECUTE_MARKER
 from hlo_doctor.trace.json_decode import GZIP_ERRORS, NONE, decode_events, decode_value, from_value, open_gzip
 
-# Names as jax and xprof write them; any other ``.json.gz`` is read as a trace too.
-TRACE_JSON_SUFFIXES = (".trace.json", ".trace.json.gz", "perfetto_trace.json", "perfetto_trace.json.gz")
 HINT = "pass a trace-viewer JSON (<host>.trace.json.gz, perfetto_trace.json.gz, xprof's trace_viewer export)"
 _CHUNK = 1 << 22  # bytes decoded per read: memory stays bounded on a 100 MB .json.gz
 _SEP = re.compile(rb"[ \t\r\n,]*")
@@ -64,33 +62,27 @@ def is_derived_line(tid: object, name: str) -> bool:
     return (isinstance(tid, int) and tid >= _DERIVED_TID) or bool(_FROM_STREAM.search(name))
 
 
-def is_trace_json(path: Path) -> bool:
-    """Whether ``path`` is a trace JSON: by name, else (a plain ``.json``) by its first 64 KiB."""
-    name = path.name
-    if name.endswith((*TRACE_JSON_SUFFIXES, ".json.gz")):
-        return True
-    if not name.endswith(".json") or not path.is_file():
-        return False
-    try:
-        with path.open("r", encoding="utf-8", errors="replace") as fh:
-            head = fh.read(1 << 16)
-    except OSError:
-        return False
-    # An hlo-doctor export names its schema first; a trace names traceEvents or is a bare list.
-    return "hlo-doctor.opstats" not in head and ('"traceEvents"' in head or head.lstrip().startswith("["))
-
-
 @dataclass(slots=True)
 class EventLine:
     """One thread's events as columns (times in ns; NaN / ``NONE`` where an arg is absent).
 
-    Stored interleaved, one ``extend`` per event and kind (the reader's hot loop): :attr:`floats`
-    holds (ts, dur, device offset, device duration) per event, :attr:`ints` (name code, args code,
-    run id, step, group).
+    Stored interleaved: :attr:`floats` holds (ts, dur, device offset, device duration) per event,
+    :attr:`ints` (name code, args code, run id, step, group). The reader's hot loop extends the
+    lists :attr:`pending_floats` / :attr:`pending_ints` (one ``list.extend`` per event and kind, about
+    a third of an array's per-item extend) and :meth:`flush` moves them into the arrays once a batch.
     """
 
     floats: array = field(default_factory=lambda: array("d"))
     ints: array = field(default_factory=lambda: array("q"))
+    pending_floats: list[float] = field(default_factory=list)
+    pending_ints: list[int] = field(default_factory=list)
+
+    def flush(self) -> None:
+        """Move the pending values into the arrays (after each batch: memory stays bounded)."""
+        self.floats.fromlist(self.pending_floats)
+        self.ints.fromlist(self.pending_ints)
+        self.pending_floats.clear()
+        self.pending_ints.clear()
 
     def _floats(self) -> np.ndarray:
         return np.frombuffer(self.floats, np.float64).reshape(-1, 4)
@@ -341,7 +333,7 @@ class EventFile:
         info_codes, host_pids, host_keep, lines = self._info_codes, self.host_pids, self._host_keep, self.lines
         name_codes = self.names.codes
         last_pid, last_tid, line = self._last
-        floats, ints = line.floats.extend, line.ints.extend
+        floats, ints = line.pending_floats.extend, line.pending_ints.extend
         for ev in events:
             if ev is None:
                 self.bad_events += 1
@@ -384,7 +376,7 @@ class EventFile:
             if pid != last_pid or tid != last_tid:
                 found = lines.get((pid, tid))
                 line = found if found is not None else lines.setdefault((pid, tid), EventLine())
-                last_pid, last_tid, floats, ints = pid, tid, line.floats.extend, line.ints.extend
+                last_pid, last_tid, floats, ints = pid, tid, line.pending_floats.extend, line.pending_ints.extend
             code = name_codes.get(name)
             if code is None:
                 code = self.names.code(name)
@@ -399,3 +391,5 @@ class EventFile:
             ints((code, info, -1 if run is None else run, NONE if step_arg is None else step_arg,
                   NONE if group is None or on_host else group))
         self._last = (last_pid, last_tid, line)
+        for added in lines.values():
+            added.flush()

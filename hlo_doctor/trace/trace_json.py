@@ -23,15 +23,14 @@ from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.columns import OpColumns
 from hlo_doctor.trace.compiles import annotate_compiles
 from hlo_doctor.trace.conventions import COMPILE_MARKERS, device_plane_backend, split_module, split_op_text
+from hlo_doctor.trace.json_decode import TRACE_JSON_SUFFIXES, is_trace_json
 from hlo_doctor.trace.json_events import (
     INFO_KEYS,
     NONE,
-    TRACE_JSON_SUFFIXES,
     EventFile,
     EventLine,
     is_derived_line,
     is_device_plane,
-    is_trace_json,
 )
 from hlo_doctor.trace.json_threads import pick, remember, thread_of_line
 from hlo_doctor.trace.model import CompileEvent, HostDispatch, StepMark, Trace
