@@ -16,7 +16,7 @@ from typing import Any
 from hlo_doctor.render.html import charts
 from hlo_doctor.render.html.model import Cell, Chart, Column, Note, Section, Table, num_cell, table, text_cell
 
-__all__ = ["checks_table", "spread", "verify_sections"]
+__all__ = ["checks_table", "fixed_at_table", "spread", "verify_sections"]
 
 _VARIANTS = ("baseline", "treatment")
 _OUTCOMES = ("improved", "no change", "regressed", "inconclusive")
@@ -178,6 +178,27 @@ def checks_table(checks: Sequence[Mapping[str, Any]]) -> Table:
     return table("table-verify-checks", "Checks", columns, body)
 
 
+def fixed_at_table(doc: Mapping[str, Any]) -> Table | None:
+    """``verify FILE.py:FUNC --fix``: the line(s) of the file the fix changed and why there (the baseline's
+    finding that named each one, or ``--fix-line``); None without a fix."""
+    settings = doc.get("settings") or {}
+    if not _is_program(doc) or not isinstance(settings, Mapping) or not settings.get("fix"):
+        return None
+    file = str(settings.get("baseline", "")).rpartition(":")[0].rsplit("/", 1)[-1]
+    sites = [s for s in doc.get("fix_sites") or [] if isinstance(s, Mapping)]
+    rows = [[text_cell(f"{file}:{s.get('line')}"), text_cell(s.get("argument") or None), text_cell(s.get("finding")),
+             text_cell("safe" if s.get("safe") else "unsafe"), text_cell(", ".join(s.get("targets") or []))]
+            for s in sites]
+    if not rows and settings.get("fix_line") is not None:
+        rows = [[text_cell(f"{file}:{settings['fix_line']}"), text_cell(settings.get("fix_arg") or None),
+                 text_cell("--fix-line"), text_cell(None), text_cell(None)]]
+    if not rows:
+        return None
+    columns = (Column("line"), Column("argument"), Column("named by"), Column("edit"),
+               Column("findings it answers for (rule program)"))
+    return table("table-verify-fixed-at", f"Where {settings['fix']} was applied (in a copy of {file})", columns, rows)
+
+
 def _rounds_table(doc: Mapping[str, Any]) -> Table | None:
     rows = [r for v in _VARIANTS for r in (_rounds(doc, v) or [])]
     if not rows:
@@ -233,7 +254,9 @@ def verify_sections(doc: Mapping[str, Any]) -> tuple[Section, ...]:
     if rounds is not None:
         items.append(rounds)
     checks = [c for c in doc.get("checks") or [] if isinstance(c, Mapping)]
-    tail: list[Any] = [checks_table(checks)] if checks else []
+    fixed = fixed_at_table(doc)
+    tail: list[Any] = [fixed] if fixed is not None else []
+    tail += [checks_table(checks)] if checks else []
     tail.extend(Note(str(n)) for n in doc.get("notes") or [])
     return (Section("verify", "The A/B measurement", tuple(items), tuple(missing)),
             Section("checks", "The checks", tuple(tail)))
