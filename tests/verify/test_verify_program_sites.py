@@ -1,5 +1,6 @@
 """``verify FILE.py:FUNC --fix FIX`` without ``--fix-line``: the lines come from the baseline's own
-findings; a file where no finding offers the fix is bad input, named, with the file untouched.
+findings; a file where no finding offers the fix (or one of an installed package) is bad input, named,
+with the file untouched.
 
 (The lines found for eager-widening, argmax-without-softmax and donate-state, and the verdicts of those
 runs, are held by ``test_verify_program.py``'s fix test.)
@@ -71,3 +72,16 @@ def test_an_argument_without_a_line_is_refused_before_anything_runs(tmp_path: Pa
     assert result.exit_code == 2, result.output
     assert "--fix-arg without --fix-line" in result.output
     assert not path.with_suffix(".imported").exists()
+
+
+def test_a_file_of_an_installed_package_is_refused_saying_to_verify_a_copy(tmp_path: Path) -> None:
+    # As in diagnose, an installed package's frames are not editable: no finding could name its lines.
+    path = tmp_path / "lib" / "python3.11" / "site-packages" / "small_loop.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(SMALL_LOOP + "\nimport pathlib\npathlib.Path(__file__).with_suffix('.imported').touch()\n")
+    result = CliRunner().invoke(main, ["verify", f"{path}:step", "--fix", "donate-state"])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "small_loop.py is inside an installed package" in said
+    assert "copy small_loop.py out of site-packages" in said and "verify the copy" in said
+    assert not path.with_suffix(".imported").exists()  # refused before anything is imported

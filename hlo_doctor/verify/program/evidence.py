@@ -66,8 +66,9 @@ def check_findings(baseline: HloEvidence, treatment: HloEvidence, rules: Sequenc
     the baseline did not have. The figure says which findings remain.
 
     ``targets``: (rule, program) of the baseline's findings that offered the fix at the lines it changed
-    (``--fix`` without ``--fix-line``): those must be gone; a finding of the fix's rules elsewhere (a
-    program no line of the file made, which the fix was never applied to) is listed, not held against it.
+    (``--fix`` without ``--fix-line``, with or without ``--rules``): those of ``rules`` must be gone; a
+    finding of ``rules`` elsewhere (a program no line of the file made, which the fix was never applied
+    to, or a rule whose findings offered no line) is listed, not held against it.
     """
     for side, ev in (("treatment", treatment), ("baseline", baseline)):
         if ev.error:

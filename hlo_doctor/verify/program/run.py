@@ -8,7 +8,8 @@ Checks, each pass/fail with the figure that decided it:
    raises fails here, naming the side and the call;
 3. **treatment's findings**: every rule run on the treatment's capture; none of the fix's rules (or
    ``--rules``) may still find anything there (with ``--treatment`` alone: no finding the baseline had
-   not); the figure says which findings remain;
+   not); a fix placed by the baseline's findings is held to those findings, with or without ``--rules``
+   ("at the fixed lines"); the figure says which findings remain;
 4. **step-time verdict**: the core's step-time check (:func:`hlo_doctor.verify.checks.check_step_verdict`) on
    every call's time, rounds as blocks (:func:`hlo_doctor.verify.stats.compare_rounds`); with ``--budget``,
    pairs of rounds are added until it decides or the budget is spent. Each round's wall time is reported
@@ -36,7 +37,7 @@ from hlo_doctor.verify.program.evidence import (
 from hlo_doctor.verify.program.measure import Measured, ProgramRound, measure
 from hlo_doctor.verify.program.results import ProgramReport, SideSummary
 from hlo_doctor.verify.program.settings import ProgramSettings, validate_program_settings
-from hlo_doctor.verify.program.sites import sites_from_findings
+from hlo_doctor.verify.program.sites import refuse_installed, sites_from_findings
 from hlo_doctor.verify.program.target import (
     FixedCopy,
     Side,
@@ -68,7 +69,7 @@ def _load(settings: ProgramSettings, work: Path,
     elif settings.fix is not None:
         # Only what needs no finding is checked before the import (the fix, the file): whether the
         # codemod matches depends on the line and the argument a finding names.
-        check_fix_target(settings.baseline, settings.fix)
+        refuse_installed(check_fix_target(settings.baseline, settings.fix), settings.fix)
     keep_gpu_ops_visible()  # before the targets' imports start a backend: per-op events stay in the trace
     base = load_side("baseline", settings.baseline)
     early = None
@@ -147,8 +148,8 @@ def run_program(settings: ProgramSettings, progress: ProgressFn | None = None) -
         why = measured.raised.describe()
         findings, verdict = not_run(3, NAMES[3], why), not_run(4, NAMES[4], why)
     else:
-        # Without --rules, a fix placed by the findings answers for those findings (settings.rules: all).
-        targets = [t for site in fixed.sites for t in site.targets] if fixed and not settings.rules else []
+        # A fix placed by the findings answers for those findings; --rules only says which rules count.
+        targets = [t for site in fixed.sites for t in site.targets] if fixed else []
         findings = check_findings(captured[0].evidence, captured[1].evidence, rules, targets)
         notes += slower_selections(captured[0].evidence, captured[1].evidence, jax.default_backend())
         step_time, round_time, verdict = _verdict(settings, measured)

@@ -24,7 +24,9 @@ from hlo_doctor.core.model import Finding
 if TYPE_CHECKING:
     from hlo_doctor.fixes.source.base import Hint
 
-__all__ = ["FixSite", "sites_from_findings"]
+__all__ = ["FixSite", "refuse_installed", "sites_from_findings"]
+
+INSTALLED = ("site-packages", "dist-packages")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,16 @@ def _offer(finding: Finding, fix_id: str, file: Path, texts: dict[Path, str]) ->
         if outcome.kind != "no-pattern":
             break  # the pattern is there and was refused: an outer line is not this finding's code
     return None, why, bool(why)
+
+
+def refuse_installed(file: Path, fix_id: str) -> None:
+    """:class:`InputError` for a file of an installed package, before anything is imported: as in
+    ``diagnose``, its frames are not a person's to edit, so no finding would name a line of it."""
+    if any(part in INSTALLED for part in file.resolve().parts):
+        raise InputError(f"--fix {fix_id}: {file} is inside an installed package ({file.parent}); no finding names "
+                         "a line of it (its frames are not editable, as in diagnose)",
+                         f"copy {file.name} out of site-packages (with a step() appended) and verify the copy, "
+                         "as docs/fixes.md 'Prove a fix on your program' shows, or pass --fix-line LINE")
 
 
 def sites_from_findings(findings: Sequence[Finding], fix_id: str, file: Path) -> tuple[FixSite, ...]:
