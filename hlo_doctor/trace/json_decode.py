@@ -189,7 +189,7 @@ def is_trace_json(path: Path) -> bool:
 _DECODE = json.JSONDecoder().raw_decode
 
 
-def decode_value(buf: bytes, pos: int, size: int, *, eof: bool) -> tuple[Any, int]:
+def decode_value(buf: bytes | bytearray, pos: int, size: int, *, eof: bool) -> tuple[Any, int]:
     """The JSON value at ``buf[pos:]`` (UTF-8) and the position after it, by the stdlib, from a
     window of ``size`` bytes.
 
@@ -208,7 +208,7 @@ def decode_value(buf: bytes, pos: int, size: int, *, eof: bool) -> tuple[Any, in
     return value, pos + (end if text.isascii() else len(text[:end].encode("utf-8")))
 
 
-def decode_events(text: bytes | str) -> list[Any]:
+def decode_events(text: bytes | str | memoryview) -> list[Any]:
     """The events of ``text``, a JSON array of events, as records (None for a non-object entry).
 
     Raises ``ValueError`` (or ``RecursionError``) when ``text`` is not valid JSON.
@@ -221,4 +221,4 @@ def decode_events(text: bytes | str) -> list[Any]:
             pass  # valid JSON that is not shaped as events everywhere: decoded generically below
         except msgspec.DecodeError as exc:
             raise ValueError(str(exc)) from None
-    return _stdlib(text)
+    return _stdlib(text.tobytes() if isinstance(text, memoryview) else text)

@@ -46,22 +46,6 @@ _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _WINDOW = 1 << 16  # bytes decoded to text for one value read on its own (grown while it runs past)
 _NO_INFO = (None,) * len(INFO_KEYS)
 _INF, _NAN = math.inf, math.nan
-# xprof's derived lines: thread ids from trace_utils.h's kThreadIdDerivedMin, and the GPU lines it
-# derives per stream ("XLA Modules - from #14").
-_DERIVED_TID = 0xDEADBEEF
-_FROM_STREAM = re.compile(r" - from #\d+$")
-
-
-def is_device_plane(plane: str) -> bool:
-    """A TPU/GPU plane (``/device:TPU:0``), as the xplane reader tells them."""
-    return plane.startswith("/device:") and not plane.startswith("/device:CUSTOM")
-
-
-def is_derived_line(tid: object, name: str) -> bool:
-    """A line xprof derived from others (not in the xplane the profiler wrote)."""
-    return (isinstance(tid, int) and tid >= _DERIVED_TID) or bool(_FROM_STREAM.search(name))
-
-
 @dataclass(slots=True)
 class EventLine:
     """One thread's events as columns (times in ns; NaN / ``NONE`` where an arg is absent).
@@ -196,7 +180,7 @@ class EventFile:
     def _parse(self, fh: BinaryIO) -> None:
         # The text stays UTF-8 bytes: msgspec decodes them as they are (decoding them to str first
         # costs as much as inflating them); only a value read on its own becomes text.
-        self.fh, self.buf, self.pos, self.eof = fh, b"", 0, False
+        self.fh, self.buf, self.pos, self.eof = fh, bytearray(), 0, False
         self._more()
         self._skip(_WS)
         if self.pos >= len(self.buf):
@@ -219,8 +203,11 @@ class EventFile:
         if not data:
             self.eof = True
             return False
-        self.buf = self.buf[self.pos:] + data
-        self.pos = 0
+        # A bytearray drops its read part in place and appends: the chunk is copied once. The byte
+        # before ``pos`` stays (a batch borrows it for its ``[``: :meth:`_events`).
+        del self.buf[:max(self.pos - 1, 0)]
+        self.buf += data
+        self.pos = min(self.pos, 1)
         return True
 
     def _skip(self, pattern: re.Pattern[bytes]) -> None:
@@ -284,7 +271,7 @@ class EventFile:
             cut = self._last_boundary() if self.pos > no_batch_until else -1
             if cut > self.pos:
                 try:
-                    batch = decode_events(b"".join((b"[", memoryview(self.buf)[self.pos:cut + 1], b"]")))
+                    batch = self._batch(cut)
                     self.pos = cut + 1
                 except (ValueError, RecursionError):
                     no_batch_until = cut
@@ -293,6 +280,18 @@ class EventFile:
                     continue  # the one event left is cut off by the chunk's end: read on first
                 batch = [from_value(self._value())]
             self._add(batch)
+
+    def _batch(self, cut: int) -> list[Any]:
+        """The events from ``pos`` to ``cut`` decoded in place: the separators either side (``pos``
+        is past ``[`` or ``,``; ``cut + 1`` is before ``,``) become ``[`` and ``]`` while it runs."""
+        buf, start = self.buf, self.pos - 1
+        before, after = buf[start], buf[cut + 1]
+        buf[start], buf[cut + 1] = 0x5B, 0x5D
+        try:
+            with memoryview(buf) as view:
+                return decode_events(view[start:cut + 2])
+        finally:
+            buf[start], buf[cut + 1] = before, after
 
     def _last_boundary(self) -> int:
         """Index of the ``}`` of the last ``}, {`` in the buffer after ``pos``; -1 if none."""

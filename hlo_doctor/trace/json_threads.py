@@ -7,9 +7,12 @@ execution of a program. The reader (:mod:`.json_events`) keeps exactly those hos
 thread's become a :class:`~hlo_doctor.trace.python_frames.DriverThread` with the times of the
 file's clock (the clock of its op events), so the step breakdown has its host side from the JSON.
 A file without them (a trace with only device events) has no host threads.
+Which planes are devices and which lines xprof derived are told here too.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -17,6 +20,22 @@ from hlo_doctor.trace.conventions import DISPATCH_PREFIX
 from hlo_doctor.trace.json_events import EventFile, EventLine
 from hlo_doctor.trace.model import HostDispatch
 from hlo_doctor.trace.python_frames import DriverThread, dispatching_threads, is_host_event
+
+# xprof's derived lines: thread ids from trace_utils.h's kThreadIdDerivedMin, and the GPU lines it
+# derives per stream ("XLA Modules - from #14").
+_DERIVED_TID = 0xDEADBEEF
+_FROM_STREAM = re.compile(r" - from #\d+$")
+
+
+def is_device_plane(plane: str) -> bool:
+    """A TPU/GPU plane (``/device:TPU:0``), as the xplane reader tells them."""
+    return plane.startswith("/device:") and not plane.startswith("/device:CUSTOM")
+
+
+def is_derived_line(tid: object, name: str) -> bool:
+    """A line xprof derived from others (not in the xplane the profiler wrote)."""
+    return (isinstance(tid, int) and tid >= _DERIVED_TID) or bool(_FROM_STREAM.search(name))
+
 
 # The dispatch spans and threads of the files read last, by (path, size, mtime): the table reads a
 # trace JSON once; diagnose asks for its dispatch and the breakdown for its threads after (Trace has

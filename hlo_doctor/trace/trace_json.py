@@ -29,10 +29,8 @@ from hlo_doctor.trace.json_events import (
     NONE,
     EventFile,
     EventLine,
-    is_derived_line,
-    is_device_plane,
 )
-from hlo_doctor.trace.json_threads import pick, remember, thread_of_line
+from hlo_doctor.trace.json_threads import is_derived_line, is_device_plane, pick, remember, thread_of_line
 from hlo_doctor.trace.model import CompileEvent, HostDispatch, StepMark, Trace
 from hlo_doctor.trace.python_frames import DriverThread
 from hlo_doctor.trace.xspace import program_id_of
