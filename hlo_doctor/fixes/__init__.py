@@ -5,6 +5,7 @@ Public API::
     available_fixes() -> tuple[str, ...]
     get_fix(fix_id) -> Fix
     apply_fix(fix_id, target, *, variant="full", dry_run=False, complete=False) -> FixResult
+    fix_applies(fix_id, target, *, variant="full") -> bool
     revert_fix(fix_id, target) -> FixResult
     patched_copy(fix_id, source_tree, dest, *, variant="full") -> Path
 
@@ -60,6 +61,7 @@ __all__ = [
     "apply_fix",
     "available_fixes",
     "detect_target",
+    "fix_applies",
     "get_fix",
     "patched_copy",
     "revert_fix",
@@ -166,6 +168,26 @@ def apply_fix(
         recovered = recover(tree.root, fix_id, _allowed(tree))
         result = _apply(fix, tree, variant, dry_run=False, complete=complete)
     return dataclasses.replace(result, recovered=recovered) if recovered else result
+
+
+def fix_applies(fix_id: str, target: Path, *, variant: str = "full") -> bool:
+    """Whether ``apply_fix(fix_id, target, variant=variant, dry_run=True)`` returns ``FixApplied``.
+
+    The same checks and the same plan, without computing the patched sources (the codemod, half of
+    the plan's time): a plan that passes :func:`_judge` is applied whatever its patched texts are.
+    Input the dry run would refuse with an error is False here.
+    """
+    try:
+        fix = get_fix(fix_id)
+        if variant not in fix.variants:
+            return False
+        tree = detect_target(Path(target))
+        if Journal.load(tree.root, fix_id, _allowed(tree)) is not None:
+            return False
+        plan = fix.plan(tree, _read_sources(tree), variant, patch=False)
+    except HloDoctorError:
+        return False
+    return _judge(fix, tree, plan, variant, False) is None
 
 
 def _apply(fix: Fix, tree: Target, variant: str, *, dry_run: bool, complete: bool) -> FixResult:

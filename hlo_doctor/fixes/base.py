@@ -95,8 +95,11 @@ class Fix(Protocol):
     title: str
     variants: tuple[str, ...]
 
-    def plan(self, target: Target, sources: dict[str, str], variant: str) -> Plan:
-        """Analyse ``sources`` (role -> text) and compute the patched texts for ``variant``."""
+    def plan(self, target: Target, sources: dict[str, str], variant: str, *, patch: bool = True) -> Plan:
+        """Analyse ``sources`` (role -> text) and compute the patched texts for ``variant``.
+
+        ``patch=False``: the analysis only (``new_sources`` empty), for asking whether the fix applies.
+        """
         ...
 
     def explain_half_fixed(self, plan: Plan, variant: str) -> str:

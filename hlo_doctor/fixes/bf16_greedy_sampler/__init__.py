@@ -38,12 +38,13 @@ class Bf16GreedySampler:
     title = TITLE
     variants: tuple[str, ...] = ("full", "upstream")
 
-    def plan(self, target: Target, sources: dict[str, str], variant: str) -> Plan:
-        """Analyse the three files of ``target`` and build the patched sources for ``variant``."""
+    def plan(self, target: Target, sources: dict[str, str], variant: str, *, patch: bool = True) -> Plan:
+        """Analyse the three files of ``target`` and build the patched sources for ``variant``
+        (``patch=False``: the analysis only)."""
         # libcst is imported by the plan, when a fix is computed: not by every command that lists fixes.
         from hlo_doctor.fixes.bf16_greedy_sampler.plan import build_plan
 
-        return build_plan(target, sources, variant)
+        return build_plan(target, sources, variant, patch=patch)
 
     def explain_half_fixed(self, plan: Plan, variant: str) -> str:
         """What this half-fixed tree does at run time (which part misses the menu) and what to do."""

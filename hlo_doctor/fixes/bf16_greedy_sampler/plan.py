@@ -212,8 +212,12 @@ def judge_upgrade(analysis: Analysis, runner: RunnerFacts | None, relevant: list
             "in the runner whenever logprobs were on")
 
 
-def build_plan(target: Target, sources: dict[str, str], variant: str) -> Plan:
-    """Analyse the three files of ``target`` and build the patched sources for ``variant``."""
+def build_plan(target: Target, sources: dict[str, str], variant: str, *, patch: bool = True) -> Plan:
+    """Analyse the three files of ``target`` and build the patched sources for ``variant``.
+
+    ``patch=False`` leaves ``new_sources`` empty: whether the fix applies is decided by the analysis
+    alone, and the codemod is half of the plan's time.
+    """
     analysis = Analysis()
     parsed = parse_sources(target, sources)
     modules = {role: located.module for role, located in parsed.located.items()}
@@ -250,7 +254,7 @@ def build_plan(target: Target, sources: dict[str, str], variant: str) -> Plan:
     relevant = [e for e in ORDER if variant == "full" or e != "sampler.logprobs_gated_output"]
     pending = {e for e in relevant if e in analysis.states and analysis.states[e].state == "original"}
     upgrade = judge_upgrade(analysis, runner, relevant)
-    new_sources = rewrite(sources, modules, pending, context) if not analysis.missing and pending else {}
+    new_sources = rewrite(sources, modules, pending, context) if patch and not analysis.missing and pending else {}
     if target.project == ENGINE:
         analysis.notes.append("target is the hlo-doctor reference engine: same codemod, same anchors")
     return Plan(
