@@ -52,6 +52,7 @@ class _SourceTables:
     locations: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # id -> (file, function, line)
     frames: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (location id, printed parent)
     _stacks: dict[int, tuple[Frame, ...]] = field(default_factory=dict)
+    _frames: dict[int, Frame | None] = field(default_factory=dict)  # location id -> its frame (stacks share them)
 
     def stack(self, frame_id: int) -> tuple[Frame, ...]:
         """The stack of frame ``frame_id``, innermost first; () when the id names no frame."""
@@ -65,9 +66,14 @@ class _SourceTables:
         while cur in self.frames and cur not in seen:  # a malformed table may loop: stop there
             seen.add(cur)
             location, parent = self.frames[cur]
-            loc = self.locations.get(location)
-            if loc is not None:
-                out.append(Frame(self.files.get(loc[0], ""), loc[2], self.functions.get(loc[1], "")))
+            if location in self._frames:
+                frame = self._frames[location]
+            else:
+                loc = self.locations.get(location)
+                frame = self._frames[location] = None if loc is None else \
+                    Frame(self.files.get(loc[0], ""), loc[2], self.functions.get(loc[1], ""))
+            if frame is not None:
+                out.append(frame)
             cur = parent - offset
         stack = tuple(out)
         self._stacks[frame_id] = stack

@@ -134,6 +134,12 @@ def parse_shape(text: str) -> HloShape:
     return shape
 
 
+# Array shapes by their text: a module prints the same few shapes on most of its lines, and a shape is
+# immutable, so one value serves them all. Bounded: past the bound, new texts are parsed, not kept.
+_ARRAYS: dict[str, HloShape] = {}
+_ARRAYS_MAX = 16384
+
+
 def _array(m: re.Match[str]) -> HloShape:
     dtype, dims_text, layout = m.group(1), m.group(2), m.group(3) or ""
     dims: list[int] = []
@@ -183,7 +189,13 @@ def _parse_shape_prefix(text: str) -> tuple[HloShape, str]:
             m = _ARRAY_SHAPE.match(text, pos)
             if not m:
                 raise ValueError(f"not an HLO shape: {text[pos:pos + 40]!r}")
-            value = _array(m)
+            key = m.group()
+            cached = _ARRAYS.get(key)
+            if cached is None:
+                cached = _array(m)
+                if len(_ARRAYS) < _ARRAYS_MAX:
+                    _ARRAYS[key] = cached
+            value = cached
             pos = m.end()
         # Close every tuple/buffer this value completes; stop at a comma (next element) or the end.
         while True:

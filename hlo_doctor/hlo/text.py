@@ -8,14 +8,22 @@ than stepping through every character in Python.
 from __future__ import annotations
 
 import re
+from itertools import accumulate
 
 # What the scanner stops at: quotes, brackets, newlines and comments. Everything else is skipped by
 # the regex engine, not by a Python loop.
 _SPECIAL = re.compile(r'["\n(){}\[\]]|/\*')
 _BRACKETS = re.compile(r'["(){}\[\]]')
-_SPLIT = re.compile(r'["(){}\[\],]')
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+# One token per bracket (and comma), a whole string literal as one token, a lone quote where a string
+# is not closed: a single pass of ``finditer`` rather than a search and a string match per stop.
+_BRACKET_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|["(){}\[\]]', re.S)
+_SPLIT_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|["(){}\[\],]', re.S)
 _STRING_OR_COMMENT = re.compile(r'("(?:[^"\\]|\\.)*")|/\*.*?\*/', re.S)
+
+
+_NOT_BRACKET = re.compile(r"[^(){}\[\]]+")
+_STEP = {"(": 1, "{": 1, "[": 1, ")": -1, "}": -1, "]": -1}
 
 
 class _Truncated(ValueError):
@@ -37,6 +45,22 @@ def _statement_end(text: str, pos: int) -> tuple[int, int]:
     the text's length), or at a closing bracket that closes more than it opened (``depth`` -1: the
     ``}`` closing a computation).
     """
+    # Most statements are one line: when that line, its strings taken out, has no quote or comment
+    # left and its brackets balance without ever closing more than they opened, it is the statement.
+    # Anything else (a string or a bracket running past the newline, a comment, an unopened bracket)
+    # takes the scan below, which decides it.
+    end = text.find("\n", pos)
+    if end >= 0:
+        line = text[pos:end]
+        if '"' in line:
+            line = _STRING.sub("", line)
+        if '"' not in line and "/*" not in line:
+            steps = _NOT_BRACKET.sub("", line)
+            if not steps:
+                return end, 0
+            depths = list(accumulate(map(_STEP.__getitem__, steps)))
+            if depths[-1] == 0 and min(depths) >= 0:
+                return end, 0
     depth = 0
     n = len(text)
     while True:
@@ -71,50 +95,44 @@ def _statement_end(text: str, pos: int) -> tuple[int, int]:
 def _find_closing(text: str, start: int, open_ch: str = "(", close_ch: str = ")") -> int:
     """Index of the bracket closing ``text[start]`` (which is ``open_ch``), skipping quotes."""
     depth = 0
-    pos = start
-    while True:
-        m = _BRACKETS.search(text, pos)
-        if m is None:
-            raise ValueError(f"unbalanced brackets in {text[:60]!r}")
+    for m in _BRACKET_TOKENS.finditer(text, start):
         c = m.group()
-        if c == '"':
-            end = _STRING.match(text, m.start())
-            if end is None:
+        if c[0] == '"':
+            if len(c) == 1:
                 raise ValueError(f"unbalanced quotes in {text[:60]!r}")
-            pos = end.end()
-            continue
-        if c in "({[":
+        elif c in "({[":
             depth += 1
         else:
             depth -= 1
             if depth == 0:
                 return m.start()
-        pos = m.start() + 1
+    raise ValueError(f"unbalanced brackets in {text[:60]!r}")
 
 
 def _split_top_level(text: str) -> list[str]:
     """Split on commas that are not inside brackets or quotes."""
+    if _BRACKETS.search(text) is None:
+        # Nothing nests (names, numbers): every comma splits.
+        flat = [part.strip() for part in text.split(",")]
+        if not flat[-1]:
+            flat.pop()
+        return flat
     parts: list[str] = []
     depth = 0
-    start = pos = 0
-    while True:
-        m = _SPLIT.search(text, pos)
-        if m is None:
-            break
+    start = 0
+    for m in _SPLIT_TOKENS.finditer(text):
         c = m.group()
-        i = m.start()
-        if c == '"':
-            end = _STRING.match(text, i)
-            pos = end.end() if end else len(text)
-            continue
-        if c in "({[":
+        if c[0] == '"':
+            if len(c) == 1:
+                break  # a string that is not closed runs to the end
+        elif c in "({[":
             depth += 1
         elif c in ")}]":
             depth -= 1
         elif depth == 0:
+            i = m.start()
             parts.append(text[start:i].strip())
             start = i + 1
-        pos = i + 1
     tail = text[start:].strip()
     if tail:
         parts.append(tail)
