@@ -23,6 +23,10 @@ function's x elements; ``scatter`` the combiner's x update elements; ``sort`` n 
 all-reduce the reducer's x elements. Ops that move data (slices, ``transpose``, ``broadcast``,
 ``gather``, ``iota``...) do 0. Unknown (None): other custom calls, ``while``, ``conditional``,
 ``call``.
+
+xprof's hlo_stats then counts an op with narrow inputs at a fraction of those FLOPs
+(:func:`xprof_device_flops`): half for 8-bit inputs (int8, uint8, fp8), a quarter for 4-bit ones,
+so that its FLOP rate compares against the 16-bit peak.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Literal
 import numpy as np
 
 from hlo_doctor.hlo.module import HloInstruction, HloModule
-from hlo_doctor.hlo.shape import HloShape
+from hlo_doctor.hlo.shape import DTYPE_BITS, HloShape
 
 Convention = Literal["xla", "gpu"]
 
@@ -281,3 +285,49 @@ def matrix_flops(module: HloModule, inst: HloInstruction) -> float | None:
         if _CONV_TARGETS.match(target):
             return _conv_flops(inst, operands[0], operands[1], result_shape(inst.shape))
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# xprof's device FLOPs: ops with 8-bit or 4-bit inputs
+# ---------------------------------------------------------------------------------------------
+
+# xprof's XProfGpuCostAnalysis (xprof/utils/xprof_gpu_cost_analysis.cc) divides an op's FLOPs by
+# the rate its narrow inputs run at against fp16 ("for int8/fp8, 2x flops assumed comparing with
+# fp16 flops ... for int4, 4x"): hlo_stats' FLOP rate ("Normalized GFLOP/s"), operational intensity
+# and bound-by use these device FLOPs against the fp16/bf16 peak; only its "Model GFLOP/s" keeps
+# them whole.
+_NARROW_INPUT_DIVISOR = {8: 2, 4: 4}
+
+
+def _bit_width(shape: HloShape) -> int | None:
+    """An operand's element width as xla::primitive_util::BitWidth gives it (``pred`` is 1 bit, not
+    its storage byte); None for tuples, tokens and buffers, which xprof's GetInputBitwidths skips."""
+    if shape.is_tuple or shape.is_buffer or shape.dtype in ("token", "opaque"):
+        return None
+    return 1 if shape.dtype == "pred" else DTYPE_BITS.get(shape.dtype)
+
+
+def narrow_input_divisor(module: HloModule, inst: HloInstruction) -> int:
+    """What xprof divides the FLOPs of a top-level op by: 2 when its widest operand is 8 bits
+    (``s8``, ``u8``, ``f8e4m3fn``...), 4 when it is 4 bits, else 1. A cuBLAS GEMM custom call goes
+    by its first operand (the A matrix); any other custom call (a cuDNN convolution too) keeps its
+    FLOPs, as xprof skips custom calls there (``XProfGpuCostAnalysis::Postprocess``)."""
+    operands = module.operands_of(inst)
+    if inst.opcode == "custom-call":
+        if not operands or not _GEMM_TARGETS.match(inst.attribute("custom_call_target").strip('"')):
+            return 1
+        widths = [_bit_width(operands[0].shape)]
+    else:
+        widths = [_bit_width(o.shape) for o in operands]
+    known = [w for w in widths if w is not None]
+    return _NARROW_INPUT_DIVISOR.get(max(known), 1) if known else 1
+
+
+def xprof_device_flops(module: HloModule, inst: HloInstruction, flops: float) -> float:
+    """A top-level op's FLOPs as xprof's hlo_stats counts them on GPU: ``flops`` (XLA's GPU cost
+    analysis of the op) less xprof's adjustment for narrow inputs (:func:`narrow_input_divisor`),
+    which xprof truncates to an integer: ``flops - trunc(flops - flops / divisor)``."""
+    divisor = narrow_input_divisor(module, inst)
+    if divisor == 1 or not flops:
+        return flops
+    return flops - math.trunc(flops - flops / divisor)

@@ -10,9 +10,11 @@ its "Measured memory BW", FLOP rate and "Operational intensity"):
 - ``flops_per_run``: the trace's ``flops``, else XLA's cost analysis of the op's HLO
   (:mod:`hlo_doctor.hlo.flops`): on GPU by XLA's GPU conventions as xprof's hlo_stats counts them
   (an elementwise op priced at the cycles XLA's GPU op profile gives it per element, a fusion's
-  instructions weighted by how much of them it uses), elsewhere by XLA's generic ones (one FLOP per
-  element of an elementwise op, transcendentals apart); unknown (NaN) for an op with neither
-  (a custom call XLA does not price, an op whose module the trace does not hold);
+  instructions weighted by how much of them it uses; an op whose widest input is 8 bits at half
+  its FLOPs, 4 bits at a quarter, as xprof's ``utils/xprof_gpu_cost_analysis.cc`` normalizes them
+  to the 16-bit peak), elsewhere by XLA's generic ones (one FLOP per element of an elementwise
+  op, transcendentals apart); unknown (NaN) for an op with neither (a custom call XLA does not
+  price, an op whose module the trace does not hold);
 - ``memory_bw_gibps`` = bytes x runs / total time (GiB/s, 2**30), ``flop_rate_gflops`` = FLOPs x
   runs / total time, ``intensity_flop_per_byte`` = FLOPs / bytes;
 - ``pct_of_peak_bw`` and ``pct_of_peak_flops`` against the device's peaks
@@ -31,7 +33,7 @@ from typing import Any
 
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.hlo.cost import op_cost
-from hlo_doctor.hlo.flops import Convention
+from hlo_doctor.hlo.flops import Convention, xprof_device_flops
 from hlo_doctor.trace.peaks import DevicePeaks
 
 GIB = float(2**30)
@@ -59,7 +61,12 @@ def run_cost(row: dict[str, Any], stated: tuple[float | None, float | None],
     inst = module.instruction(str(row["op"])) if module is not None else None
     if inst is not None:
         cost = op_cost(module, inst, convention)  # type: ignore[arg-type]
-        return (flops if flops is not None else cost.flops,
+        hlo_flops = cost.flops
+        if hlo_flops is not None and convention == "gpu":
+            # xprof/utils/xprof_gpu_cost_analysis.cc: an op with 8-bit (4-bit) inputs counts half
+            # (a quarter) of its FLOPs against the 16-bit peak.
+            hlo_flops = xprof_device_flops(module, inst, hlo_flops)  # type: ignore[arg-type]
+        return (flops if flops is not None else hlo_flops,
                 nbytes if nbytes is not None else cost.bytes_accessed)
     if nbytes is None and int(row.get("bytes_accessed") or 0) > 0:
         # No module: the op's text still gives its operand and result shapes.
