@@ -4,7 +4,8 @@ Per device and step: busy (the union of the op intervals), idle, and what the ho
 ran while the device idled (Python, dispatch, compile, waiting), with the source lines that filled
 the idle time (:mod:`hlo_doctor.opstats.breakdown`). ``--format`` picks the rendering: ``table``
 (people, stderr), ``json`` (everything, stdout or ``-o``), ``markdown``, ``csv`` (one row per device
-and step).
+and step; where several threads of a host dispatch programs, two more blocks, each after a blank line
+with its own header: a row per thread, and the other threads' lines).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hlo_doctor.cli.common import plain_text, print_wide, write_output
 from hlo_doctor.core.errors import InputError
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 BREAKDOWN_HELP = ("Print the step breakdown instead of the op table: per device and step, device busy (union of "
                   "the op intervals), idle, and what the host ran while the device idled (Python lines, dispatch, "
-                  "compile). --format table/json/markdown/csv.")
+                  "compile), and a row per thread where several threads dispatch programs. "
+                  "--format table/json/markdown/csv.")
 
 
 def _csv(b: StepBreakdown) -> str:
@@ -37,7 +39,31 @@ def _csv(b: StepBreakdown) -> str:
         w.writerow([s.host, s.device, s.step, *(f"{v:.3f}" for v in (s.start_us, s.wall_us, s.busy_us, s.idle_us, s.op_us)),
                     *(f"{s.host_us.get(k, 0.0):.3f}" for k in HOST_KINDS),
                     *(f"{s.idle_by_kind.get(k, 0.0):.3f}" for k in HOST_KINDS)])
+    _csv_threads(b, w, buf)
     return buf.getvalue()
+
+
+def _csv_threads(b: StepBreakdown, w: Any, buf: io.StringIO) -> None:
+    """The threads block and the other threads' lines block (only where a host has two dispatching
+    threads: the CSV of every other capture is the step rows alone). Times per device step, in us."""
+    from hlo_doctor.opstats.breakdown import HOST_KINDS
+    from hlo_doctor.render.breakdown_threads import concurrent_hosts, other_lines
+
+    if not concurrent_hosts(b):
+        return
+    buf.write("\n")
+    w.writerow(["host", "thread", "entry", "role", "dispatch_spans", *(f"host_{k}_us" for k in HOST_KINDS),
+                *(f"idle_{k}_us" for k in HOST_KINDS)])
+    for t in b.threads:
+        w.writerow([t.host, t.thread, t.entry, "driver" if t.driver else "apart", t.dispatches,
+                    *(f"{t.host_by_kind_us.get(k, 0.0):.3f}" for k in HOST_KINDS),
+                    *(f"{t.idle_by_kind_us.get(k, 0.0):.3f}" for k in HOST_KINDS)])
+    pairs = other_lines(b)
+    if pairs:
+        buf.write("\n")
+        w.writerow(["host", "thread", "idle_us", "host_us", "kind", "where", "target", "source"])
+        w.writerows([t.host, t.thread, f"{x.idle_us:.3f}", f"{x.host_us:.3f}", x.kind, x.where, x.target, x.source]
+                    for t, x in pairs)
 
 
 def emit_breakdown(stats: OpStats, fmt: str, output: Path | None) -> None:

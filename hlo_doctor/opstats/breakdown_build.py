@@ -252,17 +252,9 @@ def finish_breakdown(parts: Sequence[BreakdownPart], step_source: str, backend: 
                      "(capture with python_tracer_level=1, as 'hlo-doctor profile' does)")
     if not threads:
         notes.append("no host thread dispatched a program in the trace: device idle time is not attributed")
+    # Threads of one host run at the same time: each is a row of its own (the views' threads table,
+    # JSON ``threads``), never added into the step's.
     records = tuple(t for p in parts for t in p.threads)
-    for host in sorted({t.host for t in records}):
-        mine = [t for t in records if t.host == host]
-        if len(mine) > 1:
-            def said(t: HostThread) -> str:
-                d, w = t.host_by_kind_us.get("dispatch", 0.0), t.host_by_kind_us.get("wait", 0.0)
-                return (f"{t.entry or t.thread} ({t.dispatches} dispatches; per step dispatch {d:,.1f} us, "
-                        f"wait {w:,.1f} us, python {t.host_by_kind_us.get('python', 0.0):,.1f} us)")
-            notes.append(f"{host}: {len(mine)} threads dispatch programs; the host columns and lines are the "
-                         f"driver thread's, {said(mine[0])}; apart (they run at the same time): "
-                         + "; ".join(said(t) for t in mine[1:]) + " (JSON: threads)")
     return StepBreakdown(
         step_source=step_source, busy_definition=_definition(backend), steps=steps,
         lines=lines, windows=tuple(windows), python_frames=has_frames,

@@ -2,7 +2,8 @@
 
 Every format shows the same sections: per device (step wall time, busy, idle, idle %, and xprof's
 device idle % over the device's span), what the host did while the device idled, the steps, and the
-source lines that filled the idle time.
+source lines that filled the idle time; where several threads of a host dispatch programs, a row per
+thread and the other threads' lines (:mod:`hlo_doctor.render.breakdown_threads`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,14 @@ from rich.text import Text
 
 from hlo_doctor.core.format import fmt_pct, fmt_source, fmt_us, json_safe
 from hlo_doctor.opstats.breakdown import HOST_KINDS, StepBreakdown
+from hlo_doctor.render.breakdown_threads import (
+    OTHER_LINE_COLUMNS,
+    THREAD_COLUMNS,
+    other_line_rows,
+    other_lines,
+    thread_rows,
+    threads_line,
+)
 
 MAX_STEPS = 20
 """Steps listed in the table and Markdown (JSON holds every one)."""
@@ -25,12 +34,16 @@ _KIND_WORDS = {"python": "Python", "dispatch": "dispatch", "compile": "compile",
 
 
 def _header(b: StepBreakdown) -> list[str]:
+    """The header: the step, what the host ran while the device idled, the definitions, and (only
+    where a host's threads run at once) the line that says so."""
     host = " · ".join(f"{k} {fmt_us(v)}" for k, v in b.idle_by_kind().items() if v > 0) or "-"
+    threads = threads_line(b)
     return [
         f"{len(b.steps)} device steps (steps from {b.step_source}) · mean step {fmt_us(b.wall_us)} · device busy "
         f"{fmt_us(b.busy_us)} · idle {fmt_us(b.idle_us)} ({fmt_pct(b.idle_pct)})",
         f"while the device idles, the host runs (per step): {host}",
         b.busy_definition + "; idle = step wall time - busy",
+        *([threads] if threads else []),
     ]
 
 
@@ -72,7 +85,7 @@ def to_terminal(b: StepBreakdown, source_path: str = "") -> RenderableType:
     """The breakdown for people: header lines, devices, steps, the lines that filled the idle time."""
     parts: list[RenderableType] = [Text.from_markup(f"[bold]step breakdown[/] {escape(source_path)}")]
     head = _header(b)
-    parts += [Text(head[0]), Text(head[1]), Text(head[2], style="dim")]
+    parts += [Text(head[0]), Text(head[1]), Text(head[2], style="dim"), *(Text(h) for h in head[3:])]
     parts.append(_table(_DEVICE_COLUMNS, _device_rows(b)))
     parts.append(_table(_STEP_COLUMNS, _step_rows(b)))
     if len(b.steps) > MAX_STEPS:
@@ -80,6 +93,17 @@ def to_terminal(b: StepBreakdown, source_path: str = "") -> RenderableType:
     if b.lines:
         parts.append(Text("what the host ran while the device idled, per step:"))
         parts.append(_table(_LINE_COLUMNS, _line_rows(b)))
+    threads = thread_rows(b)
+    if threads:
+        parts.append(Text("the threads that dispatch programs, per device step (host: what the thread did; idle: "
+                          "the device's idle time while it did it):"))
+        parts.append(_table(THREAD_COLUMNS, threads))
+        others = other_line_rows(b, _KIND_WORDS, MAX_LINES)
+        if others:
+            parts.append(Text("what the other threads ran while the device idled, per step:"))
+            parts.append(_table(OTHER_LINE_COLUMNS, others))
+            if len(other_lines(b)) > MAX_LINES:
+                parts.append(Text(f"{len(other_lines(b)) - MAX_LINES} more lines: --breakdown csv", style="dim"))
     parts.extend(Text.from_markup(f"[yellow]note:[/] {escape(n)}") for n in b.notes)
     return Group(*parts)
 
@@ -97,10 +121,20 @@ def to_markdown(b: StepBreakdown, source_path: str = "") -> str:
     """The breakdown as Markdown: the same sections as :func:`to_terminal`."""
     head = _header(b)
     out = [f"## Step breakdown{f' of `{source_path}`' if source_path else ''}", "", head[0], "", head[1], "",
-           f"_{head[2]}_", "", _md_table(_DEVICE_COLUMNS, _device_rows(b)), "", "### Steps", "",
+           f"_{head[2]}_", "", *(x for h in head[3:] for x in (h, "")),
+           _md_table(_DEVICE_COLUMNS, _device_rows(b)), "", "### Steps", "",
            _md_table(_STEP_COLUMNS, _step_rows(b))]
     if b.lines:
         out += ["", "### What the host ran while the device idled (per step)", "", _md_table(_LINE_COLUMNS, _line_rows(b))]
+    threads = thread_rows(b)
+    if threads:
+        out += ["", "### The threads that dispatch programs (per device step)", "",
+                "_host: what the thread did; idle: the device's idle time while it did it_", "",
+                _md_table(THREAD_COLUMNS, threads)]
+        others = other_line_rows(b, _KIND_WORDS, MAX_LINES)
+        if others:
+            out += ["", "### What the other threads ran while the device idled (per step)", "",
+                    _md_table(OTHER_LINE_COLUMNS, others)]
     if b.notes:
         out += [""] + [f"- note: {n}" for n in b.notes]
     return "\n".join(out) + "\n"

@@ -1,6 +1,7 @@
 """The step section of a capture's page: time per step by category and by program (stacked, one bar per
 traced step, the step's wall time marked), and the step breakdown (device busy, idle, and what the
-host did while the device idled) when the capture has one.
+host did while the device idled) when the capture has one, with a row per host thread where several
+dispatch programs (:mod:`hlo_doctor.render.html.step_threads`).
 
 Everything is read from the op-stats JSON (``hlo-doctor.opstats/1``, what ``stats --format json``
 prints), so a page of a run directory and a page of its ``opstats.json`` are the same page.
@@ -14,6 +15,7 @@ from typing import Any
 
 from hlo_doctor.render.html import charts
 from hlo_doctor.render.html.model import Cell, Chart, Column, Section, num_cell, table, text_cell
+from hlo_doctor.render.html.step_threads import thread_items
 
 __all__ = ["BREAKDOWN_PARTS", "MAX_BARS", "MAX_BREAKDOWN_ROWS", "TOP_PROGRAMS", "breakdown_steps", "mean_totals",
            "per_step_totals", "step_section", "time_cell"]
@@ -268,4 +270,6 @@ def step_section(doc: Mapping[str, Any]) -> Section:
                        "'hlo-doctor stats RUN --breakdown' on the capture has it")
     else:
         items.append(chart)
+        if isinstance(bd, Mapping):
+            items.extend(thread_items(bd))
     return Section("step", "The step", tuple(items), tuple(missing))
