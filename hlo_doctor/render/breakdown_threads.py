@@ -63,8 +63,7 @@ def thread_rows(b: StepBreakdown, fmt: Callable[[float], str] = fmt_us) -> list[
     empty when no host has two such threads."""
     if not concurrent_hosts(b):
         return []
-    several = len({t.host for t in b.threads}) > 1
-    return [[t.host, thread_name(t, several), t.entry or "-", _role(t), str(t.dispatches),
+    return [[t.host, t.thread, t.entry or "-", _role(t), str(t.dispatches),
              *(fmt(t.host_by_kind_us.get(k, 0.0)) for k in HOST_KINDS),
              *(fmt(t.idle_by_kind_us.get(k, 0.0)) for k in HOST_KINDS)] for t in b.threads]
 

@@ -299,3 +299,20 @@ def test_one_dispatching_thread_shows_no_threads_rows(two_threads: OpStats) -> N
     assert threads_line(one) == "" and thread_items(one.to_dict()) == []
     assert "\n\n" not in _csv(one).strip("\n") and "dispatch programs" not in to_markdown(one)
     assert "threads that dispatch" not in plain_text(to_terminal(one))
+
+
+def test_threads_of_two_hosts_are_named_with_their_host(two_threads: OpStats) -> None:
+    b = two_threads.breakdown
+    assert b is not None
+    # The capture's threads again as a second host's (a pod's hosts each run the same server).
+    two = replace(b, threads=(*b.threads, *(replace(t, host="h2") for t in b.threads)))
+    line = threads_line(two)
+    assert line.startswith("vm: 2 threads") and " · h2: 2 threads" in line
+    md = to_markdown(two)
+    server = b.threads[1]
+    assert sum(f"| vm {server.thread} |" in x for x in md.splitlines()) == len(server.lines)
+    assert sum(f"| h2 {server.thread} |" in x for x in md.splitlines()) == len(server.lines)
+    _, threads, lines = _csv_blocks(_csv(two))
+    assert [(r["host"], r["role"]) for r in threads] == [("vm", "driver"), ("vm", "apart"), ("h2", "driver"),
+                                                          ("h2", "apart")]
+    assert sorted({r["host"] for r in lines}) == ["h2", "vm"] and len(lines) == 2 * len(server.lines)

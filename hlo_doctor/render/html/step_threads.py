@@ -62,7 +62,7 @@ def thread_items(bd: Mapping[str, Any]) -> list[Note | Table]:
                Column("dispatch spans", True, "dispatches"),
                *(Column(f"host: {k} ({unit})", True, f"host_by_kind_us.{k}") for k in KINDS),
                *(Column(f"idle: {k} ({unit})", True, f"idle_by_kind_us.{k}") for k in KINDS)]
-    rows = [[text_cell(t.get("host", "")), text_cell(name(t)), text_cell(t.get("entry") or "-"),
+    rows = [[text_cell(t.get("host", "")), text_cell(t.get("thread", "")), text_cell(t.get("entry") or "-"),
              text_cell("driver" if t.get("driver") else "apart"), num_cell(t.get("dispatches"), "d"),
              *(_us(v, div) for v in _by_kind(t, "host_by_kind_us")),
              *(_us(v, div) for v in _by_kind(t, "idle_by_kind_us"))] for t in threads]
