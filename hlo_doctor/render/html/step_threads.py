@@ -55,7 +55,7 @@ def thread_items(bd: Mapping[str, Any]) -> list[Note | Table]:
     note = Note("; ".join(
         f"On {host} these threads dispatch programs and run at the same time: the step rows above are the "
         "driver thread's (the table's first row of that host); the others' times are rows of their own, "
-        "not added into the step's" for host in hosts), "warn")
+        "not added into the step's" for host in hosts))
     unit, div = charts.unit_of([v for t in threads for key in ("host_by_kind_us", "idle_by_kind_us")
                                 for v in _by_kind(t, key)])
     columns = [Column("host"), Column("thread"), Column("entry frame"), Column("role"),
