@@ -111,6 +111,31 @@ class DoctorResult:
         assert self.verify is not None
         return ExitCode.OK if self.verify.passed else ExitCode.FINDINGS
 
+    def estimate(self) -> dict[str, Any] | None:
+        """Diagnose's promise for the applied fix against the savings verify measured, ms per step:
+        the decode step (medians of the measured rounds, no profiler) and the profiled step (the
+        baseline's and the treatment's captures); None without a fix or a verify."""
+        if self.fix_id is None or self.verify is None:
+            return None
+        promise = next((p for p in self.diagnosis.fixes if p.fix == self.fix_id), None)
+        steps = self.verify.profiled_step()
+        measured = {}
+        for key in ("decode_step_ms", "profiled_step_ms"):
+            b, t = steps[key]["baseline"], steps[key]["treatment"]
+            measured[key] = None if b is None or t is None else b - t
+        net = None if promise is None else promise.net_us / 1e3
+        return {
+            "promised_ms": net,
+            "recovered_ms": None if promise is None else promise.recoverable_us / 1e3,
+            "cost_ms": None if promise is None else promise.cost_us / 1e3,
+            "measured_decode_step_ms": measured["decode_step_ms"],
+            "measured_profiled_step_ms": measured["profiled_step_ms"],
+            "promise_over_decode_step": net / measured["decode_step_ms"]
+            if net is not None and measured["decode_step_ms"] else None,
+            "promise_over_profiled_step": net / measured["profiled_step_ms"]
+            if net is not None and measured["profiled_step_ms"] else None,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         s = dataclasses.asdict(self.settings)
         s["engine"] = None if self.settings.engine is None else str(self.settings.engine)
@@ -121,6 +146,7 @@ class DoctorResult:
             "treatment_engine": None if self.treatment_dir is None else str(self.treatment_dir),
             "findings": [f.to_dict() for f in self.diagnosis.findings],
             "diagnosis_summary": self.diagnosis.summary_line(),
+            "estimate": self.estimate(),
             "verify": None if self.verify is None else {
                 "passed": self.verify.passed, "verdict": self.verify.verdict,
                 "checks": [c.to_dict() for c in self.verify.checks],
@@ -187,7 +213,8 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     # 2. diagnose it.
     t0 = time.perf_counter()
     report("diagnose", 0, 1)
-    diagnosis = diagnose(load_context(profile_run), load_rulebook())
+    # What-if runs price what the capture cannot (lint.whatif): the promise then holds its costs too.
+    diagnosis = diagnose(dataclasses.replace(load_context(profile_run), what_if=True), load_rulebook())
     (out / "diagnose.json").write_text(diagnosis_json(diagnosis))
     (out / "diagnose.md").write_text(diagnosis_md(diagnosis))
     report("diagnose", 1, 1)

@@ -8,6 +8,7 @@ from hlo_doctor.hlo import HloInstruction, HloModule
 from hlo_doctor.hlo.analysis import dtype_shape, entry_parameter_of, is_argmax_program
 from hlo_doctor.hlo.origin import origin_of, staging_cause
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, stage_of
+from hlo_doctor.lint.runtime_gaps import runtime_gaps
 from hlo_doctor.lint.testing import ARGMAX_REDUCER
 
 _RETURNS_INPUT = """\
@@ -241,6 +242,10 @@ class AliasingCopy(Rule):
                 outputs = m.output_indices_of(inst)
                 where = ", ".join(str(i) for i in outputs) or "0"
                 what, fix = _what_to_do(m, inst, outputs)
+                # XLA:CPU: a copy that ends its program also leaves the runtime's idle after it while
+                # the host waits (releasing what the run allocated: lint.runtime_gaps); it goes with it.
+                gaps = runtime_gaps(ctx, m.name, inst.name) if ctx.has_opstats else None
+                timing = ctx.op_timing(m, inst.name) if gaps is not None else None
                 yield ctx.finding(
                     self, m, inst,
                     f"{inst.name} copies parameter {param.parameter_number} ({param.name}, "
@@ -248,6 +253,8 @@ class AliasingCopy(Rule):
                     + ("" if stage.optimized else "; unoptimized HLO: copy insertion decides after XLA's passes"),
                     severity=None if stage.optimized else Severity.LOW,
                     recoverable_fraction=1.0,
+                    recoverable_us=timing.time_per_step_us + gaps.recoverable_us
+                    if timing is not None and gaps is not None else None,
                     # The copy has no metadata of its own (copy insertion adds it): the parameter's
                     # line when it has one, else no source rather than an unrelated op's line.
                     source_inst=param if param.source else None,
@@ -255,7 +262,7 @@ class AliasingCopy(Rule):
                                                   *(() if stage.optimized else (stage.evidence(),))))),
                     fix=fix,
                     extra=(("parameter", param.parameter_number), ("parameter_name", param.name),
-                           ("output_indices", tuple(outputs))),
+                           ("output_indices", tuple(outputs)), *(gaps.extra() if gaps is not None else ())),
                 )
 
 

@@ -15,6 +15,7 @@ from hlo_doctor.hlo.origin import OpOrigin, origin_of
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes
 from hlo_doctor.lint.host_cost import PerStepProgram, call_cost, per_step_convert_programs
 from hlo_doctor.lint.paths import shown_source
+from hlo_doctor.lint.runtime_gaps import runtime_gaps
 from hlo_doctor.lint.testing import eager_convert
 
 _EAGER_CONVERT = eager_convert("runner.py:210")
@@ -150,11 +151,15 @@ def _recoverable(ctx: Context, p: PerStepProgram) -> tuple[float, tuple[tuple[st
     and inside their repeats in the same caller that issue nothing (a second astype to the dtype the
     first produced, which goes with it), plus its device time the host waited for. Without a driver thread in the input: the longer of
     its device time and its dispatch spans (the host waits to launch it; the device waits for the
-    launch).
+    launch). On XLA:CPU also the runtime's idle just before and after each run of it while the host
+    waited (setting up and releasing its buffers: :mod:`hlo_doctor.lint.runtime_gaps`).
     """
     cost = call_cost(ctx, p.prog.module)
+    # XLA:CPU: the runtime's idle before and after the program, while the host waited (lint.runtime_gaps).
+    gaps = runtime_gaps(ctx, p.prog.module.name)
+    gap_us, gap_extra = (gaps.recoverable_us, gaps.extra()) if gaps is not None else (0.0, ())
     if cost is not None and cost.calls:
-        return cost.recoverable_us, (
+        return cost.recoverable_us + gap_us, (*gap_extra,
             ("host_us_per_step", round(cost.per_step(cost.host_us), 1)),
             ("host_dispatch_us_per_step", round(cost.per_step(cost.dispatch_us), 1)),
             ("host_python_us_per_step", round(cost.per_step(cost.python_us), 1)),
@@ -166,7 +171,7 @@ def _recoverable(ctx: Context, p: PerStepProgram) -> tuple[float, tuple[tuple[st
     dispatch = ctx.dispatch(p.prog.module)
     host_per_step = dispatch.per_call_us * p.per_step if dispatch is not None else 0.0
     extra = (("host_dispatch_us_per_step", round(host_per_step, 1)),) if dispatch else ()
-    return max(p.timing.time_per_step_us, host_per_step), extra
+    return max(p.timing.time_per_step_us, host_per_step) + gap_us, (*extra, *gap_extra)
 
 
 def _consumers(ctx: Context, prog: ConvertProgram) -> list[tuple[str, int | None, bool]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterator
 
 from hlo_doctor.hlo import DTYPE_BYTES, HloInstruction, HloModule
@@ -21,6 +23,7 @@ from hlo_doctor.lint import (
     Rule,
     Severity,
     fmt_bytes,
+    fmt_duration,
     producing_convert_program,
     stage_of,
 )
@@ -33,6 +36,7 @@ from hlo_doctor.lint.testing import (
     GPU_TWO_STAGE_ARGMAX_BF16,
     eager_convert,
 )
+from hlo_doctor.lint.whatif import narrow_read, refusal
 
 _EAGER_CONVERT = eager_convert()
 
@@ -211,11 +215,14 @@ class OverWideRead(Rule):
                 # and a bf16 read measured slower than f32 on jaxlib 0.10.2, faster on 0.11.2).
                 fraction: float | None = 1.0 - needed / read_bytes
                 note, pace_extra = "", ()
+                cost_extra: tuple[tuple[str, object], ...] = ()
                 if ctx.backend == "cpu":
                     pace = read_pace(ctx, m, op.name) if ctx.has_opstats else None
                     note = _cpu_note(pace) if ctx.has_opstats else "; no op stats: no time estimate"
                     if pace is None or not pace.bandwidth_bound:
                         fraction = None
+                        if ctx.has_opstats:
+                            fraction, note, cost_extra = _what_if(ctx, m, op, reduce, kind, read, narrow, note)
                     if pace is not None:
                         pace_extra = (("memory_bw_gibps", round(pace.op_gibps, 2)),
                                       ("stream_bw_gibps", round(pace.stream_gibps, 2)), ("stream_op", pace.stream_op))
@@ -234,11 +241,33 @@ class OverWideRead(Rule):
                     recoverable_fraction=fraction,
                     evidence=tuple(evidence),
                     extra=(("bytes_read", read_bytes), ("bytes_needed", needed), ("reduce_kind", kind),
-                           ("narrow_dtype", narrow), *pace_extra,
+                           ("narrow_dtype", narrow), *pace_extra, *cost_extra,
                            *((("estimate", "not priced"),) if fraction is None else ())),
                     bytes_accessed=read_bytes,
                     severity=None if stage.optimized else Severity.LOW,
                 )
+
+
+def _what_if(ctx: Context, m: HloModule, op: HloInstruction, reduce: HloInstruction, kind: str,
+             read: HloInstruction, narrow: str, note: str) -> tuple[float | None, str, tuple[tuple[str, object], ...]]:
+    """On XLA:CPU, where the capture cannot say what the narrower read costs: time the same reduction
+    over both dtypes on this machine (``lint.whatif``) and price the finding by their ratio. A narrower
+    read that runs slower recovers nothing and its extra time is the fix's cost here (``fix_cost_us``:
+    the fix's promise counts it against the time its other findings recover)."""
+    why = refusal(ctx)
+    timing = ctx.op_timing(m, op.name)
+    axes = tuple(int(a) for a in re.findall(r"\d+", reduce.attribute("dimensions")))
+    t = narrow_read(kind, read.shape.dims, axes, read.shape.dtype, narrow) if not why and timing else None
+    if t is None or not math.isfinite(t.ratio) or timing is None:
+        reason = why or "no what-if for this reduction"
+        return None, f"{note}; {reason}", ()
+    extra: tuple[tuple[str, object], ...] = (("what_if", t.text()), ("what_if_ratio", round(t.ratio, 3)))
+    if t.ratio < 1.0:
+        return 1.0 - t.ratio, f"; priced by a what-if run on this machine's XLA:CPU: {t.text()}", extra
+    cost = timing.time_per_step_us * (t.ratio - 1.0)
+    return 0.0, (f"; a what-if run on this machine's XLA:CPU: {t.text()}: the narrower read is slower here "
+                 f"and costs ~{fmt_duration(cost)} per step, which the fix's promise counts against it"), \
+        (*extra, ("fix_cost_us", round(cost, 1)))
 
 
 def _cpu_note(pace: ReadPace | None) -> str:

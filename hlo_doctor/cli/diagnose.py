@@ -59,11 +59,14 @@ def _codes(values: tuple[str, ...] | list[str]) -> list[str]:
 @click.option("--select", "select", multiple=True, help="Only these rules (codes or prefixes, comma-separated).")
 @click.option("--ignore", "ignore", multiple=True, help="Skip these rules (codes or prefixes, comma-separated).")
 @click.option("--brief", is_flag=True, help="Table: the findings and the summary only, no details.")
+@click.option("--what-if/--no-what-if", "what_if", default=True, show_default=True,
+              help="Where an XLA:CPU capture cannot price a finding (a narrower reduction's read), time the "
+                   "replacement op here, when this machine has the capture's jax and jaxlib.")
 @host_options
 @handle_errors
 def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], fmt: str | None, output: Path | None,
                  source_root: Path | None, fail_on: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
-                 brief: bool, jobs: int | None, scheduler: str | None, skip_bad_hosts: bool) -> None:
+                 brief: bool, what_if: bool, jobs: int | None, scheduler: str | None, skip_bad_hosts: bool) -> None:
     """Apply the rules to RUN and report what is wasted, where, and the fix.
 
     RUN: a run directory from 'hlo-doctor profile', a bare .xplane.pb (any backend), a folder
@@ -83,7 +86,7 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     fmt = fmt or ("github" if in_github_actions() and output is None else "table")
     book = load_rulebook(rules_dirs)
     reader = CaptureReader(pod_options(jobs, scheduler, skip_bad_hosts))
-    ctx = load_context(run, source_root=source, reader=reader)
+    ctx = dataclasses.replace(load_context(run, source_root=source, reader=reader), what_if=what_if)
     if reader.left_out:
         console.print(Text(f"note: {left_out_note(reader.left_out)}", style="yellow"), soft_wrap=True)
     result = diagnose(ctx, book, select=_codes(select), ignore=_codes(ignore))

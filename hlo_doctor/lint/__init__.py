@@ -14,7 +14,7 @@ Rule files import only this package and :mod:`hlo_doctor.hlo` (plus the standard
 
 from __future__ import annotations
 
-from hlo_doctor.core.format import fmt_bytes
+from hlo_doctor.core.format import fmt_bytes, fmt_duration
 from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.lint.compiles import CompileAccount, ProgramCompiles, compile_account
 from hlo_doctor.lint.context import Context, OpTiming, producing_convert_program
@@ -29,6 +29,6 @@ __all__ = [
     "DOC_SECTIONS", "REQUIREMENTS", "CompileAccount", "CompileEvent", "Context", "Diagnosis", "Example", "Finding",
     "LoadedRule", "OpTiming", "ProgramCompiles", "Rule", "RuleBook", "RuleLoadError", "Severity", "Stage",
     "compile_account", "context_from_example", "diagnose",
-    "executed_modules", "fmt_bytes", "load_context", "load_rulebook", "producing_convert_program",
+    "executed_modules", "fmt_bytes", "fmt_duration", "load_context", "load_rulebook", "producing_convert_program",
     "run_rule", "stage_of", "table_from_records", "total_recoverable",
 ]

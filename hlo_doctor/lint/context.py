@@ -64,6 +64,11 @@ class Context:
     origin: str = ""
     kind: str = ""
     """``run``, ``xplane``, ``opstats``, ``xla-dump``, ``hlo`` or ``example``."""
+    versions: tuple[tuple[str, str], ...] = ()
+    """(package, version) the capture names (``jax``, ``jaxlib``...): what ran it."""
+    what_if: bool = False
+    """Rules may time an op's replacement on this machine where the capture cannot price it
+    (:mod:`hlo_doctor.lint.whatif`): ``diagnose`` and ``doctor`` turn it on unless ``--no-what-if``."""
 
     # -- what is available ------------------------------------------------------------------------
 

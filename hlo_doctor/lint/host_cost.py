@@ -146,8 +146,8 @@ class CallCost:
 @dataclass(frozen=True, slots=True, eq=False)
 class _Capture:
     threads: dict[str, DriverThread]
-    ops: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
-    """host -> (start_ns, end_ns, module name per op) of the ops with a place in time."""
+    ops: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    """host -> (start_ns, end_ns, module name, op name) of the ops with a place in time."""
     backend: str
 
 
@@ -169,7 +169,9 @@ def _read(paths: tuple[str, ...], stamp: tuple[float, ...]) -> _Capture | None:
     starts = ev.start_ns[timed].astype(np.float64)
     ends = starts + ev.duration_ns[timed].astype(np.float64)
     modules = np.asarray(ev.module, dtype=object)[timed]
-    ops = {str(h): (starts[hosts == h], ends[hosts == h], modules[hosts == h]) for h in set(hosts.tolist())}
+    names = np.asarray(ev.op, dtype=object)[timed]
+    ops = {str(h): (starts[hosts == h], ends[hosts == h], modules[hosts == h], names[hosts == h])
+           for h in set(hosts.tolist())}
     return _Capture(threads, ops, trace.backend)
 
 
@@ -302,7 +304,7 @@ def _call_cost(ctx: Context, name: str) -> CallCost | None:
         r_hi = np.asarray([thread.end_ns[r] for r in again], np.float64)
         dlo = np.asarray([thread.start_ns[d] for _, d in calls], np.float64)
         dhi = np.asarray([thread.end_ns[d] for _, d in calls], np.float64)
-        starts, ends, mods = cap.ops.get(host, (np.zeros(0), np.zeros(0), np.zeros(0, object)))
+        starts, ends, mods, _ = cap.ops.get(host, (np.zeros(0), np.zeros(0), np.zeros(0, object), np.zeros(0, object)))
         busy = union(starts, ends)
         mine = mods == name
         p_lo, p_hi = starts[mine], ends[mine]

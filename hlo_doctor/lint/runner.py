@@ -23,6 +23,7 @@ from hlo_doctor.lint.compiles import CompileAccount, compile_account
 from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.loader import LoadedRule, RuleBook
 from hlo_doctor.lint.merge import merge_recompiled, merge_same_line
+from hlo_doctor.lint.promise import FixPromise, fix_promises
 from hlo_doctor.lint.severity import with_cost_severity
 from hlo_doctor.lint.stage import stages_line
 
@@ -54,6 +55,15 @@ class Diagnosis:
     step_basis: str = ""
     """What the step divided by is (``mean of 5 traced step annotations``); "" when the input says
     nothing of its steps (an ``opstats.json`` export, HLO text)."""
+
+    @property
+    def fixes(self) -> tuple[FixPromise, ...]:
+        """What each offered fix promises per step (:mod:`.promise`)."""
+        return fix_promises(self.findings) if self.recoverable_us is not None else ()
+
+    def fixes_line(self) -> str:
+        """The promise of each fix that a what-if run says costs time here; "" when none does."""
+        return "; ".join(p.line(self.step_time_us) for p in self.fixes if p.cost_us > 0)
 
     def compile_line(self) -> str:
         """``compiles in the window: jit_f 3 (on every call); 27 eager ops compiled (1.2 s)``, or ""."""
@@ -105,6 +115,7 @@ class Diagnosis:
             "stage": self.stage_line,
             **(self.compiles.to_dict() if self.compiles is not None
                else {"compiles": [], "eager_compiles": {"count": 0, "time_us": 0.0, "ops": {}}}),
+            "fixes": [p.to_dict() for p in self.fixes],
             "findings": [f.to_dict() for f in self.findings],
         }
 

@@ -71,6 +71,8 @@ class DoctorOutcome(Protocol):
     @property
     def elapsed_s(self) -> float: ...
 
+    def estimate(self) -> dict[str, Any] | None: ...
+
     @property
     def verdict(self) -> str: ...
 
@@ -105,6 +107,8 @@ def to_markdown(result: DoctorOutcome) -> str:
     lines += ["", "## 1. What was found", "",
               f"Diagnosis of the engine's own trace (`profile/`, {d.num_steps} decode steps, "
               f"backend {d.backend or '?'}): {d.summary_line()}.", ""]
+    if d.fixes_line():
+        lines += [d.fixes_line() + ".", ""]
     if d.findings:
         lines += ["| rule | op | shape | time/step | % of step | source | fix |", "|---|---|---|---:|---:|---|---|"]
         for f in d.findings:
@@ -146,6 +150,7 @@ def to_markdown(result: DoctorOutcome) -> str:
                              f"{o.status}{now}")
         for note in v.notes:
             lines += ["", f"Note: {note}"]
+        lines += _estimate_lines(result)
     lines += ["", "## 4. Verdict", ""]
     if v is None:
         lines.append(result.verdict)
@@ -172,6 +177,8 @@ def to_terminal(result: DoctorOutcome) -> RenderableType:
     """The people's view (stderr): what was found, what was fixed, verify's view, the verdict."""
     d = result.diagnosis
     parts: list[RenderableType] = [Text(f"found: {d.summary_line()}", style="bold")]
+    if d.fixes_line():
+        parts.append(Text(f"  {d.fixes_line()}"))
     for f in d.findings:
         tps = "-" if f.time_per_step_us is None else f"{f.time_per_step_us:,.0f} us/step"
         parts.append(Text(f"  {f.code} {f.module}/{f.op} {fmt_shape(f.shape)}: {tps} {fmt_source(f.source)}"))
@@ -184,3 +191,25 @@ def to_terminal(result: DoctorOutcome) -> RenderableType:
     parts.append(Text(f"doctor: {result.verdict} ({result.elapsed_s:.0f} s); report: "
                       f"{Path(result.settings.out_dir) / 'report.md'}", style=f"bold {colour}"))
     return Group(*parts)
+
+
+def _estimate_lines(result: DoctorOutcome) -> list[str]:
+    """Diagnose's promise for the fix beside what verify measured of it (a table: every figure)."""
+    e = result.estimate()
+    if e is None or e["promised_ms"] is None:
+        return []
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.1f}"
+
+    def ratio(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    cost = f", less {ms(e['cost_ms'])} ms the fix costs here (what-if run)" if e["cost_ms"] else ""
+    return ["", f"Promised by diagnose: {ms(e['promised_ms'])} ms per step ({ms(e['recovered_ms'])} ms recovered{cost}).",
+            "", "| saving per step | ms | promise / measured |", "|---|---:|---:|",
+            f"| promised (diagnose, from the baseline's capture) | {ms(e['promised_ms'])} | - |",
+            f"| measured: decode step (medians, no profiler) | {ms(e['measured_decode_step_ms'])} | "
+            f"{ratio(e['promise_over_decode_step'])} |",
+            f"| measured: profiled step (the two captures) | {ms(e['measured_profiled_step_ms'])} | "
+            f"{ratio(e['promise_over_profiled_step'])} |"]

@@ -53,6 +53,8 @@ def to_concise(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
         fixable = f" [fixable: {f.fix}]" if f.fix else ""
         lines.append(f"{where}{f.code} [{f.severity}] {f.message}{_what(f)}{fixable}")
     lines.append(diagnosis.summary_line())
+    if diagnosis.fixes_line():
+        lines.append(diagnosis.fixes_line())
     if diagnosis.compiler_inserted_line():
         lines.append(diagnosis.compiler_inserted_line())
     if diagnosis.stage_line:

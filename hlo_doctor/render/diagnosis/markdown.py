@@ -26,6 +26,8 @@ def to_markdown(diagnosis: Diagnosis) -> str:
         meta.append(f"{diagnosis.num_steps} steps")
     meta.append(f"rules run: {', '.join(diagnosis.rules_run) or 'none'}")
     out += [" · ".join(meta), ""]
+    if diagnosis.fixes_line():
+        out += [re.sub(r"([\\`*_|])", r"\\\1", diagnosis.fixes_line()), ""]
     if diagnosis.compile_line():
         # Module names hold underscores: escaped, not read as emphasis.
         out += [re.sub(r"([\\`*_|])", r"\\\1", diagnosis.compile_line()), ""]

@@ -69,6 +69,8 @@ def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType
                           style="dim"))
     style = "bold green" if not diagnosis.findings else "bold"
     parts.append(Text(diagnosis.summary_line(), style=style))
+    if diagnosis.fixes_line():
+        parts.append(Text(diagnosis.fixes_line(), style="bold"))
     if diagnosis.compiler_inserted_line():
         parts.append(Text(diagnosis.compiler_inserted_line(), style="dim"))
     if diagnosis.stage_line:
