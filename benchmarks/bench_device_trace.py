@@ -7,7 +7,8 @@ Generates a synthetic TPU trace laid out as libtpu writes one (the conventions x
   line (``module(program_id)`` events with a ``run_id``) and an ``XLA Ops`` line;
 - ``XLA Ops`` metadata per (program id, op): name = the op's HLO text, display name = the op name,
   stats ``program_id`` (uint64, above 2**63), non-zero ``symbol_id``, ``hlo_category``, ``flops``,
-  ``bytes_accessed``; the sampler is recompiled half-way under a second id with the same op text;
+  ``bytes_accessed``, ``source`` and ``source_stack`` (the op's HLO stack, innermost first); the
+  sampler is recompiled half-way under a second id with the same op text;
 - every event carries ``device_offset_ps`` / ``device_duration_ps`` (the device clock); the event's
   own offset and duration are deliberately off (host clock);
 - ``/host:metadata`` holds the real HLO modules (compiled on CPU) as ``Hlo Proto`` stats.
@@ -48,8 +49,9 @@ STEP_PS = 1_800_000_000  # 1800 us per device step
 SKEW_PS = 5_000_000
 
 
-def _modules() -> list[tuple[str, bytes, list[tuple[str, str, str]]]]:
-    """Real modules: a decode step (about 100 ops) and a sampler; (name, HloProto, [(op, text, category)])."""
+def _modules() -> list[tuple[str, bytes, list[tuple[str, str, str, tuple[str, ...]]]]]:
+    """Real modules: a decode step (about 100 ops) and a sampler; (name, HloProto, [(op, text, category,
+    stack)]), the stack as ``file:line`` frames, innermost first."""
     import jax
     import jax.numpy as jnp
 
@@ -74,7 +76,8 @@ def _modules() -> list[tuple[str, bytes, list[tuple[str, str, str]]]]:
                 continue
             operands = ", ".join(f"{o.shape.text()} %{o.name}" for o in parsed.operands_of(inst))
             category = "loop fusion" if inst.opcode == "fusion" else inst.opcode
-            ops.append((inst.name, f"%{inst.name} = {inst.shape.text()} {inst.opcode}({operands})", category))
+            ops.append((inst.name, f"%{inst.name} = {inst.shape.text()} {inst.opcode}({operands})", category,
+                        tuple(f"{f.file}:{f.line}" for f in inst.stack)))
         module_proto = hlo.as_serialized_hlo_module_proto()
         out.append((parsed.name, field(1, module_proto), ops))
     return out
@@ -105,12 +108,12 @@ def generate(path: Path, *, size_mb: float = 200.0, cores: int = 8) -> Path:
     return path
 
 
-def _core_plane(xp: Any, core: int, programs: list[tuple[str, int, list[tuple[str, str, str]]]],
+def _core_plane(xp: Any, core: int, programs: list[tuple[str, int, list[tuple[str, str, str, tuple[str, ...]]]]],
                 steps: int) -> bytes:
     plane = xp.XPlane(id=core + 1, name=f"/device:TPU:{core}")
     stat_names = ["device_type_string", "peak_teraflops_per_second", "peak_hbm_bw_gigabytes_per_second",
                   "program_id", "symbol_id", "hlo_category", "flops", "bytes_accessed", "run_id",
-                  "group_id", "device_offset_ps", "device_duration_ps"]
+                  "group_id", "device_offset_ps", "device_duration_ps", "source", "source_stack"]
     sid = {name: i for i, name in enumerate(stat_names, start=1)}
     for name, i in sid.items():
         plane.stat_metadata[i].id, plane.stat_metadata[i].name = i, name
@@ -127,7 +130,7 @@ def _core_plane(xp: Any, core: int, programs: list[tuple[str, int, list[tuple[st
         em.stats.add(metadata_id=sid["program_id"], uint64_value=pid)
         next_id += 1
         ids = []
-        for symbol, (op, text, category) in enumerate(ops, start=1):
+        for symbol, (op, text, category, stack) in enumerate(ops, start=1):
             em = plane.event_metadata[next_id]
             em.id, em.name, em.display_name = next_id, text, op
             em.stats.add(metadata_id=sid["program_id"], uint64_value=pid)
@@ -135,6 +138,9 @@ def _core_plane(xp: Any, core: int, programs: list[tuple[str, int, list[tuple[st
             em.stats.add(metadata_id=sid["hlo_category"], str_value=category)
             em.stats.add(metadata_id=sid["flops"], uint64_value=1000 * symbol)
             em.stats.add(metadata_id=sid["bytes_accessed"], uint64_value=4096 * symbol)
+            if stack:  # as libtpu writes them: xprof's trace JSON copies both into every op event
+                em.stats.add(metadata_id=sid["source"], str_value=stack[0])
+                em.stats.add(metadata_id=sid["source_stack"], str_value="\n".join(stack))
             ids.append(next_id)
             next_id += 1
         op_meta[pid] = ids

@@ -134,11 +134,12 @@ def _ms(us: float) -> str:
 
 
 def account_compiles(events: Iterable[CompileEvent], modules: Sequence[HloModule] = (), *, num_steps: int = 0,
-                     calls: Mapping[str, int] | None = None) -> CompileAccount:
+                     calls: Mapping[str, int] | None = None, op_lines: Mapping[str, str] | None = None) -> CompileAccount:
     """Sort the compiles of ``events`` into programs and eager ops (see the module's docstring).
 
     ``modules``: the HLO of the programs (to count their ops and find their line); ``calls``: module
-    name -> calls in the window (``jit_<name>`` dispatch spans).
+    name -> calls in the window (``jit_<name>`` dispatch spans); ``op_lines``: module name -> the
+    line of its ops where no module says it (:func:`table_lines`, a trace JSON's source args).
     """
     by_key = {(m.name, m.program_id): m for m in modules}
     by_name: dict[str, HloModule] = {}
@@ -155,7 +156,7 @@ def account_compiles(events: Iterable[CompileEvent], modules: Sequence[HloModule
     out = []
     for name, group in sorted(programs.items(), key=lambda kv: (-sum(c.duration_us for c in kv[1]), kv[0])):
         n_calls = _calls(name, group, calls or {})
-        source = _source(name, group, by_key, by_name)
+        source = _source(name, group, by_key, by_name, op_lines or {})
         out.append(ProgramCompiles(name, tuple(group), num_steps, n_calls, _every_call(group, num_steps, n_calls),
                                    source))
     return CompileAccount(tuple(out), tuple(eager), num_steps)
@@ -164,7 +165,26 @@ def account_compiles(events: Iterable[CompileEvent], modules: Sequence[HloModule
 def compile_account(ctx: Context) -> CompileAccount:
     """:func:`account_compiles` of a diagnosis input (its compile events, modules and dispatch spans)."""
     calls = {d.module: d.calls for d in ctx.host_dispatch}
-    return account_compiles(ctx.compile_events, ctx.modules, num_steps=ctx.num_steps, calls=calls)
+    return account_compiles(ctx.compile_events, ctx.modules, num_steps=ctx.num_steps, calls=calls,
+                            op_lines=table_lines(ctx.table))
+
+
+def table_lines(table: Any) -> dict[str, str]:
+    """Module name -> the line of its ops in an op-stats table: its loop's (a ``while``,
+    ``conditional`` or ``call`` row), else its most common line (ties: the row ranked first). The
+    same on an xplane and on its trace JSON where the JSON has ``source`` args."""
+    if table is None or not len(table) or "source" not in table:
+        return {}
+    control: dict[str, str] = {}
+    lines: dict[str, Counter[str]] = {}
+    opcodes = table["opcode"] if "opcode" in table else [""] * len(table)
+    for module, source, opcode in zip(table["module"], table["source"], opcodes, strict=True):
+        if not isinstance(source, str) or not source:
+            continue
+        lines.setdefault(str(module), Counter())[source] += 1
+        if opcode in _CONTROL:
+            control.setdefault(str(module), source)
+    return {m: control.get(m) or c.most_common(1)[0][0] for m, c in lines.items()}
 
 
 def is_eager(c: Compile, module: HloModule | None) -> bool:
@@ -224,16 +244,18 @@ def _every_call(group: list[Compile], num_steps: int, calls: int | None) -> bool
 
 
 def _source(name: str, group: list[Compile], by_key: Mapping[tuple[str, int | None], HloModule],
-            by_name: Mapping[str, HloModule]) -> str:
-    """The line of the program's loop (an eager ``while`` is the loop), else the most common line of
-    its entry ops, else its caller's Python frame."""
-    for c in group:
-        module = by_key.get((name, c.program_id)) or by_name.get(name)
-        if module is None:
-            continue
+            by_name: Mapping[str, HloModule], op_lines: Mapping[str, str]) -> str:
+    """The line of the program's loop (an eager ``while`` is the loop), else the line of its ops that
+    ran (``op_lines``: the op-stats rows, the same from an xplane and from its trace JSON), else the
+    most common line of its entry ops, else its caller's Python frame."""
+    found = [m for c in group if (m := by_key.get((name, c.program_id)) or by_name.get(name)) is not None]
+    for module in found:
         loop = next((i.source for i in module.entry.instructions if i.opcode in _CONTROL and i.source), "")
         if loop:
             return loop
+    if op_lines.get(name):
+        return op_lines[name]
+    for module in found:
         lines = Counter(i.source for i in module.entry.instructions if i.source and i.opcode != "parameter")
         if lines:
             return lines.most_common(1)[0][0]

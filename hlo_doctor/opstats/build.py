@@ -102,11 +102,12 @@ class _Steps:
 
 @dataclass(frozen=True, slots=True)
 class _Hlo:
-    """What the rows are looked up in: parsed modules and op texts."""
+    """What the rows are looked up in: parsed modules, op texts and (a trace JSON's) op lines."""
 
     by_key: dict[tuple[str, int | None], HloModule]
     by_name: dict[str, HloModule]
     op_text: dict[tuple[str, int, str], str]
+    op_source: dict[tuple[str, int, str], str]
 
     def module_of(self, name: str, program_id: int | None) -> HloModule | None:
         """The module of an op of this module name and program id (None: the id is unknown), as
@@ -200,7 +201,8 @@ def _lookup(trace: Trace, parsed: tuple[HloModule, ...], op_texts: Iterable[tupl
     op_text: dict[tuple[str, int, str], str] = {}
     for module_name, pid, op, text in (*trace.op_expressions, *op_texts):
         op_text.setdefault((module_name, pid, op), text)
-    return _Hlo({(m.name, m.program_id): m for m in parsed}, by_name, op_text)
+    op_source = {(m, p, o): s for m, p, o, s in trace.op_sources}
+    return _Hlo({(m.name, m.program_id): m for m in parsed}, by_name, op_text, op_source)
 
 
 def _steps(totals: EventTotals, notes: list[str]) -> _Steps:
@@ -271,7 +273,7 @@ def _row(rec: Any, hlo: _Hlo, num_steps: int, step_time_us: float) -> tuple[dict
         "bytes_written": int(bytes_written),
         "bytes_accessed": int(bytes_read + bytes_written),
         "op_name": inst.op_name if inst is not None else "",
-        "source": _source(module, inst),
+        "source": _source(module, inst) if inst is not None else hlo.op_source.get((module_name, pid, op), ""),
         "self_time_us": float(rec.self_ns) / 1e3,
         "devices": devices,
         "runs_per_step": int(rec.occurrences) / num_steps / devices,

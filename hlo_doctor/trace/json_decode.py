@@ -23,9 +23,11 @@ from typing import Annotated, Any, BinaryIO
 
 ARG_FIELDS = ("hlo_op", "hlo_module", "long_name", "program_id", "module", "step_num", "run_id",
               "device_offset_ps", "device_duration_ps", "group_id", "name")
-"""The ``args`` the reader reads (``name``: a process or thread name of a ``ph: "M"`` event)."""
+"""The ``args`` the records of both paths hold (``name``: a process or thread name of a ``ph: "M"``
+event). An op's ``source`` and ``source_stack`` are read apart (:func:`decode_sources`); the
+stdlib's records hold them too."""
 EVENT_FIELDS = ("ph", "pid", "tid", "name", "ts", "dur", "args")
-_RAW_ARGS = ("hlo_op", "hlo_module", "long_name", "program_id", "module", "name")
+_RAW_ARGS = ("hlo_op", "hlo_module", "long_name", "program_id", "module", "source", "source_stack", "name")
 """Args kept as written (text); the others are numbers: ``step_num``, ``run_id`` and ``group_id``
 integers, ``device_offset_ps`` and ``device_duration_ps`` floats (None when absent)."""
 
@@ -64,7 +66,7 @@ def float_arg(v: Any) -> float:
 class _DictArgs:
     """An event's ``args`` object as attributes (the stdlib path)."""
 
-    __slots__ = ARG_FIELDS
+    __slots__ = (*ARG_FIELDS, "source", "source_stack")
 
     def __init__(self, d: dict[str, Any]) -> None:
         get = d.get
@@ -142,8 +144,17 @@ if msgspec is not None:
         args: Args | None = None
 
     _DECODER: Any = msgspec.json.Decoder(list[Event], strict=False)
+
+    class _StackArgs(msgspec.Struct, gc=False):
+        source: Any = None
+        source_stack: Any = None
+
+    class _StackEvent(msgspec.Struct, gc=False):
+        args: _StackArgs | None = None
+
+    _STACKS: Any = msgspec.json.Decoder(list[_StackEvent], strict=False)
 else:  # pragma: no cover
-    _DECODER = None
+    _DECODER = _STACKS = None
 
 try:
     from isal import igzip, isal_zlib
@@ -222,3 +233,22 @@ def decode_events(text: bytes | str | memoryview) -> list[Any]:
         except msgspec.DecodeError as exc:
             raise ValueError(str(exc)) from None
     return _stdlib(text.tobytes() if isinstance(text, memoryview) else text)
+
+
+def decode_sources(text: bytes | memoryview) -> list[tuple[Any, Any] | None]:
+    """``(source, source_stack)`` args of each entry of ``text`` (a JSON array of events), None
+    where it has neither: one per entry, as :func:`decode_events` returns them.
+
+    An op's stack is its longest arg (every frame of its Python stack, in every event of the op):
+    the records leave both out, and the reader decodes again, with this, only the few batches in
+    which an op is met first (decoding them everywhere costs about a tenth of the reading).
+    """
+    if _STACKS is not None:
+        try:
+            return [(a.source, a.source_stack) if (a := e.args) is not None
+                    and (a.source is not None or a.source_stack is not None) else None for e in _STACKS.decode(text)]
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            pass  # as decode_events: an entry that is not an event object
+    values = json.loads(text.tobytes() if isinstance(text, memoryview) else text)
+    return [(a.get("source"), a.get("source_stack")) if type(v) is dict and type(a := v.get("args")) is dict
+            and (a.get("source") is not None or a.get("source_stack") is not None) else None for v in values]

@@ -20,17 +20,22 @@ from __future__ import annotations
 import json
 import math
 import re
-from array import array
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
-
-import numpy as np
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.columns import Vocabulary
 from hlo_doctor.trace.conventions import COMPILE_MARKERS, EXECUTE_MARKER
-from hlo_doctor.trace.json_decode import GZIP_ERRORS, NONE, decode_events, decode_value, from_value, open_gzip
+from hlo_doctor.trace.json_decode import (
+    GZIP_ERRORS,
+    NONE,
+    decode_events,
+    decode_sources,
+    decode_value,
+    from_value,
+    open_gzip,
+)
+from hlo_doctor.trace.json_line import EventLine
 
 HINT = "pass a trace-viewer JSON (<host>.trace.json.gz, perfetto_trace.json.gz, xprof's trace_viewer export)"
 _CHUNK = 1 << 22  # bytes decoded per read: memory stays bounded on a 100 MB .json.gz
@@ -41,94 +46,18 @@ _WS = re.compile(rb"[ \t\r\n]*")
 _HOST_KEEP = re.compile("|".join([*(re.escape(m) for m in COMPILE_MARKERS), r"^PjitFunction\(",
                                   re.escape(EXECUTE_MARKER), r"^\$(?!<)\S*:\d*[1-9]\d*(?:\s|$)"]))
 INFO_KEYS = ("hlo_op", "hlo_module", "long_name", "program_id", "module")
-"""The args kept per event, interned as one tuple (a few hundred distinct in millions of events)."""
+"""The args kept per event, interned as one tuple (a few hundred distinct in millions of events); an
+op's ``source`` and ``source_stack`` are kept once per tuple (:attr:`EventFile.sources`)."""
 _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _WINDOW = 1 << 16  # bytes decoded to text for one value read on its own (grown while it runs past)
 _NO_INFO = (None,) * len(INFO_KEYS)
 _INF, _NAN = math.inf, math.nan
-@dataclass(slots=True)
-class EventLine:
-    """One thread's events as columns (times in ns; NaN / ``NONE`` where an arg is absent).
+_UNREAD = object()
 
-    Stored interleaved: :attr:`floats` holds (ts, dur, device offset, device duration) per event,
-    :attr:`ints` (name code, args code, run id, step, group). The reader's hot loop extends the
-    lists :attr:`pending_floats` / :attr:`pending_ints` (one ``list.extend`` per event and kind, about
-    a third of an array's per-item extend) and :meth:`flush` moves them into the arrays once a batch.
-    """
 
-    floats: array = field(default_factory=lambda: array("d"))
-    ints: array = field(default_factory=lambda: array("q"))
-    pending_floats: list[float] = field(default_factory=list)
-    pending_ints: list[int] = field(default_factory=list)
-
-    def flush(self) -> None:
-        """Move the pending values into the arrays (after each batch: memory stays bounded)."""
-        if self.pending_floats:
-            start = len(self.floats)
-            self.floats.fromlist(self.pending_floats)
-            with np.errstate(over="ignore"):  # ts and dur come in µs: to ns a batch at once, as ``x * 1e3``
-                np.frombuffer(self.floats, np.float64)[start:].reshape(-1, 4)[:, :2] *= 1e3
-        self.ints.fromlist(self.pending_ints)
-        self.pending_floats.clear()
-        self.pending_ints.clear()
-
-    def _floats(self) -> np.ndarray:
-        return np.frombuffer(self.floats, np.float64).reshape(-1, 4)
-
-    def _ints(self) -> np.ndarray:
-        return np.frombuffer(self.ints, np.int64).reshape(-1, 5)
-
-    def __len__(self) -> int:
-        return len(self.ints) // 5
-
-    @property
-    def names(self) -> np.ndarray:
-        """Name codes (:attr:`EventFile.names`)."""
-        return self._ints()[:, 0]
-
-    @property
-    def infos(self) -> np.ndarray:
-        """Args codes (:attr:`EventFile.infos`; 0: no args kept)."""
-        return self._ints()[:, 1]
-
-    @property
-    def run(self) -> np.ndarray:
-        """``run_id`` (-1 when absent)."""
-        return self._ints()[:, 2]
-
-    @property
-    def ts(self) -> np.ndarray:
-        """``ts`` in ns (host clock)."""
-        return self._floats()[:, 0]
-
-    @property
-    def dur(self) -> np.ndarray:
-        """``dur`` in ns."""
-        return self._floats()[:, 1]
-
-    def column(self, name: str) -> np.ndarray:
-        """``dev_off``, ``dev_dur`` (NaN when absent or not finite), ``step`` or ``group``
-        (:data:`NONE`), one per event."""
-        if name.startswith("dev"):
-            values = self._floats()[:, 2 if name == "dev_off" else 3]
-            return np.where(np.isfinite(values), values, math.nan)
-        return self._ints()[:, 3 if name == "step" else 4]
-
-    def times(self) -> tuple[np.ndarray, np.ndarray]:
-        """Starts and durations (ns), on the device clock where the args give it.
-
-        ``device_offset_ps`` counts from the line's start on the device clock, which the file does
-        not give: the line is placed at the median of ``ts - device_offset`` over its events (one
-        constant per line, so spacing and nesting are the device's own).
-        """
-        ts, dur = self.ts, self.dur
-        off, ddur = self.column("dev_off"), self.column("dev_dur")
-        has_off = ~np.isnan(off)
-        if has_off.any():
-            ts = ts.copy()
-            ts[has_off] = float(np.median(ts[has_off] - off[has_off] / 1e3)) + off[has_off] / 1e3
-        has_dur = ~np.isnan(ddur)
-        return ts, (np.where(has_dur, ddur / 1e3, dur) if has_dur.any() else dur)
+def _stack_text(stack: Any) -> str:
+    """A ``source_stack`` as ``file:line`` lines (a writer may put a list of frames)."""
+    return "\n".join(map(str, stack)) if isinstance(stack, list) else str(stack)
 
 
 class EventFile:
@@ -147,6 +76,11 @@ class EventFile:
         self._last: tuple[Any, Any, EventLine] = (object(), object(), EventLine())  # the line last added to
         self.bad_times = self.bad_events = 0
         self.found = False
+        self.sources: dict[int, tuple[str | None, str | None]] = {}
+        """Args code -> ``source`` and ``source_stack`` of the first op event of that code: the JSON
+        has no program id on op events, so an op whose HLO text two programs share has one line."""
+        self._want: dict[int, int] = {}  # id(event) -> code: events of the batch being read whose op
+        # was met first, their source args not read yet
 
     @property
     def host(self) -> str:
@@ -272,10 +206,10 @@ class EventFile:
             # two events. A cut inside a string or a nested list leaves unbalanced JSON, never other
             # events: the batch fails and the events are read one at a time past that point.
             batch: list[Any] | None = None
-            cut = self._last_boundary() if self.pos > no_batch_until else -1
+            cut, start = (self._last_boundary() if self.pos > no_batch_until else -1), self.pos
             if cut > self.pos:
                 try:
-                    batch = self._batch(cut)
+                    batch = self._batch(start, cut, decode_events)
                     self.pos = cut + 1
                 except (ValueError, RecursionError):
                     no_batch_until = cut
@@ -284,16 +218,18 @@ class EventFile:
                     continue  # the one event left is cut off by the chunk's end: read on first
                 batch = [from_value(self._value())]
             self._add(batch)
+            if self._want:  # ops met first in this batch: their source args, from the batch decoded again
+                self._sources(batch, self._batch(start, cut, decode_sources))
 
-    def _batch(self, cut: int) -> list[Any]:
+    def _batch(self, pos: int, cut: int, decode: Any) -> list[Any]:
         """The events from ``pos`` to ``cut`` decoded in place: the separators either side (``pos``
         is past ``[`` or ``,``; ``cut + 1`` is before ``,``) become ``[`` and ``]`` while it runs."""
-        buf, start = self.buf, self.pos - 1
+        buf, start = self.buf, pos - 1
         before, after = buf[start], buf[cut + 1]
         buf[start], buf[cut + 1] = 0x5B, 0x5D
         try:
             with memoryview(buf) as view:
-                return decode_events(view[start:cut + 2])
+                return decode(view[start:cut + 2])  # type: ignore[no-any-return]
         finally:
             buf[start], buf[cut + 1] = before, after
 
@@ -330,6 +266,28 @@ class EventFile:
             code = self._info_codes[key] = self.infos.code(tuple(None if v is None else str(v) for v in key))
         return code
 
+    def _source_of(self, info: int, ev: Any) -> None:
+        """The source args of an op met first: from its record where it has them (the stdlib's),
+        else read with its batch again (:meth:`_sources`)."""
+        args = ev.args
+        if not hasattr(args, "source"):
+            self._want[id(ev)] = info
+        elif args.source is not None or args.source_stack is not None:
+            self._keep_source(info, (args.source, args.source_stack))
+
+    def _sources(self, events: list[Any], found: list[tuple[Any, Any] | None]) -> None:
+        """Keep the source args :meth:`_source_of` wants (``found``: one per entry of ``events``)."""
+        want = self._want
+        for ev, pair in zip(events, found, strict=True):
+            if pair is not None and (code := want.get(id(ev))) is not None:
+                self._keep_source(code, pair)
+        want.clear()
+
+    def _keep_source(self, code: int, pair: tuple[Any, Any]) -> None:
+        source, stack = pair
+        if code not in self.sources:
+            self.sources[code] = (None if source is None else str(source), None if stack is None else _stack_text(stack))
+
     def _add(self, events: list[Any]) -> None:
         """Add a batch of decoded events (:mod:`.json_decode` records; None: not an object)."""
         # The hot loop of a large trace: one pass per event, no helper calls on the common path.
@@ -358,6 +316,7 @@ class EventFile:
                     info = info_codes[key]  # _NO_INFO is code 0
                 except (KeyError, TypeError):
                     info = self._info(key)
+                    self._source_of(info, ev)
                 step_arg = args.step_num
             # The Python tracer and runtime write most host events: only ops, steps, compiles and
             # dispatches are kept (an event of a process named later is kept and sorted out at the end).

@@ -114,6 +114,9 @@ class Trace:
     op_expressions: tuple[tuple[str, int, str, str], ...] = ()
     """(module, program id, op, HLO text of the op) that device traces carry in their event metadata
     (or xprof's ``hlo_stats`` gives): the shape's source when the trace holds no HLO module."""
+    op_sources: tuple[tuple[str, int, str, str], ...] = ()
+    """(module, program id, op, ``file:line``) from a trace JSON's ``source`` / ``source_stack`` args
+    (:mod:`.source_args`): the op's line when the trace holds no HLO module."""
     device_steps: tuple[StepMark, ...] = ()
     """Steps of the device ``Steps`` lines (TPU), one per device and step."""
     num_devices: int = 0

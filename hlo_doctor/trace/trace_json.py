@@ -33,6 +33,7 @@ from hlo_doctor.trace.json_events import (
 from hlo_doctor.trace.json_threads import is_derived_line, is_device_plane, pick, remember, thread_of_line
 from hlo_doctor.trace.model import CompileEvent, HostDispatch, StepMark, Trace
 from hlo_doctor.trace.python_frames import DriverThread
+from hlo_doctor.trace.source_args import op_source
 from hlo_doctor.trace.xspace import program_id_of
 
 _COMPILE = re.compile("|".join(re.escape(m) for m in COMPILE_MARKERS))
@@ -44,6 +45,7 @@ _STREAM = re.compile(r"^Stream #(\d+)")
 _NOT_OP_LINES = frozenset({"XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code",
                            "Async XLA Ops", "XLA TraceMe", "Launch Stats"})
 _NO_ID = -1
+_NO_SOURCE = (None, None)
 
 __all__ = ["TRACE_JSON_SUFFIXES", "is_trace_json", "read_trace_json"]
 
@@ -55,6 +57,8 @@ class _Op:
     module: str
     program_id: int
     has_long_name: bool
+    source: str
+    """The op's line from its ``source`` / ``source_stack`` args (:mod:`.source_args`), or empty."""
 
 
 @dataclass(slots=True)
@@ -75,6 +79,7 @@ class _Builder:
 
     cols: OpColumns = field(default_factory=OpColumns)
     expressions: dict[tuple[str, int, str], str] = field(default_factory=dict)
+    sources: dict[tuple[str, int, str], str] = field(default_factory=dict)
     steps: list[StepMark] = field(default_factory=list)
     device_steps: list[StepMark] = field(default_factory=list)
     compiles: list[CompileEvent] = field(default_factory=list)
@@ -184,7 +189,7 @@ class _Builder:
         pid = program_id_of(pid_arg) if pid_arg is not None else None
         if pid is None and suffix is not None:
             pid = program_id_of(suffix)
-        return _Op(op, text, module, pid if pid is not None else _NO_ID, bool(long_name))
+        return _Op(op, text, module, pid if pid is not None else _NO_ID, bool(long_name), op_source(*f.sources.get(info_code, _NO_SOURCE))[0])
 
     def _device_ops(self, f: EventFile, host: str, plane: str, line: EventLine, op_line: bool,
                     spans: _Spans | None) -> int:
@@ -252,6 +257,8 @@ class _Builder:
             module, pid = span
         if info.text:
             self.expressions.setdefault((module, pid, info.op), info.text)
+        if info.source:
+            self.sources.setdefault((module, pid, info.op), info.source)
         cols = self.cols
         return (cols.modules.code(module), cols.program_ids.code(pid), cols.ops.code(info.op)), pid == _NO_ID
 
@@ -304,6 +311,8 @@ class _Builder:
         for u, code in enumerate(uniq.tolist()):
             hlo_op, hlo_module, _, pid_arg, _ = f.infos.values[code]
             pid = program_id_of(pid_arg) if pid_arg is not None else None
+            if line_of := op_source(*f.sources.get(code, _NO_SOURCE))[0]:
+                self.sources.setdefault((str(hlo_module or ""), pid if pid is not None else _NO_ID, str(hlo_op)), line_of)
             codes[u] = (cols.modules.code(str(hlo_module or "")),
                         cols.program_ids.code(pid if pid is not None else _NO_ID), cols.ops.code(str(hlo_op)))
         per_info = np.bincount(inverse, minlength=len(uniq))
@@ -351,6 +360,7 @@ class _Builder:
             paths=tuple(str(p) for p in paths), backend=backend, device_kind=backend, ops=ops, steps=tuple(self.steps),
             compile_events=annotate_compiles(self.compiles, self.steps, ops), module_protos=(), versions=(),
             op_expressions=tuple((m, p, o, e) for (m, p, o), e in sorted(self.expressions.items())),
+            op_sources=tuple((m, p, o, s) for (m, p, o), s in sorted(self.sources.items())),
             device_steps=tuple(self.device_steps), num_devices=len(self.devices), warnings=tuple(warnings),
         )
 
