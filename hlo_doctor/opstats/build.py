@@ -139,7 +139,7 @@ def build_opstats(
         notes.extend(more)
     else:
         parsed = tuple(modules)
-    totals = event_totals(trace, lambda: FrameKinds.from_modules(parsed))
+    totals = event_totals(trace, lambda: FrameKinds.from_modules(parsed, trace.stack_files))
     return opstats_from_totals(trace, totals, parsed, run=run, source_path=source_path, warnings=notes,
                                op_texts=op_texts)
 

@@ -153,10 +153,12 @@ class FrameKinds:
         return kinds
 
     @classmethod
-    def from_modules(cls, modules: Iterable[HloModule]) -> FrameKinds:
-        """Base name -> full path from every frame of every instruction's stack (user paths win)."""
-        files = {f.file for m in modules for inst in m.instructions() for f in inst.stack
-                 if f.file and not f.file.startswith("<")}
+    def from_modules(cls, modules: Iterable[HloModule], files: Iterable[str] = ()) -> FrameKinds:
+        """Base name -> full path from every frame of every instruction's stack, and ``files`` (a
+        trace JSON's op stacks: :attr:`~hlo_doctor.trace.model.Trace.stack_files`); user paths win."""
+        files = {f for f in files if f and not f.startswith("<")} | {
+            f.file for m in modules for inst in m.instructions() for f in inst.stack
+            if f.file and not f.file.startswith("<")}
         kinds = cls()
         framework = {path: kinds.path_is_framework(path) for path in files}
         paths: dict[str, str] = {}

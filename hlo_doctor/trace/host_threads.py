@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.trace.json_threads import DISPATCH_OF, THREADS_OF, pick
+from hlo_doctor.trace.json_threads import DISPATCH_OF, THREADS_OF, cache_key, pick
 from hlo_doctor.trace.model import HostDispatch
 from hlo_doctor.trace.python_frames import DriverThread, dispatching_threads, host_of, threads_of_plane
 from hlo_doctor.trace.stream import XSpaceFile
-from hlo_doctor.trace.trace_json import cache_key, read_events
+from hlo_doctor.trace.trace_json import read_events
 from hlo_doctor.trace.xspace import METADATA_PLANE
 
 

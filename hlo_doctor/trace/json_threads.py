@@ -13,6 +13,8 @@ Which planes are devices and which lines xprof derived are told here too.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -73,10 +75,16 @@ def pick(found: dict[str, list[DriverThread]]) -> dict[str, list[DriverThread]]:
     return {host: picked for host, threads in found.items() if (picked := dispatching_threads(threads))}
 
 
-def remember(key: tuple[tuple[str, int, int], ...], dispatch: tuple[HostDispatch, ...],
+def cache_key(paths: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
+    """The key :func:`remember` keeps files' results by: (path, size, modification time) of each."""
+    return tuple((str(Path(p).resolve()), (st := Path(p).stat()).st_size, st.st_mtime_ns) for p in paths)
+
+
+def remember(paths: Sequence[Path], dispatch: tuple[HostDispatch, ...],
              threads: dict[str, list[DriverThread]]) -> None:
     """Keep the dispatch spans and threads of the files just read (read back by
-    :mod:`hlo_doctor.trace.host_threads`)."""
+    :mod:`hlo_doctor.trace.host_threads`, by :func:`cache_key`)."""
+    key = cache_key(paths)
     if len(THREADS_OF) > 4:
         THREADS_OF.clear()
         DISPATCH_OF.clear()

@@ -117,6 +117,9 @@ class Trace:
     op_sources: tuple[tuple[str, int, str, str], ...] = ()
     """(module, program id, op, ``file:line``) from a trace JSON's ``source`` / ``source_stack`` args
     (:mod:`.source_args`): the op's line when the trace holds no HLO module."""
+    stack_files: tuple[str, ...] = ()
+    """Full paths of the files those args' stacks name: what tells the Python tracer's frames (base
+    names) apart when the trace holds no HLO module (:class:`~hlo_doctor.opstats.host_time.FrameKinds`)."""
     device_steps: tuple[StepMark, ...] = ()
     """Steps of the device ``Steps`` lines (TPU), one per device and step."""
     num_devices: int = 0

@@ -16,10 +16,11 @@ the innermost.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from hlo_doctor.hlo.frames import Frame, source_frame
 
-__all__ = ["op_source", "parse_frame", "parse_stack"]
+__all__ = ["op_source", "parse_frame", "parse_stack", "source_line", "stack_files"]
 
 _FRAME = re.compile(r"^\s*(?P<file>\S.*?):(?P<line>\d+)(?::\d+)?(?:\s+(?:in\s+)?(?P<function>\S+))?\s*$")
 
@@ -52,3 +53,13 @@ def op_source(source: str | None, stack: str | None) -> tuple[str, tuple[Frame, 
     if frame is None or not frame.file:
         return "", frames
     return (f"{frame.file}:{frame.line}" if frame.line else frame.file), frames
+
+
+def stack_files(pairs: Iterable[tuple[str | None, str | None]]) -> set[str]:
+    """The files the frames of these ``(source, source_stack)`` pairs name."""
+    return {f.file for source, stack in pairs for f in parse_stack(source, stack) if f.file}
+
+
+def source_line(pair: tuple[str | None, str | None] | None) -> str:
+    """:func:`op_source`'s line for a ``(source, source_stack)`` pair; empty for None."""
+    return op_source(*pair)[0] if pair is not None else ""

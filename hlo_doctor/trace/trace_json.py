@@ -33,7 +33,7 @@ from hlo_doctor.trace.json_events import (
 from hlo_doctor.trace.json_threads import is_derived_line, is_device_plane, pick, remember, thread_of_line
 from hlo_doctor.trace.model import CompileEvent, HostDispatch, StepMark, Trace
 from hlo_doctor.trace.python_frames import DriverThread
-from hlo_doctor.trace.source_args import op_source
+from hlo_doctor.trace.source_args import source_line, stack_files
 from hlo_doctor.trace.xspace import program_id_of
 
 _COMPILE = re.compile("|".join(re.escape(m) for m in COMPILE_MARKERS))
@@ -45,7 +45,6 @@ _STREAM = re.compile(r"^Stream #(\d+)")
 _NOT_OP_LINES = frozenset({"XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code",
                            "Async XLA Ops", "XLA TraceMe", "Launch Stats"})
 _NO_ID = -1
-_NO_SOURCE = (None, None)
 
 __all__ = ["TRACE_JSON_SUFFIXES", "is_trace_json", "read_trace_json"]
 
@@ -80,6 +79,7 @@ class _Builder:
     cols: OpColumns = field(default_factory=OpColumns)
     expressions: dict[tuple[str, int, str], str] = field(default_factory=dict)
     sources: dict[tuple[str, int, str], str] = field(default_factory=dict)
+    stack_files: set[str] = field(default_factory=set)
     steps: list[StepMark] = field(default_factory=list)
     device_steps: list[StepMark] = field(default_factory=list)
     compiles: list[CompileEvent] = field(default_factory=list)
@@ -129,6 +129,7 @@ class _Builder:
             self.backends.add("cpu")
         self.count("events without a numeric ts/dur (skipped)", f.bad_times)
         self.count("traceEvents entries that are not objects (skipped)", f.bad_events)
+        self.stack_files |= stack_files(f.sources.values())
 
     # -- devices ---------------------------------------------------------------------------------
 
@@ -189,7 +190,7 @@ class _Builder:
         pid = program_id_of(pid_arg) if pid_arg is not None else None
         if pid is None and suffix is not None:
             pid = program_id_of(suffix)
-        return _Op(op, text, module, pid if pid is not None else _NO_ID, bool(long_name), op_source(*f.sources.get(info_code, _NO_SOURCE))[0])
+        return _Op(op, text, module, pid if pid is not None else _NO_ID, bool(long_name), source_line(f.sources.get(info_code)))
 
     def _device_ops(self, f: EventFile, host: str, plane: str, line: EventLine, op_line: bool,
                     spans: _Spans | None) -> int:
@@ -311,7 +312,7 @@ class _Builder:
         for u, code in enumerate(uniq.tolist()):
             hlo_op, hlo_module, _, pid_arg, _ = f.infos.values[code]
             pid = program_id_of(pid_arg) if pid_arg is not None else None
-            if line_of := op_source(*f.sources.get(code, _NO_SOURCE))[0]:
+            if line_of := source_line(f.sources.get(code)):
                 self.sources.setdefault((str(hlo_module or ""), pid if pid is not None else _NO_ID, str(hlo_op)), line_of)
             codes[u] = (cols.modules.code(str(hlo_module or "")),
                         cols.program_ids.code(pid if pid is not None else _NO_ID), cols.ops.code(str(hlo_op)))
@@ -361,6 +362,7 @@ class _Builder:
             compile_events=annotate_compiles(self.compiles, self.steps, ops), module_protos=(), versions=(),
             op_expressions=tuple((m, p, o, e) for (m, p, o), e in sorted(self.expressions.items())),
             op_sources=tuple((m, p, o, s) for (m, p, o), s in sorted(self.sources.items())),
+            stack_files=tuple(sorted(self.stack_files)),
             device_steps=tuple(self.device_steps), num_devices=len(self.devices), warnings=tuple(warnings),
         )
 
@@ -374,10 +376,6 @@ def _dispatched(found: list[CompileEvent], spans: list[tuple[float, float, str]]
         around = [s for s in spans if s[0] <= start and end <= s[1] and (s[0], s[1]) != (start, end)]
         out.append(replace(e, function=max(around)[2]) if around else e)
     return out
-
-
-def cache_key(paths: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
-    return tuple((str(Path(p).resolve()), (st := Path(p).stat()).st_size, st.st_mtime_ns) for p in paths)
 
 
 def read_events(paths: Sequence[Path]) -> _Builder:
@@ -395,5 +393,5 @@ def read_trace_json(paths: Sequence[Path]) -> Trace:
     """
     builder = read_events(paths)
     trace = builder.trace(paths)
-    remember(cache_key(paths), builder.host_dispatch(), pick(builder.threads))
+    remember(paths, builder.host_dispatch(), pick(builder.threads))
     return trace

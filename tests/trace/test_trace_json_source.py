@@ -7,7 +7,9 @@ innermost frame of its HLO stack and ``source_stack`` that stack, innermost firs
 innermost frame is a framework's (a package the project's pyproject lists under ``frameworks``):
 the line shown must be its caller's, as the xplane shows it from the HLO module. The same capture
 read as the xplane and as xprof's JSON must give the same ``source`` per row, and diagnose the
-same (rule, module, op, line) for every rule that runs on both.
+same (rule, module, op, line) for every rule that runs on both: HD005 (programs compiled in the
+window) and HD015 (the host's Python keeps the chips waiting; the Python tracer names its frames by
+base name, which the op stacks' full paths resolve, as the HLO modules' do on the xplane).
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ class _SourcedCore(TpuCore):
 
 def _capture(root: Path, dense: Any) -> Path:
     """Two chips run a layer (its matmul inside the framework's ``dense``) and a sampler head over 3
-    steps; the layer is compiled on the host twice inside the window (HD005), the head once."""
+    steps, each dispatched by the host's Python while the chips wait; the layer is compiled on the
+    host twice inside the window (HD005), the head once."""
     def layer(x: jax.Array, w: jax.Array) -> jax.Array:
         return dense(x, w) + x
 
@@ -87,16 +90,22 @@ def _capture(root: Path, dense: Any) -> Path:
         for name in ("layer again" if step == 2 else "layer", "head"):
             if step == 0 or name == "layer again":
                 function = name.split()[0]
-                host.event(python, host.event_metadata(f"PjitFunction({function})"), t, 52e6)
-                host.event(python, host.event_metadata("backend_compile"), t + 1e6, 50e6)
-                t += 53e6
+                host.event(python, host.event_metadata(f"PjitFunction({function})"), t, 320_000.0)
+                host.event(python, host.event_metadata("backend_compile"), t + 10_000.0, 300_000.0)
+                t += 330_000.0
             module = modules[name]
+            # The host's Python (this file's frame, named by base name as the Python tracer names
+            # it) dispatches each program while the chips wait: a host-bound step (HD015).
+            frame = f"${Path(__file__).name}:{_capture.__code__.co_firstlineno} _capture"  # in every op's stack
+            host.event(python, host.event_metadata(frame), t, 800_000.0)
+            host.event(python, host.event_metadata(f"PjitFunction({name.split()[0]})"), t + 100_000.0, 600_000.0)
+            t += 800_000.0
             # The layer's first op (the framework's matmul) runs longest: its line leads the program.
             ops = [(op.name, 30_000.0 - 2_000.0 * k) for k, op in enumerate(module.ops)]
             for core in cores:
                 core.run(module, ids[name], t, ops, run)
             run += 1
-            t += 1e6
+            t += 200_000.0
     return space.write(root)
 
 
@@ -142,7 +151,11 @@ def test_findings_name_the_same_lines_from_the_xplane_and_its_trace_json(
     layer = next(f for f in from_json if f[1] == "jit_layer")
     # Not the framework's line the ``source`` arg names: the test's own line that called it.
     assert layer[0] == "HD005" and layer[3].startswith(__file__ + ":")
-    assert {f[1] for f in from_json} == {"jit_layer", "jit_head"}
+    assert {f[:2] for f in from_json} == {("HD005", "jit_layer"), ("HD005", "jit_head"), ("HD015", "")}
+    # The Python tracer names a frame by its file's base name: the op stacks give the full path, as
+    # the HLO modules' stacks do on the xplane.
+    host_bound = next(f for f in from_json if f[0] == "HD015")
+    assert host_bound[3] == f"{__file__}:{_capture.__code__.co_firstlineno}"
 
     def lines(path: Path) -> dict[tuple[str, str], str]:
         return {(r["module"], r["op"]): r["source"] for r in load_opstats(path).table.to_dict(orient="records")}
