@@ -175,7 +175,9 @@ class AliasingCopy(Rule):
         A jitted function that returns its input without donation cannot hand back the caller's
         buffer, so XLA's copy insertion materialises a full copy of it: one read and one write of
         the whole tensor per call, for no computation at all (1.5 ms per step for
-        f32[512,256000] on TPU v5e).
+        f32[512,256000] on TPU v5e). On XLA:CPU a copy that ends its program also holds the step
+        while the runtime finishes the run after it (the idle while the host waits, read from the
+        trace: ``hlo_doctor.lint.runtime_gaps``); the estimate counts that too.
     Example:
         A greedy ``sample()`` whose branch does ``ret_logits = logits`` and returns it.
     Fix:

@@ -61,7 +61,9 @@ class StandaloneConvertProgram(Rule):
         from the trace: the device's idle time inside those calls plus the program's device time
         the host waited for (on a host-bound step the
         call's host time, on a device-bound one the convert's device time); without host events,
-        the longer of its device time and its dispatch spans. Inside the consuming jitted program
+        the longer of its device time and its dispatch spans. On XLA:CPU also the runtime's idle
+        just before and after each run while the host waits (setting up and releasing its buffers:
+        ``hlo_doctor.lint.runtime_gaps``). Inside the consuming jitted program
         XLA could fuse the convert into its consumer, or drop it when the consumer does not need
         the width.
     Example:

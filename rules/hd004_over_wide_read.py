@@ -135,9 +135,13 @@ class OverWideRead(Rule):
         same only where the capture shows the reduce streaming its bytes (its achieved bandwidth
         at least half that of the capture's largest copies and converts:
         ``hlo_doctor.lint.bandwidth``); otherwise its loop bounds it (the engine's f32 argmax reads
-        at 12% of its copy's pace, and the bf16 argmax measured slower on jaxlib 0.10.2, faster on
-        0.11.2): the finding says it is not priced, with both paces, and its recoverable time is
-        unknown rather than 0.
+        at 8-12% of its copy's pace, and the bf16 argmax measured slower on jaxlib 0.10.2, faster on
+        0.11.2). Then, when ``diagnose`` may run a what-if (the default) and this machine has the
+        capture's jax and jaxlib, the same reduction is timed here over both dtypes
+        (``hlo_doctor.lint.whatif``): a faster narrow read recovers that share of the op's time; a
+        slower one recovers nothing and its extra time is the fix's cost (``fix_cost_us``), which
+        the fix's promise subtracts. Otherwise the finding says it is not priced, with both paces,
+        and its recoverable time is unknown rather than 0.
     Example:
         ``jit(sample)/reduce`` (argmax) over f32[512,256000]: 500 MiB read where 250 MiB hold
         the same values; 696 us per step on TPU v5e.

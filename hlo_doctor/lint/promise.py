@@ -56,11 +56,30 @@ def fix_cost(findings: Iterable[Finding]) -> float:
 
 def fix_promises(findings: Iterable[Finding]) -> tuple[FixPromise, ...]:
     """One promise per fix offered by the findings, the largest net first."""
-    from hlo_doctor.lint.runner import total_recoverable
-
     by_fix: dict[str, list[Finding]] = {}
     for f in findings:
         if f.fix:
             by_fix.setdefault(f.fix, []).append(f)
     out = [FixPromise(fix, len(fs), total_recoverable(fs), fix_cost(fs)) for fix, fs in by_fix.items()]
     return tuple(sorted(out, key=lambda p: (-p.net_us, p.fix)))
+
+
+def total_recoverable(findings: Iterable[Finding]) -> float:
+    """Sum of recoverable time, counting each (module, program id, op) once with its largest estimate.
+
+    Host time has one owner: a finding that leaves out host time another rule counts says so in
+    ``extra["held_by"]`` ((code, module, us) per step: HD015 leaves an eager call's Python to HD003);
+    that time is added back when no finding of that code on that module is in ``findings`` (the owner
+    was not selected or did not fire), so it is counted exactly once either way.
+    """
+    findings = list(findings)
+    best: dict[tuple[str, int | None, str], float] = {}
+    for f in findings:
+        if f.recoverable_us is None:
+            continue
+        key = (f.module, f.program_id, f.op) if f.op else (f.code, None, f.message)
+        best[key] = max(best.get(key, 0.0), f.recoverable_us)
+    owners = {(f.code, f.module) for f in findings}
+    orphaned = sum(float(us) for f in findings for k, v in f.extra if k == "held_by"
+                   for code, module, us in v if (code, module) not in owners)
+    return sum(best.values()) + orphaned

@@ -23,7 +23,7 @@ from hlo_doctor.lint.compiles import CompileAccount, compile_account
 from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.loader import LoadedRule, RuleBook
 from hlo_doctor.lint.merge import merge_recompiled, merge_same_line
-from hlo_doctor.lint.promise import FixPromise, fix_promises
+from hlo_doctor.lint.promise import FixPromise, fix_promises, total_recoverable
 from hlo_doctor.lint.severity import with_cost_severity
 from hlo_doctor.lint.stage import stages_line
 
@@ -52,14 +52,19 @@ class Diagnosis:
     """Which modules are unoptimized HLO (as lowered), empty when all are optimized (see :mod:`.stage`)."""
     compiles: CompileAccount | None = None
     """Programs compiled inside the window and eager ops compiled apart (see :mod:`.compiles`)."""
+    fix_promises: tuple[FixPromise, ...] = ()
+    """Each fix the rules offered, with what its findings recover and what it costs here."""
     step_basis: str = ""
     """What the step divided by is (``mean of 5 traced step annotations``); "" when the input says
     nothing of its steps (an ``opstats.json`` export, HLO text)."""
 
     @property
     def fixes(self) -> tuple[FixPromise, ...]:
-        """What each offered fix promises per step (:mod:`.promise`)."""
-        return fix_promises(self.findings) if self.recoverable_us is not None else ()
+        """What each offered fix promises per step (:mod:`.promise`): counted over the findings whose
+        rule offered it (a tree fix such as ``bf16-greedy-sampler`` also removes the copy of a
+        finding with no source line of its own), for the fixes some finding still offers."""
+        offered = {f.fix for f in self.findings if f.fix}
+        return tuple(p for p in self.fix_promises if p.fix in offered)
 
     def fixes_line(self) -> str:
         """The promise of each fix that a what-if run says costs time here; "" when none does."""
@@ -200,6 +205,7 @@ def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
         stage_line=stages_line(ctx.modules, ctx.origin),
         compiles=compile_account(ctx) if ctx.compile_events else None,
         step_basis=step_basis(ctx),
+        fix_promises=fix_promises(findings) if ctx.has_opstats else (),
     )
 
 
@@ -271,24 +277,3 @@ def _category(ctx: Context, finding: Finding) -> str:
 
 
 _REQUIREMENT_WORDS = {"opstats": "op stats (a trace)", "hlo": "HLO modules", "source": "--source"}
-
-
-def total_recoverable(findings: Iterable[Finding]) -> float:
-    """Sum of recoverable time, counting each (module, program id, op) once with its largest estimate.
-
-    Host time has one owner: a finding that leaves out host time another rule counts says so in
-    ``extra["held_by"]`` ((code, module, us) per step: HD015 leaves an eager call's Python to HD003);
-    that time is added back when no finding of that code on that module is in ``findings`` (the owner
-    was not selected or did not fire), so it is counted exactly once either way.
-    """
-    findings = list(findings)
-    best: dict[tuple[str, int | None, str], float] = {}
-    for f in findings:
-        if f.recoverable_us is None:
-            continue
-        key = (f.module, f.program_id, f.op) if f.op else (f.code, None, f.message)
-        best[key] = max(best.get(key, 0.0), f.recoverable_us)
-    owners = {(f.code, f.module) for f in findings}
-    orphaned = sum(float(us) for f in findings for k, v in f.extra if k == "held_by"
-                   for code, module, us in v if (code, module) not in owners)
-    return sum(best.values()) + orphaned

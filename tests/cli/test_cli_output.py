@@ -35,8 +35,10 @@ def test_diagnose_piped_is_one_line_per_finding() -> None:
     assert "hlo_doctor/engine/runner.py:135: HD003 [high] program jit_convert_element_type" in r.stderr
     summary = next(i for i, line in enumerate(lines) if line.endswith("is recoverable"))
     assert summary >= 2 and all(line.startswith(("hlo_doctor/engine/", "HD0")) for line in lines[:summary])
-    # After the summary, only the note on compiler-inserted ops (no source line, no finding).
-    assert all(line.startswith("cpu: ") for line in lines[summary + 1:])
+    # After the summary: the fix's net promise where a what-if run priced its cost on this machine
+    # (the capture's jax is this one's), then the note on compiler-inserted ops (no source line).
+    assert all(line.startswith(("cpu: ", "fix bf16-greedy-sampler: ")) for line in lines[summary + 1:])
+    assert lines[-1].startswith("cpu: ")
 
 
 def test_diagnose_github_annotations_by_default_under_actions() -> None:
