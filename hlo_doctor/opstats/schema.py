@@ -71,8 +71,10 @@ COLUMNS: tuple[Column, ...] = (
            "bytes one run moves as XLA's cost analysis counts them (the trace's bytes_accessed, else the "
            "HLO: fusion inputs read as far as used, an in-place update writes only the update)", True),
     Column("flops_per_run", "float64", "FLOP",
-           "FLOPs of one run: the trace's flops stat, else the HLO's dots and convolutions (2 per "
-           "multiply-add); unknown for an op without either", True),
+           "FLOPs of one run: the trace's flops stat, else counted from the HLO as xprof counts them "
+           "(dots and convolutions 2 per multiply-add; on GPU also elementwise ops and reductions, "
+           "and an op whose widest input is 8 bits at half, 4 bits a quarter); unknown for an op "
+           "without either", True),
     Column("memory_bw_gibps", "float64", "GiB/s",
            "achieved memory bandwidth: cost_bytes_per_run x occurrences / total_time_us (xprof's "
            "measured memory BW)", True),
