@@ -65,11 +65,12 @@ def _diagnosis_of(stats: OpStats, path: Path) -> Diagnosis:
     from hlo_doctor.trace import find_xplanes
 
     if not stats.modules:
-        return diagnose(load_context(path), load_rulebook())
+        return diagnose(replace(load_context(path), what_if=True), load_rulebook())
     ctx = Context(modules=executed_modules(stats.modules, stats.table), table=stats.table,
                   step_time_us=float(stats.step_time_us or 0) or None, num_steps=int(stats.num_steps or 0),
                   compile_events=tuple(stats.compile_events), breakdown=stats.breakdown, backend=stats.backend,
-                  origin=str(path), kind="run" if path.is_dir() else "xplane")
+                  origin=str(path), kind="run" if path.is_dir() else "xplane", versions=tuple(stats.versions),
+                  what_if=True)  # as diagnose: a what-if prices what the capture cannot, where it may
     if not path.name.endswith(".json"):
         ctx = replace(ctx, host_dispatch=read_host_dispatch(find_xplanes(path)))
     return diagnose(ctx, load_rulebook())

@@ -190,3 +190,20 @@ def test_hd004_is_priced_by_the_what_if_and_the_fix_promise_nets_its_cost(ctx: C
     assert promise.recoverable_us == pytest.approx(total_recoverable(mine))
     assert promise.net_us == pytest.approx(total_recoverable(mine) - fix_cost(mine))
     assert ("fixes" in result.to_dict()) and (bool(result.fixes_line()) == (promise.cost_us > 0))
+
+
+def test_the_reports_page_tabulates_each_fixs_promise(ctx: Context) -> None:
+    from hlo_doctor.render.html.model import Table
+    from hlo_doctor.render.html.ops import ops_section
+
+    doc = diagnose(replace(ctx, what_if=True), load_rulebook()).to_dict()
+    tables = [i for i in ops_section(None, doc).items if isinstance(i, Table) and i.id == "table-fixes"]
+    costly = [p for p in doc["fixes"] if p["cost_us"] > 0]
+    # The table is there exactly when a what-if priced a cost, with every figure of the JSON.
+    assert len(tables) == (1 if costly else 0)
+    if tables:
+        assert [[c.value for c in r] for r in tables[0].rows] == [
+            [p["fix"], p["findings"], p["recoverable_us"], p["cost_us"], p["net_us"]] for p in doc["fixes"]]
+    plain = [i for i in ops_section(None, diagnose(ctx, load_rulebook()).to_dict()).items
+             if isinstance(i, Table) and i.id == "table-fixes"]
+    assert plain == []

@@ -141,6 +141,15 @@ def findings_table(findings: Sequence[Mapping[str, Any]]) -> Table:
     return table("table-findings", "Findings", columns, body)
 
 
+def fixes_table(fixes: Sequence[Mapping[str, Any]]) -> Table:
+    """Each offered fix: what its findings recover, what a what-if run says it costs here, the net."""
+    columns = (Column("fix"), Column("findings", True), Column("recovered (us/step)", True, "recoverable_us"),
+               Column("cost here (us/step)", True, "cost_us"), Column("net (us/step)", True, "net_us"))
+    body = [[text_cell(p.get("fix")), num_cell(p.get("findings"), "d"), num_cell(p.get("recoverable_us"), ",.1f"),
+             num_cell(p.get("cost_us"), ",.1f"), num_cell(p.get("net_us"), ",.1f")] for p in fixes]
+    return table("table-fixes", "What each fix promises per step", columns, body)
+
+
 def ops_section(stats: Mapping[str, Any] | None, diagnosis: Mapping[str, Any] | None) -> Section:
     """The top ops (with findings), the bandwidth chart, the op table and the findings."""
     rows = list((stats or {}).get("rows") or [])
@@ -168,6 +177,10 @@ def ops_section(stats: Mapping[str, Any] | None, diagnosis: Mapping[str, Any] | 
             items.append(Note(f"{f.get('code')} {f.get('module')}/{f.get('op')}: {f.get('message')}"))
         if findings:
             items.append(findings_table(findings))
+        fixes = list(diagnosis.get("fixes") or [])
+        if any(float(p.get("cost_us") or 0.0) > 0 for p in fixes):
+            # Only where a what-if priced a cost: otherwise each fix's promise is its findings' sum.
+            items.append(fixes_table(fixes))
     if rows:
         items.append(op_table(rows))
     return Section("ops", "The ops", tuple(items), tuple(missing))
