@@ -38,20 +38,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hlo_doctor.core.errors import InputError
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.hlo.analysis import ConvertProgram, convert_programs
 from hlo_doctor.lint.context import Context, OpTiming
 from hlo_doctor.lint.intervals import covered, in_steps, inside, parents, union
-from hlo_doctor.trace import find_xplanes, read_trace
+from hlo_doctor.lint.trace_capture import step_spans_ns, trace_capture
 from hlo_doctor.trace.compiles import module_of_function
 from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX, EXECUTE_MARKER
-from hlo_doctor.trace.host_threads import read_driver_threads
 from hlo_doctor.trace.python_frames import DriverThread, parse_frame
 
 if TYPE_CHECKING:  # the op-stats package imports pandas: the rule API loads without it
@@ -60,7 +57,6 @@ if TYPE_CHECKING:  # the op-stats package imports pandas: the rule API loads wit
 PER_STEP_FLOOR = 0.5
 """A program runs "per step" from this many launches per step on one device (HD003's bar)."""
 _WAIT_FUNCTIONS = frozenset({"block_until_ready"})
-_TRACE_KINDS = ("run", "xplane")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,63 +136,6 @@ class CallCost:
         return self.per_step(self.idle_us + self.repeat_idle_us + self.device_waited_us)
 
 
-# -- reading the trace (once per capture) --------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _Capture:
-    threads: dict[str, DriverThread]
-    ops: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
-    """host -> (start_ns, end_ns, module name, op name) of the ops with a place in time."""
-    backend: str
-
-
-@lru_cache(maxsize=4)
-def _read(paths: tuple[str, ...], stamp: tuple[float, ...]) -> _Capture | None:
-    """Driver threads and op intervals of one capture (``stamp``: the files' mtimes, for the cache)."""
-    del stamp
-    files = [Path(p) for p in paths]
-    threads = read_driver_threads(files)
-    if not threads:
-        return None
-    try:
-        trace = read_trace(files)
-    except InputError:
-        return None
-    ev = trace.ops
-    timed = ev.occurrences <= 1  # an aggregated event has no place in time
-    hosts = np.asarray(ev.host)[timed]
-    starts = ev.start_ns[timed].astype(np.float64)
-    ends = starts + ev.duration_ns[timed].astype(np.float64)
-    modules = np.asarray(ev.module, dtype=object)[timed]
-    names = np.asarray(ev.op, dtype=object)[timed]
-    ops = {str(h): (starts[hosts == h], ends[hosts == h], modules[hosts == h], names[hosts == h])
-           for h in set(hosts.tolist())}
-    return _Capture(threads, ops, trace.backend)
-
-
-def _capture(ctx: Context) -> _Capture | None:
-    if ctx.kind not in _TRACE_KINDS or not ctx.origin:
-        return None
-    try:
-        paths = find_xplanes(Path(ctx.origin))
-        stamp = tuple(p.stat().st_mtime for p in paths)
-    except (InputError, OSError):
-        return None
-    return _read(tuple(str(p) for p in paths), stamp)
-
-
-def _step_spans(ctx: Context, host: str) -> tuple[np.ndarray, np.ndarray]:
-    """The step spans (ns) of ``host``'s first device, from the step breakdown; empty without one."""
-    b = ctx.breakdown
-    if b is None:
-        return np.zeros(0), np.zeros(0)
-    devices = sorted({s.device for s in b.steps if s.host == host})
-    slices = [s for s in b.steps if s.host == host and devices and s.device == devices[0]]
-    return (np.asarray([s.start_us * 1e3 for s in slices]),
-            np.asarray([(s.start_us + s.wall_us) * 1e3 for s in slices]))
-
-
 # -- the calls of one program ---------------------------------------------------------------------------
 
 
@@ -260,7 +199,7 @@ def _repeats(thread: DriverThread, parent: np.ndarray, calls: list[tuple[int, in
     return sorted(out)
 
 
-def _waits(thread: DriverThread, cpu: bool) -> tuple[np.ndarray, np.ndarray]:
+def wait_spans(thread: DriverThread, cpu: bool) -> tuple[np.ndarray, np.ndarray]:
     """Spans in which the host waits for the device: ``block_until_ready``; on XLA:CPU also the
     client's execution of a program (its threads run it while the host waits)."""
     names = thread.names
@@ -278,7 +217,7 @@ def call_cost(ctx: Context, module: HloModule | str) -> CallCost | None:
 @lru_cache(maxsize=8)
 def _call_cost(ctx: Context, name: str) -> CallCost | None:
     # A Context hashes by identity: HD003 and HD015 ask for the same program of the same input.
-    cap = _capture(ctx)
+    cap = trace_capture(ctx)
     if cap is None:
         return None
     from hlo_doctor.opstats.host_time import FrameKinds
@@ -291,7 +230,7 @@ def _call_cost(ctx: Context, name: str) -> CallCost | None:
     caller_frames: dict[tuple[str, int, str], None] = {}
     by_line: dict[tuple[str, str], float] = {}
     for host, thread in sorted(cap.threads.items()):
-        step_lo, step_hi = _step_spans(ctx, host)
+        step_lo, step_hi = step_spans_ns(ctx, host)
         steps = union(step_lo, step_hi) if len(step_lo) else None
         parent = parents(thread)
         calls = _calls(thread, parent, name, kinds)
@@ -320,7 +259,7 @@ def _call_cost(ctx: Context, name: str) -> CallCost | None:
         totals["repeats"] += len(again)
         totals["repeat_host"] += float((r_hi - r_lo).sum()) / 1e3
         totals["repeat_idle"] += float(((r_hi - r_lo) - covered(busy, r_lo, r_hi)).sum()) / 1e3
-        waits = _waits(thread, cap.backend == "cpu")
+        waits = wait_spans(thread, cap.backend == "cpu")
         held = union(np.r_[lo, waits[0]], np.r_[hi, waits[1]])
         totals["waited"] += float(covered(held, p_lo, p_hi).sum()) / 1e3
         for c, _ in calls:

@@ -27,8 +27,9 @@ from functools import lru_cache
 import numpy as np
 
 from hlo_doctor.lint.context import Context
-from hlo_doctor.lint.host_cost import _capture, _step_spans, _waits
+from hlo_doctor.lint.host_cost import wait_spans
 from hlo_doctor.lint.intervals import covered, union
+from hlo_doctor.lint.trace_capture import step_spans_ns, trace_capture
 from hlo_doctor.trace.compiles import module_of_function
 from hlo_doctor.trace.conventions import DISPATCH_PREFIX
 from hlo_doctor.trace.python_frames import DriverThread
@@ -72,13 +73,13 @@ def runtime_gaps(ctx: Context, module: str, op: str = "") -> RuntimeGaps | None:
 
 @lru_cache(maxsize=16)
 def _runtime_gaps(ctx: Context, module: str, op: str) -> RuntimeGaps | None:
-    cap = _capture(ctx)
+    cap = trace_capture(ctx)
     if cap is None:
         return None
     steps = runs = 0
     before = after = 0.0
     for host, thread in sorted(cap.threads.items()):
-        step_lo, step_hi = _step_spans(ctx, host)
+        step_lo, step_hi = step_spans_ns(ctx, host)
         if not len(step_lo) or host not in cap.ops:
             continue
         starts, ends, mods, names = cap.ops[host]
@@ -118,7 +119,7 @@ def _runtime_gaps(ctx: Context, module: str, op: str) -> RuntimeGaps | None:
 def _waiting(thread: DriverThread, module: str) -> tuple[np.ndarray, np.ndarray]:
     """Disjoint spans in which the driver thread waits for the device, less the removed program's own
     dispatches (their idle is the call's, which :mod:`.host_cost` counts)."""
-    ws, we = _waits(thread, cpu=True)
+    ws, we = wait_spans(thread, cpu=True)
     names = thread.names
     mine = np.fromiter((n.startswith(DISPATCH_PREFIX) and module_of_function(n[len(DISPATCH_PREFIX):-1]) == module
                         for n in names), bool, len(names))[thread.name_code]
