@@ -187,10 +187,27 @@ def to_terminal(result: DoctorOutcome) -> RenderableType:
                           style="bold"))
     if result.verify is not None:
         parts.append(verify_terminal(result.verify))
+    line = _estimate_line(result)
+    if line:
+        parts.append(Text(line))
     colour = "green" if int(result.exit_code) == 0 else "red"
     parts.append(Text(f"doctor: {result.verdict} ({result.elapsed_s:.0f} s); report: "
                       f"{Path(result.settings.out_dir) / 'report.md'}", style=f"bold {colour}"))
     return Group(*parts)
+
+
+def _estimate_line(result: DoctorOutcome) -> str:
+    """``estimate: diagnose promised 14.48 ms per step; verify measured 17.25 ms of the decode step (0.84)...``."""
+    e = result.estimate()
+    if e is None or e["promised_ms"] is None:
+        return ""
+    parts = []
+    for key, what in (("decode_step", "the decode step"), ("profiled_step", "the profiled step")):
+        got, ratio = e[f"measured_{key}_ms"], e[f"promise_over_{key}"]
+        if got is not None:
+            parts.append(f"{fmt_ms(got * 1e3)} of {what}" + ("" if ratio is None else f" (promise / measured {ratio:.2f})"))
+    measured = f"; verify measured {' and '.join(parts)}" if parts else ""
+    return f"estimate: diagnose promised {fmt_ms(e['promised_ms'] * 1e3)} per step{measured}"
 
 
 def _estimate_lines(result: DoctorOutcome) -> list[str]:

@@ -38,6 +38,15 @@ def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:
     for heading in ("## 1. What was found", "## 2. What the fix changed", "## 3. What it measured", "## 4. Verdict"):
         assert heading in report
     assert "`runner.py`: +" in report and "HD002" in report
+    # Diagnose's promise for the fix beside verify's savings, in every view, from the same figures.
+    est = doc["estimate"]
+    (promise,) = [p for p in diagnosis["fixes"] if p["fix"] == "bf16-greedy-sampler"]
+    assert est["promised_ms"] == promise["net_us"] / 1e3
+    decode = verify["step"]["decode_step_ms"]
+    assert est["measured_decode_step_ms"] == decode["baseline"] - decode["treatment"]
+    assert est["promise_over_decode_step"] == est["promised_ms"] / est["measured_decode_step_ms"]
+    assert f"| promised (diagnose, from the baseline's capture) | {est['promised_ms']:,.1f} | - |" in report
+    assert "estimate: diagnose promised " in result.stderr
     # The engine's own tree is never written.
     assert {p.name: p.read_bytes() for p in ENGINE.glob("*.py")} == before
     assert "doctor:" in result.stderr
