@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from typing import Any
 
@@ -15,7 +16,10 @@ def module_text_from_proto(data: bytes, *, origin: str = "") -> str:
     is the ``HloModuleProto``; a bare ``HloModuleProto`` (field 1 is its name, a string) is accepted too.
     """
     # jaxlib's own xla_client (XLA's HLO printer, ~0.25 s to import), not jax's: reading a capture
-    # never imports jax (~1.5 s more), whose lib module re-exports this one.
+    # never imports jax (~1.5 s more), whose lib module re-exports this one. jax, imported first,
+    # would set XLA's C++ log level to warnings; loaded before it (a what-if run imports jax later),
+    # jaxlib would print its INFO lines (the CPU client's device count) on stderr.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     from jaxlib import xla_client
 
     module_bytes = _hlo_module_field(data)

@@ -157,3 +157,19 @@ def test_gate_annotations_under_github_actions() -> None:
     assert lines[0].startswith("::error file=hlo_doctor/engine/compilation_manager.py,line=103,title=hlo-doctor gate%3A new-op::")
     assert lines[-1] == "::notice title=hlo-doctor gate::FAIL: 2 regressions"
     assert "hlo-doctor gate: FAIL: 2 regressions" in r.stderr  # the table is still in the log
+
+
+def test_a_what_if_run_prints_nothing_of_xlas_own(tmp_path: Path) -> None:
+    """A fresh process: the capture's reader loads jaxlib before the what-if run imports jax, and XLA's
+    C++ INFO lines (the CPU client's device count) must not reach the output people read."""
+    base = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "GITHUB_ACTIONS")}
+    r = subprocess.run([sys.executable, "-c", "from hlo_doctor.cli import main; main()", "diagnose", str(ENGINE),
+                        "--source-root", str(REPO)], env={**base, "PYTHONPATH": str(REPO)}, capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    import jax
+
+    captured_with = json.loads((ENGINE / "run.json").read_text())["versions"]["jax"]
+    # The what-if ran where the sample's jax is this one's (it imports jax after the reader's jaxlib).
+    assert ("what-if run" in r.stderr) == (captured_with == jax.__version__)
+    assert not [line for line in r.stderr.splitlines() if "pjrt_client" in line or re.match(r"[IWE]\d{4} ", line)]
