@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install doctor test lint clean chromium
+.PHONY: install doctor test lint clean chromium docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -42,6 +42,12 @@ chromium:
 # keeps each file's module fixtures built once).
 test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -n auto --dist loadfile
+
+# Every command output shown in README.md and docs/*.md, run and rewritten (benchmarks/generate_docs.py;
+# tests/cli/test_docs_examples.py fails when a block no longer matches). FAST=1 leaves the examples that
+# take minutes (the whole engine profiled, verify, doctor) as they are.
+docs: $(STAMP)
+	$(BIN)/python benchmarks/generate_docs.py $(if $(FAST),--fast)
 
 lint: $(STAMP)
 	$(BIN)/ruff check hlo_doctor rules tests benchmarks

@@ -27,6 +27,7 @@ Usage::
     python benchmarks/bench_estimate.py [--batch 16,32] [--vocab 32000,128000] [--rounds 6]
         [--max-tokens 16] [--steps 5] [--warmup 2] [--out runs/bench_estimate] [--json FILE]
     python benchmarks/bench_estimate.py --rediagnose --out runs/bench_estimate   # new rules, same runs
+    python benchmarks/bench_estimate.py --programs all --write-docs   # the rules' own programs, 3 sizes each
 """
 
 from __future__ import annotations
@@ -238,7 +239,21 @@ def main() -> int:
     parser.add_argument("--rediagnose", action="store_true",
                         help="profile and verify nothing: re-read OUT's rows, the promise from their saved "
                              "profiles with the rules as they are now, verify's figures as measured")
+    parser.add_argument("--programs", default="",
+                        help="instead of the engine: the rules' own programs (comma-separated names of "
+                             "benchmarks/promise_programs.py, or 'all'), each at three sizes, promise "
+                             "(model and replay) against a direct A/B (benchmarks/promise_table.py)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="--programs: the direct A/B's timing time per size")
+    parser.add_argument("--write-docs", action="store_true", help="--programs: put the table in docs/rules.md")
     args = parser.parse_args()
+    if args.programs:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from promise_programs import SIZES
+        from promise_table import run
+
+        names = list(SIZES) if args.programs == "all" else args.programs.split(",")
+        print(run(names, args.out / "programs", args.steps, args.warmup, args.seconds, args.write_docs))
+        return 0
     sizes = [(int(b), int(v)) for b in args.batch.split(",") if b for v in args.vocab.split(",") if v]
     args.out.mkdir(parents=True, exist_ok=True)
 

@@ -33,8 +33,10 @@ from typing import Any
 
 from hlo_doctor.capture_guard import call_target
 from hlo_doctor.core import outdir
-from hlo_doctor.core.errors import HloDoctorError, InputError
+from hlo_doctor.core.atomic import write_atomically
+from hlo_doctor.core.errors import HloDoctorError, InputError, NoOpsError
 from hlo_doctor.core.model import ProgressFn, RunInfo
+from hlo_doctor.core.sources import RECORD_KEY, fingerprint
 from hlo_doctor.opstats import OpStats, build_opstats, run_info_to_dict, write_exports
 from hlo_doctor.trace import find_xplanes, read_trace
 
@@ -204,9 +206,12 @@ RUN_JSON_SCHEMA = "hlo-doctor.run/1"
 """The ``schema`` tag of a run directory's run.json."""
 
 
-def _write_run_json(directory: Path, run: RunInfo) -> None:
+def _write_run_json(directory: Path, run: RunInfo, sources: dict[str, str] | None = None) -> None:
     doc = {"schema": RUN_JSON_SCHEMA, **run_info_to_dict(run)}
-    (directory / "run.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    if sources:
+        # The files the ops' lines are in, as they were when captured (diagnose says which changed since).
+        doc[RECORD_KEY] = sources
+    write_atomically(directory / "run.json", json.dumps(doc, indent=1, default=str) + "\n")
 
 
 def _finish(directory: Path, final: Path, run: RunInfo, progress: ProgressFn | None) -> OpStats:
@@ -225,24 +230,30 @@ def _finish(directory: Path, final: Path, run: RunInfo, progress: ProgressFn | N
                       steps=stats.num_steps, warmup=run.warmup, created=run.created,
                       versions=run.versions, config=run.config)
         stats = replace(stats, run=run)
-    _write_run_json(directory, run)
+    sources = stats.table["source"] if "source" in stats.table else ()
+    _write_run_json(directory, run, fingerprint(str(v) for v in sources if isinstance(v, str) and v))
     write_exports(stats, directory)
     if progress:
         progress("analyze", 1, 1)
     return stats
 
 
-def _block(result: Any) -> None:
+def _block(result: Any) -> bool:
+    """Wait for ``result``'s arrays; whether it held any (a step that returns None holds none)."""
     import jax
 
     jax.block_until_ready(result)
+    return bool(jax.tree_util.tree_leaves(result))
 
 
 def _call_step(step_fn: StepFn, target: str, phase: str, i: int, *, timeout_s: float | None = None,
-               staged: Path | None = None) -> None:
+               staged: Path | None = None) -> bool:
+    """Call the step once and wait for what it returns; whether it returned any value to wait for."""
     try:
-        call_target(lambda: _block(step_fn()), what=f"TARGET {target}, {phase} step {i},",
+        held: list[bool] = []
+        call_target(lambda: held.append(_block(step_fn())), what=f"TARGET {target}, {phase} step {i},",
                     timeout_s=timeout_s, staged=staged)
+        return any(held)
     except HloDoctorError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's step may raise anything
@@ -293,11 +304,12 @@ def capture_run(
         backend, device_kind = _device_info()
         if progress:
             progress("capture", 0, steps)
+        returned: list[bool] = []
         jax.profiler.start_trace(str(tmp))
         try:
             for i in range(steps):
                 with jax.profiler.StepTraceAnnotation("decode", step_num=i):
-                    _call_step(step_fn, target, "traced", i, timeout_s=timeout_s, staged=tmp)
+                    returned.append(_call_step(step_fn, target, "traced", i, timeout_s=timeout_s, staged=tmp))
                 if progress:
                     progress("capture", i + 1, steps)
         finally:
@@ -305,8 +317,23 @@ def capture_run(
         run = RunInfo(target=target, backend=backend, device_kind=device_kind, steps=steps, warmup=warmup,
                       created=created, versions=tuple(sorted(versions().items())),
                       config=tuple(sorted((config or {}).items())))
-        stats = _finish(tmp, final, run, progress)
+        try:
+            stats = _finish(tmp, final, run, progress)
+        except NoOpsError:
+            raise _no_ops(target, steps, returned_values=any(returned)) from None
     return final, stats
+
+
+def _no_ops(target: str, steps: int, *, returned_values: bool) -> InputError:
+    """Why a target's capture holds no compiled op, in terms of the target (the staged folder the
+    trace was read from is gone by the time this is printed)."""
+    if not returned_values:
+        return InputError(f"TARGET {target} returned None in each of its {steps} traced step(s), and no "
+                          "compiled JAX op ran inside them",
+                          "return the arrays the step computes (hlo-doctor waits for what the step returns), "
+                          "or call .block_until_ready() on them inside the step")
+    return InputError(f"TARGET {target}: no compiled JAX op ran in its {steps} traced step(s)",
+                      "profile a function that runs jitted or jax.numpy code")
 
 
 def capture_callable(

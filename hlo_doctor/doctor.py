@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hlo_doctor.core import outdir
+from hlo_doctor.core.atomic import write_atomically
 from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.core.model import ProgressFn
 from hlo_doctor.render.diagnosis import to_json as diagnosis_json
@@ -123,11 +124,20 @@ class DoctorResult:
         for key in ("decode_step_ms", "profiled_step_ms"):
             b, t = steps[key]["baseline"], steps[key]["treatment"]
             measured[key] = None if b is None or t is None else b - t
+        # A decode-step saving the paired rounds do not show is no measurement: it is said as such.
+        st = self.verify.step_time
+        if st is None or not st.significant:
+            measured["decode_step_ms"] = None
         net = None if promise is None else promise.net_us / 1e3
         return {
             "promised_ms": net,
+            "promise": None if promise is None else promise.verdict,
+            "promised_range_ms": None if promise is None or promise.net_low_us is None or promise.net_high_us is None
+            else [promise.net_low_us / 1e3, promise.net_high_us / 1e3],
             "recovered_ms": None if promise is None else promise.recoverable_us / 1e3,
             "cost_ms": None if promise is None else promise.cost_us / 1e3,
+            "decode_step": "not measured" if st is None else (
+                f"{'changed' if st.significant else 'no significant change'} ({st.ratio_text()})"),
             "measured_decode_step_ms": measured["decode_step_ms"],
             "measured_profiled_step_ms": measured["profiled_step_ms"],
             "promise_over_decode_step": net / measured["decode_step_ms"]
@@ -186,6 +196,7 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     from hlo_doctor.engines import capture_engine, load_engine
     from hlo_doctor.fixes import FixApplied, apply_fix, patched_copy
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
+    from hlo_doctor.lint.store import MeasurementStore
 
     report = progress or (lambda stage, done, total: None)
     if settings.engine is not None and not Path(settings.engine).is_dir():
@@ -214,9 +225,11 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     t0 = time.perf_counter()
     report("diagnose", 0, 1)
     # What-if runs price what the capture cannot (lint.whatif): the promise then holds its costs too.
-    diagnosis = diagnose(dataclasses.replace(load_context(profile_run), what_if=True), load_rulebook())
-    (out / "diagnose.json").write_text(diagnosis_json(diagnosis))
-    (out / "diagnose.md").write_text(diagnosis_md(diagnosis))
+    # Measured once per capture and kept with it (lint.store): the profile's own folder, else the cache.
+    diagnosis = diagnose(dataclasses.replace(load_context(profile_run), what_if=True,
+                                             measurements=MeasurementStore(profile_run)), load_rulebook())
+    write_atomically(out / "diagnose.json", diagnosis_json(diagnosis))
+    write_atomically(out / "diagnose.md", diagnosis_md(diagnosis))
     report("diagnose", 1, 1)
     stages.append(("diagnose", time.perf_counter() - t0))
 
@@ -231,7 +244,7 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
         dry = apply_fix(fix_id, engine_dir, variant=settings.variant, dry_run=True)
         fix_diff = dry.diff if isinstance(dry, FixApplied) else ""
         treatment_dir = patched_copy(fix_id, engine_dir, out / "treatment-engine", variant=settings.variant)
-        (out / "fix.diff").write_text(fix_diff)
+        write_atomically(out / "fix.diff", fix_diff)
         report("apply-fix", 1, 1)
         stages.append(("apply-fix", time.perf_counter() - t0))
 
@@ -239,17 +252,17 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
         t0 = time.perf_counter()
         verify = run_verify(dataclasses.replace(verify_settings, fix=fix_id, treatment=treatment_dir), progress)
         verify = dataclasses.replace(verify, fix_diff=fix_diff)
-        (out / "verify.json").write_text(render_json(verify))
-        (out / "verify.md").write_text(render_markdown(verify))
+        write_atomically(out / "verify.json", render_json(verify))
+        write_atomically(out / "verify.md", render_markdown(verify))
         stages.append(("verify", time.perf_counter() - t0))
 
     result = DoctorResult(settings=settings, engine_dir=str(engine_dir), profile_run=profile_run,
                           diagnosis=diagnosis, fix_id=fix_id, fix_diff=fix_diff, treatment_dir=treatment_dir,
                           verify=verify, stage_seconds=tuple(stages))
-    (out / "report.md").write_text(render_report(result))
-    (out / "doctor.json").write_text(render_doctor_json(result))
+    write_atomically(out / "report.md", render_report(result))
+    write_atomically(out / "doctor.json", render_doctor_json(result))
     stats_json = profile_run / "opstats.json"
-    (out / "report.html").write_text(doctor_html(
+    write_atomically(out / "report.html", doctor_html(
         render_doctor_json(result), diagnosis_json(diagnosis), stats_json.read_text() if stats_json.is_file() else None,
         render_json(verify) if verify is not None else None))
     return result

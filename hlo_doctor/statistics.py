@@ -127,6 +127,22 @@ class SampleComparison:
         """Whether a statistical test was run (False for point estimates)."""
         return not math.isnan(self.p_value)
 
+    @property
+    def significant(self) -> bool:
+        """Tested and ``p < alpha``: a change the data show, whatever its size."""
+        return self.tested and self.p_value < self.alpha
+
+    @property
+    def statistic(self) -> str:
+        """What :attr:`ratio` is a ratio of, for a label: the medians, or the paired rounds' trimmed means."""
+        return "paired trimmed-mean ratio" if self.method == "paired rounds" else "medians' ratio"
+
+    def ratio_text(self) -> str:
+        """``paired trimmed-mean ratio x0.994, 95% CI [0.971, 1.018]``: the verdict's figure, labelled."""
+        ci = "" if math.isnan(self.ci_low) else \
+            f", {(1 - self.alpha) * 100:.4g}% CI [{self.ci_low:.3f}, {self.ci_high:.3f}]"
+        return f"{self.statistic} x{self.ratio:.3f}{ci}"
+
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form (NaN and inf become None / strings)."""
         return {

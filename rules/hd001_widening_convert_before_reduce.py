@@ -14,6 +14,8 @@ from hlo_doctor.hlo.analysis import (
 )
 from hlo_doctor.hlo.origin import OpOrigin, origin_of
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, stage_of
+from hlo_doctor.lint.call_site import at_step_caller, step_caller
+from hlo_doctor.lint.paths import shown_source
 from hlo_doctor.lint.testing import (
     ARGMAX_F32_TOKENS,
     ARGMAX_REDUCER,
@@ -226,9 +228,11 @@ class WideningConvertBeforeReduce(Rule):
                     reduces = [u.inst for u in uses if u.kind == "reduce"]
                     kinds = sorted({selection_reduce_kind(m, r) or "reduce" for r in reduces})
                     origin = origin_of(prog.module, prog.convert)
-                    yield ctx.finding(
+                    # The call the steps run, where the HLO names the program's first trace.
+                    caller = step_caller(ctx, prog.module, origin)
+                    yield at_step_caller(ctx.finding(
                         self, prog.module, prog.op,
-                        f"program {prog.module.name}{_eager_call(origin)} widens {prog.narrow} -> "
+                        f"program {prog.module.name}{_eager_call(origin, caller)} widens {prog.narrow} -> "
                         f"{dtype_shape(prog.shape)}; its result matches parameter {p.parameter_number} of {m.name}, "
                         f"which only feeds {'/'.join(kinds)}: {_pass_narrow(origin, prog.narrow, m.name)}",
                         fix="" if origin.framework else None,
@@ -236,7 +240,7 @@ class WideningConvertBeforeReduce(Rule):
                         evidence=(prog.convert.raw, p.raw, *(r.raw for r in reduces)),
                         extra=(("narrow_dtype", prog.narrow), ("wide_dtype", prog.shape.dtype),
                                ("consumer_module", m.name), ("consumer_parameter", p.parameter_number)),
-                    )
+                    ), caller)
 
 
 def _reduce_narrow(origin: OpOrigin, narrow: str) -> str:
@@ -247,11 +251,16 @@ def _reduce_narrow(origin: OpOrigin, narrow: str) -> str:
     return f"run the reduce on {narrow}" + (f" (the convert {origin.where()})" if origin.line else "")
 
 
-def _eager_call(origin: OpOrigin) -> str:
-    """`` (an eager astype at model.py:12)``: what the convert program is, with its line."""
+def _eager_call(origin: OpOrigin, caller: tuple[str, int, str] | None = None) -> str:
+    """`` (an eager astype at model.py:12)``: what the convert program is, with its line (the step's
+    call, and where it was first traced, when those differ)."""
     what = "an eager astype" if origin.eager else "a program that only converts"
     if origin.framework:
         return f" ({what} issued {origin.where()})"
+    if caller is not None:
+        path, line, function = caller
+        first = f"; {origin.where()}" if origin.line else ""
+        return f" ({what} called each step from {function} at {shown_source(path, line)}{first})"
     return f" ({what} {origin.where()})" if origin.line else f" ({what}; the HLO names no line for it)"
 
 

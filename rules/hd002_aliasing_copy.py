@@ -8,6 +8,7 @@ from hlo_doctor.hlo import HloInstruction, HloModule
 from hlo_doctor.hlo.analysis import dtype_shape, entry_parameter_of, is_argmax_program
 from hlo_doctor.hlo.origin import origin_of, staging_cause
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, stage_of
+from hlo_doctor.lint.parts import bounded
 from hlo_doctor.lint.runtime_gaps import runtime_gaps
 from hlo_doctor.lint.testing import ARGMAX_REDUCER
 
@@ -255,7 +256,9 @@ class AliasingCopy(Rule):
                     + ("" if stage.optimized else "; unoptimized HLO: copy insertion decides after XLA's passes"),
                     severity=None if stage.optimized else Severity.LOW,
                     recoverable_fraction=1.0,
-                    recoverable_us=timing.time_per_step_us + gaps.recoverable_us
+                    # The copy's own time and, apart, the runtime's idle it leaves (lint.parts bounds each).
+                    parts=bounded(ctx, op=timing.time_per_step_us, op_bound=timing.time_per_step_us,
+                                  runtime_idle=gaps.recoverable_us)
                     if timing is not None and gaps is not None else None,
                     # The copy has no metadata of its own (copy insertion adds it): the parameter's
                     # line when it has one, else no source rather than an unrelated op's line.

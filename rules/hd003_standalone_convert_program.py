@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 from hlo_doctor.hlo.analysis import (
     ConvertProgram,
@@ -13,7 +12,9 @@ from hlo_doctor.hlo.analysis import (
 )
 from hlo_doctor.hlo.origin import OpOrigin, origin_of
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes
+from hlo_doctor.lint.call_site import at_step_caller, step_caller
 from hlo_doctor.lint.host_cost import PerStepProgram, call_cost, per_step_convert_programs
+from hlo_doctor.lint.parts import bounded
 from hlo_doctor.lint.paths import shown_source
 from hlo_doctor.lint.runtime_gaps import runtime_gaps
 from hlo_doctor.lint.testing import eager_convert
@@ -99,19 +100,19 @@ class StandaloneConvertProgram(Rule):
     def check(self, ctx: Context) -> Iterator[Finding]:
         for p in per_step_convert_programs(ctx):
             prog, per_step = p.prog, p.per_step
-            recoverable, host_extra = _recoverable(ctx, p)
+            parts, host_extra = _recoverable(ctx, p)
             consumers = _consumers(ctx, prog)
             feeds_argmax = any(only for _, _, only in consumers)
             into = "; result matches " + ", ".join(
                 f"parameter {n} of {m}" for m, n, _ in consumers) if consumers else ""
             origin = origin_of(prog.module, prog.convert)
-            caller = _step_caller(ctx, p, origin)
+            caller = step_caller(ctx, prog.module, origin)
             finding = ctx.finding(
                 self, prog.module, prog.op,
                 f"program {prog.module.name} only converts {prog.narrow} -> {dtype_shape(prog.shape)} "
                 f"({fmt_bytes(prog.shape.nbytes)} written) and runs {per_step:.1f}x per step{into}: "
                 f"{_move_it(origin, prog.shape.dtype, caller)}",
-                recoverable_fraction=1.0, recoverable_us=recoverable, source_inst=prog.convert,
+                recoverable_fraction=1.0, parts=parts, source_inst=prog.convert,
                 # An eager convert program is compiled once and cached: its metadata names the call
                 # that compiled it first (often a warm-up), which may not be the per-step caller.
                 evidence=(prog.convert.raw,
@@ -121,47 +122,34 @@ class StandaloneConvertProgram(Rule):
                 fix="bf16-greedy-sampler" if feeds_argmax and not origin.framework else "",
                 extra=(("launches_per_step", round(per_step, 2)), ("narrow_dtype", prog.narrow), *host_extra),
             )
-            if caller is not None:
-                # The frame that runs the eager op each step is the line to edit, not the warm-up's.
-                path, line, function = caller
-                finding = replace(finding, source=f"{path}:{line}",
-                                  stack=((path, line, function), *finding.stack))
-            yield finding
+            # The frame that runs the eager op each step is the line to edit, not the warm-up's.
+            yield at_step_caller(finding, caller)
 
 
-def _step_caller(ctx: Context, p: PerStepProgram, origin: OpOrigin) -> tuple[str, int, str] | None:
-    """The Python frame that issues the eager program in the traced steps, when it is not the line
-    the HLO names (an eager program's HLO keeps the stack of its first trace, often a warm-up); None
-    without the Python tracer's frames, or when the HLO's line is in that same function (it is then
-    the more precise line: the tracer names a function by the line it starts at)."""
-    cost = call_cost(ctx, p.prog.module)
-    if cost is None or not cost.caller_frames or not origin.eager or origin.framework:
-        return None
-    path, line, function = cost.caller_frames[0]
-    frame = origin.frame
-    if frame is not None and frame.file.replace("\\", "/").rsplit("/", 1)[-1] == path.rsplit("/", 1)[-1] \
-            and frame.function.rsplit(".", 1)[-1] == function:
-        return None
-    return path, line, function
+def _recoverable(ctx: Context, p: PerStepProgram) -> tuple[tuple[tuple[str, float], ...],
+                                                             tuple[tuple[str, object], ...]]:
+    """What removing the program gives the step back per step, as its parts (op time, the runtime's
+    idle, host time: :func:`hlo_doctor.lint.parts.bounded`), and the host figures behind them.
 
-
-def _recoverable(ctx: Context, p: PerStepProgram) -> tuple[float, tuple[tuple[str, object], ...]]:
-    """What removing the program gives the step back per step, and the host figures behind it.
-
-    From the trace (hlo_doctor.lint.host_cost): the device's idle time inside the calls that issue it
-    (its dispatch and the framework frames around it that exist only for it, e.g. an eager astype's)
-    and inside their repeats in the same caller that issue nothing (a second astype to the dtype the
-    first produced, which goes with it), plus its device time the host waited for. Without a driver thread in the input: the longer of
-    its device time and its dispatch spans (the host waits to launch it; the device waits for the
-    launch). On XLA:CPU also the runtime's idle just before and after each run of it while the host
-    waited (setting up and releasing its buffers: :mod:`hlo_doctor.lint.runtime_gaps`).
+    From the trace (hlo_doctor.lint.host_cost): its device time the host waited for (the op part);
+    the device's idle time inside the calls that issue it (its dispatch and the framework frames
+    around it that exist only for it, e.g. an eager astype's) and inside their repeats in the same
+    caller that issue nothing (a second astype to the dtype the first produced, which goes with it):
+    the host part. Without a driver thread in the input: the longer of its device time and its
+    dispatch spans (the host waits to launch it; the device waits for the launch), the excess of the
+    dispatch over the device time being host time. On XLA:CPU also the runtime's idle just before
+    and after each run of it while the host waited (setting up and releasing its buffers:
+    :mod:`hlo_doctor.lint.runtime_gaps`).
     """
     cost = call_cost(ctx, p.prog.module)
     # XLA:CPU: the runtime's idle before and after the program, while the host waited (lint.runtime_gaps).
     gaps = runtime_gaps(ctx, p.prog.module.name)
     gap_us, gap_extra = (gaps.recoverable_us, gaps.extra()) if gaps is not None else (0.0, ())
     if cost is not None and cost.calls:
-        return cost.recoverable_us + gap_us, (*gap_extra,
+        parts = bounded(ctx, op=cost.per_step(cost.device_waited_us), op_bound=p.timing.time_per_step_us,
+                        runtime_idle=gap_us,
+                        host=cost.per_step(cost.idle_us + cost.repeat_idle_us))
+        return parts, (*gap_extra,
             ("host_us_per_step", round(cost.per_step(cost.host_us), 1)),
             ("host_dispatch_us_per_step", round(cost.per_step(cost.dispatch_us), 1)),
             ("host_python_us_per_step", round(cost.per_step(cost.python_us), 1)),
@@ -173,7 +161,9 @@ def _recoverable(ctx: Context, p: PerStepProgram) -> tuple[float, tuple[tuple[st
     dispatch = ctx.dispatch(p.prog.module)
     host_per_step = dispatch.per_call_us * p.per_step if dispatch is not None else 0.0
     extra = (("host_dispatch_us_per_step", round(host_per_step, 1)),) if dispatch else ()
-    return max(p.timing.time_per_step_us, host_per_step) + gap_us, (*extra, *gap_extra)
+    device = p.timing.time_per_step_us
+    return bounded(ctx, op=device, op_bound=device, runtime_idle=gap_us, host=max(0.0, host_per_step - device)), \
+        (*extra, *gap_extra)
 
 
 def _consumers(ctx: Context, prog: ConvertProgram) -> list[tuple[str, int | None, bool]]:

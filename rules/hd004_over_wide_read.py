@@ -29,6 +29,7 @@ from hlo_doctor.lint import (
 )
 from hlo_doctor.lint.bandwidth import ReadPace, read_pace
 from hlo_doctor.lint.host_cost import call_cost
+from hlo_doctor.lint.measurement import measured_extra
 from hlo_doctor.lint.paths import shown_source
 from hlo_doctor.lint.testing import (
     ARGMAX_F32_TOKENS,
@@ -36,7 +37,7 @@ from hlo_doctor.lint.testing import (
     GPU_TWO_STAGE_ARGMAX_BF16,
     eager_convert,
 )
-from hlo_doctor.lint.whatif import narrow_read, refusal
+from hlo_doctor.lint.whatif import Refused, narrow_read, refusal
 
 _EAGER_CONVERT = eager_convert()
 
@@ -140,8 +141,11 @@ class OverWideRead(Rule):
         capture's jax and jaxlib, the same reduction is timed here over both dtypes
         (``hlo_doctor.lint.whatif``): a faster narrow read recovers that share of the op's time; a
         slower one recovers nothing and its extra time is the fix's cost (``fix_cost_us``), which
-        the fix's promise subtracts. Otherwise the finding says it is not priced, with both paces,
-        and its recoverable time is unknown rather than 0.
+        the fix's promise subtracts. The what-if is measured once per capture and machine and kept
+        with the capture (``hlo_doctor.lint.store``); its interval sets the severity only where it
+        decides (``hlo_doctor.lint.severity``). Otherwise (or when it cannot run: it says why) the
+        finding says it is not priced, with both paces, and its recoverable time is unknown rather
+        than 0.
     Example:
         ``jit(sample)/reduce`` (argmax) over f32[512,256000]: 500 MiB read where 250 MiB hold
         the same values; 696 us per step on TPU v5e.
@@ -196,6 +200,7 @@ class OverWideRead(Rule):
                     continue  # also feeds other work (softmax's subtract/exp): the f32 is needed
                 if widen is not None:
                     narrow = widen[0]
+                    widened_by = (m.name, ctx.entry_op(m, read).name)
                     origin = f"widened from {narrow} by {read.name} in this program"
                     widener = origin_of(m, read)
                     evidence.insert(0, read.raw)
@@ -204,6 +209,7 @@ class OverWideRead(Rule):
                     if prog is None:
                         continue
                     narrow = prog.narrow
+                    widened_by = (prog.module.name, prog.op.name)
                     origin = (f"parameter {read.parameter_number}, produced by program "
                               f"{prog.module.name} from {narrow}")
                     widener = origin_of(prog.module, prog.convert)
@@ -245,7 +251,7 @@ class OverWideRead(Rule):
                     recoverable_fraction=fraction,
                     evidence=tuple(evidence),
                     extra=(("bytes_read", read_bytes), ("bytes_needed", needed), ("reduce_kind", kind),
-                           ("narrow_dtype", narrow), *pace_extra, *cost_extra,
+                           ("narrow_dtype", narrow), ("widened_by", widened_by), *pace_extra, *cost_extra,
                            *((("estimate", "not priced"),) if fraction is None else ())),
                     bytes_accessed=read_bytes,
                     severity=None if stage.optimized else Severity.LOW,
@@ -255,20 +261,30 @@ class OverWideRead(Rule):
 def _what_if(ctx: Context, m: HloModule, op: HloInstruction, reduce: HloInstruction, kind: str,
              read: HloInstruction, narrow: str, note: str) -> tuple[float | None, str, tuple[tuple[str, object], ...]]:
     """On XLA:CPU, where the capture cannot say what the narrower read costs: time the same reduction
-    over both dtypes on this machine (``lint.whatif``) and price the finding by their ratio. A narrower
-    read that runs slower recovers nothing and its extra time is the fix's cost here (``fix_cost_us``:
-    the fix's promise counts it against the time its other findings recover)."""
+    over both dtypes on this machine (``lint.whatif``, kept with the capture and reused) and price the
+    finding by their ratio. A narrower read that runs slower recovers nothing and its extra time is the
+    fix's cost here (``fix_cost_us``: the fix's promise counts it against the time its other findings
+    recover). The ratio's interval gives the range of what the narrower read gives back
+    (``measured_net_us``: negative where it costs), which severity and the promise read. A what-if that
+    cannot run says why and leaves the capture's own estimate (not priced: ``basis`` ``model``)."""
     why = refusal(ctx)
     timing = ctx.op_timing(m, op.name)
+    if why or timing is None:
+        why = why or "the op has no time in the capture"
+        return None, f"{note}; no what-if: {why}", (("what_if_refused", why), ("basis", "model"))
     axes = tuple(int(a) for a in re.findall(r"\d+", reduce.attribute("dimensions")))
-    t = narrow_read(kind, read.shape.dims, axes, read.shape.dtype, narrow) if not why and timing else None
-    if t is None or not math.isfinite(t.ratio) or timing is None:
-        reason = why or "no what-if for this reduction"
-        return None, f"{note}; {reason}", ()
-    extra: tuple[tuple[str, object], ...] = (("what_if", t.text()), ("what_if_ratio", round(t.ratio, 3)))
+    t = narrow_read(kind, read.shape.dims, axes, read.shape.dtype, narrow, ctx.measurements)
+    if isinstance(t, Refused) or not math.isfinite(t.ratio):
+        why = t.reason if isinstance(t, Refused) else "the what-if timed no run"
+        return None, f"{note}; no what-if: {why}", (("what_if_refused", why), ("basis", "model"))
+    op_us = timing.time_per_step_us
+    ms = t.measurement
+    gives_back = (op_us * (1.0 - ms.high), op_us * (1.0 - ms.low))
+    extra: tuple[tuple[str, object], ...] = (("what_if", t.text()), ("what_if_ratio", round(t.ratio, 3)),
+                                             ("basis", "measured here"), *measured_extra(ms, gives_back, None))
     if t.ratio < 1.0:
         return 1.0 - t.ratio, f"; priced by a what-if run on this machine's XLA:CPU: {t.text()}", extra
-    cost = timing.time_per_step_us * (t.ratio - 1.0)
+    cost = op_us * (t.ratio - 1.0)
     return 0.0, (f"; a what-if run on this machine's XLA:CPU: {t.text()}: the narrower read is slower here "
                  f"and costs ~{fmt_duration(cost)} per step, which the fix's promise counts against it"), \
         (*extra, ("fix_cost_us", round(cost, 1)))

@@ -178,7 +178,8 @@ class OffPrecompiledMenu(Rule):
             msg += f"; inputs seen: {', '.join(shapes)}"
         return Finding(
             code=self.code, name=self.name, severity=self.severity, message=msg, module=p.module, op="",
-            time_per_step_us=per_step, pct_of_step=pct, recoverable_us=per_step, source=p.source,
+            time_per_step_us=per_step, pct_of_step=pct, recoverable_us=per_step, parts=(("compile", per_step),),
+            source=p.source,
             evidence=tuple(_evidence(c) for c in p.compiles)[:8],
             extra=(("compiles", p.count), ("compile_time_us", p.time_us), ("program_ids", p.program_ids),
                    ("every_call", p.every_call), ("steps_compiled", p.steps_with_compile), ("calls", p.calls),
@@ -200,7 +201,7 @@ class OffPrecompiledMenu(Rule):
                + ", ".join(f"{op} x{k}" for op, k in ops[:6]) + (", ..." if len(ops) > 6 else "") + ")")
         return Finding(
             code=self.code, name=self.name, severity=self.severity, message=msg, time_per_step_us=per_step,
-            pct_of_step=pct, recoverable_us=per_step, evidence=tuple(_evidence(c) for c in account.eager)[:8],
+            pct_of_step=pct, recoverable_us=per_step, parts=(("compile", per_step),), evidence=tuple(_evidence(c) for c in account.eager)[:8],
             extra=(("eager_compiles", n), ("compile_time_us", account.eager_us), ("ops", tuple(ops))),
         )
 

@@ -17,6 +17,7 @@ from hlo_doctor.hlo.selection_cost import (
 )
 from hlo_doctor.hlo.selection_flow import MonotoneMap, monotone_maps
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, stage_of
+from hlo_doctor.lint.parts import bounded
 from hlo_doctor.lint.testing import ARGMAX_F32_TOKENS
 
 # keras-hub 0.32.0's GemmaCausalLM.generate (GreedySampler, vocab 256000, XLA:CPU): the sampler's
@@ -348,6 +349,7 @@ class MonotoneMapBeforeSelection(Rule):
         sel = ctx.op_timing(m, mm.selection_op.name)
         fused_us = share * sel.time_per_step_us if sel is not None else 0.0
         source_us = source_share(m, mm) * sel.time_per_step_us if sel is not None else 0.0
+        src = ctx.op_timing(m, ctx.entry_op(m, mm.source_op).name) if mm.in_source else None
         # The op shown: the costliest op that exists only for the map; else the op holding it.
         ops = sorted(mm.ops, key=lambda o: (timed.get(o.name, 0.0), o.shape.nbytes), reverse=True)
         inst = ops[0] if ops else (mm.source_op if mm.in_source else mm.selection_op)
@@ -373,7 +375,11 @@ class MonotoneMapBeforeSelection(Rule):
         return ctx.finding(
             self, m, inst, message, source_inst=line_inst, evidence=tuple(evidence),
             fix="" if origin.framework else None,
-            recoverable_us=measured + fused_us + source_us if has_time else None,
+            # Every part is op time: the map's own ops, and the shares of the selection and of the
+            # input's fusion that compute it (each no more than those ops take).
+            parts=bounded(ctx, op=measured + fused_us + source_us, op_bound=measured + (
+                sel.time_per_step_us if sel is not None else 0.0) + (src.time_per_step_us if src is not None else source_us))
+            if has_time else None,
             severity=None if stage.optimized else Severity.LOW,
             extra=(("selection", mm.kind), ("selection_op", mm.selection_op.name),
                    ("map_ops", [o.name for o in mm.ops]), ("map_ops_us", round(measured, 3)),

@@ -8,6 +8,7 @@ from hlo_doctor.hlo import HloModule
 from hlo_doctor.hlo.analysis import dtype_shape
 from hlo_doctor.hlo.loops import CarriedFlow, loop_rebuilds
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, stage_of
+from hlo_doctor.lint.parts import bounded
 
 # XLA:CPU (jax 0.10.2) compiling ``decode.py``: ``rebuild`` slices each of two layers out of a stacked
 # f32[2,64,32] cache, updates one row of each (``dynamic_update_slice``) and ``jnp.stack``s them back, in a
@@ -322,7 +323,8 @@ class LoopBufferRebuilt(Rule):
                         "and read each layer's slice from it")
         source = flow.joins[0] if flow.joins and flow.joins[0].source else None
         return ctx.finding(
-            self, m, op, message, recoverable_us=recoverable, source_inst=source,
+            self, m, op, message, source_inst=source,
+            parts=bounded(ctx, op=recoverable, op_bound=chain_us) if recoverable is not None else None,
             evidence=(op.raw, flow.loop.raw),
             extra=(("loop", flow.loop.name), ("tuple_index", flow.index),
                    ("bytes_written", flow.bytes_written), ("bytes_differ", flow.bytes_differ),

@@ -14,6 +14,7 @@ from hlo_doctor.hlo.group_work import draws_random, group_work, inside, uniform_
 from hlo_doctor.hlo.invariance import InvariantGroup, dependence, invariant_groups
 from hlo_doctor.hlo.weights import WeightUse, weight_parameters
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, stage_of
+from hlo_doctor.lint.parts import bounded
 
 # Below this the invariant value is a scalar, a norm's scale or a small mask, not work worth a line.
 MIN_BYTES = 64 * 1024
@@ -246,7 +247,7 @@ def _program_finding(rule: Rule, ctx: Context, m: HloModule, kept: list[_Kept],
                     f" ({len(kept) - 1} more group{'s' if len(kept) > 2 else ''} of ops)")
     return ctx.finding(
         rule, m, g.anchor, f"{message} ({cost})", recoverable_fraction=None if time is not None else 1.0,
-        recoverable_us=time, source_inst=source_inst,
+        parts=bounded(ctx, op=time, op_bound=time) if time is not None else None, source_inst=source_inst,
         evidence=tuple(i.raw for i in g.ops[:3]) + tuple(f"weight: {_why(m, u)}" for u in uses)
         + tuple(f"{k.group.anchor.name}: {len(k.group.ops)} ops, {k.time_us or 0.0:.0f} us per step" for k in kept[1:]),
         extra=(("ops", [i.name for k in kept for i in k.group.ops]),
@@ -377,7 +378,9 @@ def _eager_init(rule: Rule, ctx: Context) -> Finding | None:
              key=lambda i: (t.time_per_step_us if (t := ctx.op_timing(top.module, i.name)) else 0.0),
              default=top.module.entry.root)
     found = ctx.finding(
-        rule, top.module, op, message, recoverable_us=total, fix="",
+        rule, top.module, op, message, fix="",
+        # The longer of the two: the device time, and the host's dispatch beyond it.
+        parts=bounded(ctx, op=device, op_bound=device, host=total - device),
         evidence=tuple(f"{p.module.name}({p.module.program_id}): {p.runs:.1f} runs/step, device "
                        f"{p.device_us:.0f} us, host dispatch {p.host_us:.0f} us per step, under "
                        f"{p.stack[p.at].function}" for p in sorted(counted, key=lambda p: -p.cost_us)[:8]),

@@ -211,6 +211,8 @@ class HostBoundStep(Rule):
         return Finding(
             code=self.code, name=self.name, severity=self.severity, message=message,
             time_per_step_us=explained, pct_of_step=pct, recoverable_us=(python_us - held_python) or None,
+            # Device idle while the host ran this line's Python: host time, all of it.
+            parts=(("host", python_us - held_python),) if python_us - held_python else (),
             source=source,
             evidence=evidence[:8],
             extra=(("device_idle_pct", b.idle_pct), ("host_bound_pct", host_pct), ("python_idle_us", python_us),

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # Keep XLA:CPU quiet and deterministic in tests.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# What diagnose measures here is kept in the user's cache folder (hlo_doctor.lint.store): tests keep
+# theirs in a folder of their own, removed at the end, and never read or write the user's.
+_CACHE = tempfile.mkdtemp(prefix="hlo-doctor-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, True)

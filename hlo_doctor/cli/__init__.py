@@ -15,6 +15,8 @@ from hlo_doctor.cli import diagnose as _diagnose
 from hlo_doctor.cli import doctor as _doctor
 from hlo_doctor.cli import engine as _engine
 from hlo_doctor.cli import gate as _gate
+from hlo_doctor.cli import mcp as _mcp
+from hlo_doctor.cli import memory as _memory
 from hlo_doctor.cli import profile as _profile
 from hlo_doctor.cli import report as _report
 from hlo_doctor.cli import rules as _rules
@@ -49,6 +51,6 @@ def main(ctx: click.Context) -> None:
         fail(exc)
 
 
-for _module in (_profile, _diagnose, _apply_fix, _verify, _gate, _rules, _engine, _doctor, _report):
+for _module in (_profile, _diagnose, _apply_fix, _verify, _gate, _rules, _engine, _doctor, _report, _memory, _mcp):
     for _cmd in _module.COMMANDS:
         main.add_command(_cmd)

@@ -113,9 +113,13 @@ def _findings(run: Path, root: Path) -> list[Finding]:
             raise InputError(f"{run} is not a diagnosis JSON ({exc})", "pass diagnose --format json output or a run") from exc
         if isinstance(doc, dict) and isinstance(doc.get("findings"), list):
             return [finding_from_dict(d) for d in doc["findings"] if isinstance(d, dict)]
+    from hlo_doctor.cli.common import announce_capture
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
 
-    result = diagnose(load_context(run), load_rulebook(()))
+    say_capture = announce_capture(run)
+    ctx = load_context(run)
+    say_capture()
+    result = diagnose(ctx, load_rulebook(()))
     return list(with_applicable_fixes(result.findings, root))
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hlo_doctor.cli.common import plain_text, print_wide, write_output
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.escape.csv import csv_cell
 
 if TYPE_CHECKING:
     from hlo_doctor.opstats import OpStats
@@ -28,11 +29,36 @@ BREAKDOWN_HELP = ("Print the step breakdown instead of the op table: per device 
                   "--format table/json/markdown/csv.")
 
 
+class _Cells:
+    """A CSV writer whose text cells (hosts, threads, source lines from the capture) are written with
+    ``csv_cell``: no formula a spreadsheet would run. Numbers, written by this module, pass."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+
+    @staticmethod
+    def _cell(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            float(value)
+        except ValueError:
+            return csv_cell(value)
+        return value
+
+    def writerow(self, row: Any) -> None:
+        self.writer.writerow([self._cell(v) for v in row])
+
+    def writerows(self, rows: Any) -> None:
+        for row in rows:
+            self.writerow(row)
+
+
 def _csv(b: StepBreakdown) -> str:
     from hlo_doctor.opstats.breakdown import HOST_KINDS
 
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    w = _Cells(csv.writer(buf, lineterminator="\n"))
     w.writerow(["host", "device", "step", "start_us", "wall_us", "busy_us", "idle_us", "op_us",
                 *(f"host_{k}_us" for k in HOST_KINDS), *(f"idle_{k}_us" for k in HOST_KINDS)])
     for s in b.steps:

@@ -3,29 +3,29 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import os
 import sys
-import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
 
-from hlo_doctor.core.errors import ExitCode, HloDoctorError, InputError
-from hlo_doctor.core.outdir import os_reason
+from hlo_doctor.core.atomic import write_atomically
+from hlo_doctor.core.errors import ExitCode, HloDoctorError
+from hlo_doctor.core.escape.terminal import ShownConsole
+from hlo_doctor.core.escape.text import visible
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# People read stderr; machines read stdout (or --output FILE). rich honours NO_COLOR and FORCE_COLOR.
-console = Console(stderr=True, highlight=False)
+# People read stderr; machines read stdout (or --output FILE). rich honours NO_COLOR and FORCE_COLOR. Every
+# console shows the control and bidi characters a capture's names may hold instead of sending them.
+console = ShownConsole(stderr=True, highlight=False)
 
 STDOUT = Path("-")
 """``--output -``: standard output."""
@@ -48,15 +48,15 @@ def print_wide(renderable: Any) -> None:
         return
     wide = console.options.update_width(1 << 16)
     width = Measurement.get(console, wide, renderable).maximum
-    Console(file=console.file, width=max(width, 1), highlight=False).print(renderable)
+    ShownConsole(file=console.file, width=max(width, 1), highlight=False).print(renderable)
 
 
 def plain_text(renderable: Any) -> str:
     """A renderable as text without colour, at its full width (for ``--format table -o FILE``)."""
     buf = io.StringIO()
-    probe = Console(file=buf, width=1 << 16, no_color=True, highlight=False)
+    probe = ShownConsole(file=buf, width=1 << 16, no_color=True, highlight=False)
     width = Measurement.get(probe, probe.options, renderable).maximum
-    Console(file=buf, width=max(width, 1), no_color=True, highlight=False).print(renderable)
+    ShownConsole(file=buf, width=max(width, 1), no_color=True, highlight=False).print(renderable)
     return buf.getvalue()
 
 
@@ -85,7 +85,8 @@ def examples(*lines: str) -> str:
 def fail(error: HloDoctorError) -> None:
     """Print the one-line error and exit with its code."""
     # Escaped: messages quote TOML tables ([gate]) and shapes, which rich would read as markup.
-    console.print(f"[bold red]error:[/] {escape(error.one_line())}", soft_wrap=True)
+    # One line whatever the message quotes (a name from a capture may hold a newline or an escape sequence).
+    console.print(f"[bold red]error:[/] {escape(visible(error.one_line()))}", soft_wrap=True)
     sys.exit(int(error.exit_code))
 
 
@@ -100,6 +101,12 @@ def handle_errors(func: F) -> F:
             fail(exc)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
+        except MemoryError:
+            # An input that asks for more memory than there is (a huge string, a bomb): the input's
+            # fault, one line, never a traceback.
+            console.print("[bold red]error:[/] out of memory reading the input - it is larger than this "
+                          "machine can hold, or damaged; check the file", soft_wrap=True)
+            sys.exit(int(ExitCode.USAGE))
         except KeyboardInterrupt as exc:
             # SIGTERM arrives as a KeyboardInterrupt subclass where a command asked for it (profile):
             # the same clean-up, the conventional 128 + signal number.
@@ -107,7 +114,7 @@ def handle_errors(func: F) -> F:
             console.print("[red]terminated[/]" if terminated else "[red]interrupted[/]")
             sys.exit(143 if terminated else 130)
         except Exception as exc:  # noqa: BLE001 - the last line of defence
-            console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))}")
+            console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(visible(str(exc)))}")
             console.print("[dim]" + escape("".join(traceback.format_exception(exc)[-6:])) + "[/]")
             console.print("please report this with the command line and the input")
             sys.exit(int(ExitCode.INTERNAL))
@@ -124,29 +131,33 @@ def write_output(text: str, output: Path | None) -> None:
     console.print(f"wrote {escape(str(output))}", soft_wrap=True)
 
 
-def write_file_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it with an unpredictable
-    name (created exclusively), renamed over it.
+def write_file_atomically(path: Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all, with the mode the umask gives a new file
+    (:func:`hlo_doctor.core.atomic.write_atomically`).
 
     Raises:
         InputError: the folder cannot be created or written, or ``path`` is a folder; nothing is left
             behind.
     """
-    tmp: str | None = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        raise InputError(f"{path}: cannot write it ({os_reason(exc)})",
-                         "choose a writable output path") from None
+    write_atomically(path, data)
 
 
 def not_available(command: str, reason: str) -> None:
     """For a command this build does not provide yet: say so, exit 2."""
     fail(HloDoctorError(f"'{command}' is not available in this build", reason))
+
+
+def announce_capture(path: Path, label: str = "capture") -> Callable[[], None]:
+    """Find which capture ``path`` names and return what prints it: the command's first line on stderr
+    (``capture: runs/doctor/profile/plugins/profile/<run>/host.xplane.pb (the baseline profile of
+    ...)``), called once the capture was read, so that an unreadable one is still the one line of its
+    error. A folder of several captures without a baseline raises :class:`InputError` naming them at
+    once; a path that does not exist prints nothing (the reader says so).
+    """
+    from hlo_doctor.trace.locate import locate_capture
+
+    if not path.exists():
+        return lambda: None
+    where = locate_capture(path)
+    return lambda: console.print(where.line(label), soft_wrap=True, markup=False, highlight=False)
+

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.text import Text
 
 from hlo_doctor.cli.common import (
     STDOUT,
     FormatChoice,
+    announce_capture,
     console,
     examples,
     handle_errors,
@@ -27,6 +27,7 @@ from hlo_doctor.cli.common import (
 from hlo_doctor.cli.config import repository_root
 from hlo_doctor.cli.hosts import host_options, left_out_note, pod_options
 from hlo_doctor.core.errors import ExitCode
+from hlo_doctor.core.escape.terminal import ShownConsole
 from hlo_doctor.core.model import Severity
 from hlo_doctor.render.registry import DIAGNOSIS, RenderOptions
 
@@ -61,12 +62,16 @@ def _codes(values: tuple[str, ...] | list[str]) -> list[str]:
 @click.option("--brief", is_flag=True, help="Table: the findings and the summary only, no details.")
 @click.option("--what-if/--no-what-if", "what_if", default=True, show_default=True,
               help="Where an XLA:CPU capture cannot price a finding (a narrower reduction's read), time the "
-                   "replacement op here, when this machine has the capture's jax and jaxlib.")
+                   "replacement op here, when this machine has the capture's jax and jaxlib; measured once, "
+                   "kept with the capture and reused.")
+@click.option("--remeasure", is_flag=True,
+              help="Measure the what-if runs again instead of reusing what is kept for this capture, and keep that.")
 @host_options
 @handle_errors
 def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], fmt: str | None, output: Path | None,
                  source_root: Path | None, fail_on: str | None, select: tuple[str, ...], ignore: tuple[str, ...],
-                 brief: bool, what_if: bool, jobs: int | None, scheduler: str | None, skip_bad_hosts: bool) -> None:
+                 brief: bool, what_if: bool, remeasure: bool, jobs: int | None, scheduler: str | None,
+                 skip_bad_hosts: bool) -> None:
     """Apply the rules to RUN and report what is wasted, where, and the fix.
 
     RUN: a run directory from 'hlo-doctor profile', a bare .xplane.pb (any backend), a folder
@@ -82,17 +87,34 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     from hlo_doctor.fixes.source.applicable import with_applicable_fixes
     from hlo_doctor.hosts import CaptureReader
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
+    from hlo_doctor.lint.promise import with_fixes
+    from hlo_doctor.lint.runner import replayed
+    from hlo_doctor.lint.store import MeasurementStore
 
     fmt = fmt or ("github" if in_github_actions() and output is None else "table")
+    say_capture = announce_capture(run)
     book = load_rulebook(rules_dirs)
     reader = CaptureReader(pod_options(jobs, scheduler, skip_bad_hosts))
-    ctx = dataclasses.replace(load_context(run, source_root=source, reader=reader), what_if=what_if)
+    store = MeasurementStore(run, remeasure=remeasure) if what_if else None
+    ctx = dataclasses.replace(load_context(run, source_root=source, reader=reader), what_if=what_if,
+                              measurements=store)
+    say_capture()
     if reader.left_out:
         console.print(Text(f"note: {left_out_note(reader.left_out)}", style="yellow"), soft_wrap=True)
     result = diagnose(ctx, book, select=_codes(select), ignore=_codes(ignore))
+    if run.is_dir():
+        from hlo_doctor.core.sources import changed_since, recorded
+
+        # Line numbers are the capture's: say where a file they point into has changed since.
+        for line in changed_since(recorded(run), (f.source for f in result.findings)):
+            console.print(Text(f"note: {line}", style="yellow"), soft_wrap=True)
     root = source_root or repository_root(Path.cwd())
     # A finding carries a fix only where its codemod matches the finding's own line in this project.
-    result = dataclasses.replace(result, findings=with_applicable_fixes(result.findings, root))
+    applicable = with_applicable_fixes(result.findings, root)
+    # Each fix offered on this code has its promise (what it recovers less what a what-if says it costs).
+    result = dataclasses.replace(result, findings=applicable, fix_promises=with_fixes(result.fix_promises, applicable))
+    # Each fix offered only on this code is replayed too, where this machine can run the capture.
+    result = dataclasses.replace(result, fix_promises=replayed(ctx, result.fix_promises, applicable))
     failed = fail_on is not None and bool(result.at_or_above(Severity.parse(fail_on)))
     code = ExitCode.FINDINGS if failed else ExitCode.OK
     if fmt == "table" and (output is None or output == STDOUT) and not people_see_a_terminal():
@@ -105,7 +127,7 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
             print_wide(renderable)
         else:
             buf = io.StringIO()
-            Console(file=buf, width=160, no_color=True, highlight=False).print(renderable)
+            ShownConsole(file=buf, width=160, no_color=True, highlight=False).print(renderable)
             write_output(buf.getvalue(), output)
     else:
         command = shlex.join(["hlo-doctor", *sys.argv[1:]])
@@ -113,6 +135,10 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
         write_output(DIAGNOSIS.text(fmt, result, options), output)
         if fmt != "concise" or output is not None:
             console.print(result.summary_line(), soft_wrap=True, markup=False)
+    if store is not None:  # after the report: what was measured here, or reused, and where it is kept
+        for line in (*(f"note: {w}" for w in store.warnings), store.summary()):
+            if line:
+                console.print(Text(line, style="yellow"), soft_wrap=True)
     if any(f.extra and dict(f.extra).get("internal_error") for f in result.findings) or book.errors:
         console.print("[yellow]some rules failed; see the internal-error findings above[/]")
     if failed:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.text import Text
 
 from hlo_doctor.cli.common import (
     FormatChoice,
+    announce_capture,
     console,
     examples,
     handle_errors,
@@ -34,14 +35,17 @@ _STYLE = {
 }
 
 
-def _load(path: Path, side: str, options: PodOptions) -> OpStats:
+def load_side(path: Path, side: str, options: PodOptions) -> OpStats:
+    """One side of a comparison read as ``stats`` reads it; an unusable input names its side."""
     from hlo_doctor.hosts import read_capture
 
     if not path.exists():
         raise InputError(f"{side} {path} does not exist",
                          "pass a run directory, an .xplane.pb file or an opstats.json export")
     try:
+        say_capture = announce_capture(path, f"{side} capture")
         stats, _ = read_capture(path, options)
+        say_capture()
     except InputError as exc:
         # Name which side of the comparison the unusable input is.
         raise InputError(f"{side} {exc.what}", exc.hint) from exc
@@ -49,6 +53,16 @@ def _load(path: Path, side: str, options: PodOptions) -> OpStats:
         console.print(Text(f"note: {left_out_note(stats.hosts_left_out, f'{side}: ')}", style="yellow"),
                       soft_wrap=True)
     return stats
+
+
+def side_memory(path: Path, stats: OpStats) -> Any:
+    """The capture's buffer assignments (its metadata planes), or None for an export or a trace JSON."""
+    from hlo_doctor.memory import read_memory, runs_per_step
+
+    try:
+        return read_memory(path, runs=runs_per_step(stats.table, int(stats.num_steps or 0)))
+    except InputError:
+        return None
 
 
 def _print_result(result: GateResult, max_rows: int) -> None:
@@ -156,10 +170,11 @@ def gate_cmd(
     from hlo_doctor.opstats.build import shared_module_parses
 
     with shared_module_parses():  # the two sides of one program share most of their modules' texts
-        base_stats = _load(baseline, "baseline", options)
-        cand_stats = _load(candidate, "candidate", options)
+        base_stats = load_side(baseline, "baseline", options)
+        cand_stats = load_side(candidate, "candidate", options)
     result = gate(base_stats, cand_stats, policy, strict=strict,
-                  baseline_label=str(baseline), candidate_label=str(candidate))
+                  baseline_label=str(baseline), candidate_label=str(candidate),
+                  baseline_memory=side_memory(baseline, base_stats), candidate_memory=side_memory(candidate, cand_stats))
 
     root = repository_root(Path.cwd())
     fmt = fmt or ("github" if in_github_actions() and output is None else "table")

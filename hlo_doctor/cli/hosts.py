@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from hlo_doctor.core.escape.terminal import term
+
 if TYPE_CHECKING:
     from hlo_doctor.hosts import PodOptions
 
@@ -45,4 +47,5 @@ def pod_options(jobs: int | None, scheduler: str | None, skip_bad_hosts: bool) -
 def left_out_note(left_out: list[tuple[str, str]] | tuple[tuple[str, str], ...], side: str = "") -> str:
     """One line naming the host files a command's input left out (``--skip-bad-hosts``)."""
     files = "; ".join(f"{why}" if path in why else f"{path}: {why}" for path, why in left_out)
-    return f"{side}{len(left_out)} host file(s) left out (--skip-bad-hosts), the results cover the others only: {files}"
+    return term(f"{side}{len(left_out)} host file(s) left out (--skip-bad-hosts), the results cover the others only: "
+                f"{files}")

@@ -18,6 +18,7 @@ from rich.text import Text
 from hlo_doctor.capture_guard import sigterm_as_interrupt, stdout_to_stderr
 from hlo_doctor.cli.breakdown_view import BREAKDOWN_HELP, emit_breakdown
 from hlo_doctor.cli.common import (
+    announce_capture,
     console,
     examples,
     handle_errors,
@@ -31,6 +32,7 @@ from hlo_doctor.cli.hosts import host_options, pod_options
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.cli.report import write_capture_report
 from hlo_doctor.core.errors import InputError, NotAvailableError
+from hlo_doctor.core.escape.terminal import term
 from hlo_doctor.core.model import ProgressFn
 
 if TYPE_CHECKING:
@@ -55,16 +57,32 @@ def header_line(stats: OpStats) -> str:
             f"modules · {_compiles(stats)}{left_out}")
 
 
-def _compiles(stats: OpStats) -> str:
-    """``3 compiles in the traced window (+ 27 eager ops)``: programs actually compiled, nested
-    compile events counted once (:mod:`hlo_doctor.lint.compiles`)."""
+def _account(stats: OpStats) -> Any:
+    """The capture's compile account: programs actually compiled, nested compile events counted once
+    (:mod:`hlo_doctor.lint.compiles`)."""
     from hlo_doctor.lint.compiles import account_compiles
 
-    account = account_compiles(stats.compile_events, stats.modules, num_steps=stats.num_steps)
+    return account_compiles(stats.compile_events, stats.modules, num_steps=stats.num_steps)
+
+
+def _compiles(stats: OpStats) -> str:
+    """``3 compiles in the traced window (+ 27 eager ops)``: the table's header, from :func:`_account`."""
+    account = _account(stats)
     n = account.program_count
     text = f"{n} compile{'s' if n != 1 else ''} in the traced window"
     eager = len(account.eager)
     return text + (f" (+ {eager} eager op{'s' if eager != 1 else ''})" if eager else "")
+
+
+def compile_summary(stats: OpStats) -> dict[str, Any]:
+    """What the table's header counts, for the JSON export: ``programs`` (compiles of programs in the
+    traced window), ``eager_ops`` (single-op programs jax compiled apart), ``events`` (the raw
+    compile-work events they are counted from: a compile's lowering, backend compile and the
+    compiler's own event are one compile), ``line`` (the header's words) and the per-program and eager
+    detail."""
+    account = _account(stats)
+    return {"programs": account.program_count, "eager_ops": len(account.eager),
+            "events": len(stats.compile_events), "line": _compiles(stats), **account.to_dict()}
 
 
 def pct_note(backend: str) -> str:
@@ -103,8 +121,8 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
             t.add_column(name, justify=justify)  # type: ignore[arg-type]
         for r in grouped.itertuples(index=False):
             t.add_row(str(r.rank), f"{r.pct_of_step:.1f}", f"{r.time_per_step_us:,.1f}", str(r.ops),
-                      Text(str(r.opcode)), Text(str(r.category)), Text(fmt_shape(str(r.shape))), fmt_bytes(r.bytes_accessed),
-                      Text(str(r.modules)))
+                      Text(term(r.opcode)), Text(term(r.category)), Text(term(fmt_shape(str(r.shape)))),
+                      fmt_bytes(r.bytes_accessed), Text(term(r.modules)))
         return Group(*parts, t)
     columns = [("#", "right"), ("% step", "right"), ("µs/step", "right")]
     if wide:
@@ -124,7 +142,8 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
                  "bytes": fmt_bytes(r.bytes_accessed), "source": fmt_source("" if pd.isna(r.source) else str(r.source)),  # relative to its package root; csv/json keep the path
                  **(roofline_cells(r) if wide else {})}
         # Text, not str: names and paths come from the trace and are never markup.
-        t.add_row(*(Text(cells[name]) for name, _ in columns))
+        # term(): one line per cell whatever a name holds (a newline, an escape sequence).
+        t.add_row(*(Text(term(cells[name])) for name, _ in columns))
     parts.append(t)
     if len(stats.table) > top:
         parts.append(Text(f"{len(stats.table) - top} more rows: --top N, or --format csv/json", style="dim"))
@@ -156,7 +175,7 @@ def _emit(stats: OpStats, fmt: str, top: int, group_by: str, output: Path | None
         table = group_by_shape(stats.table) if group_by == "shape" else stats.table
         write_output(to_csv(table), output)
     else:
-        write_output(to_json(stats, per_step=per_step, compact=True), output)
+        write_output(to_json(stats, per_step=per_step, compact=True, compiles=compile_summary(stats)), output)
 
 
 _COMMON = [
@@ -314,10 +333,13 @@ def _capture(target: str | None, steps: int, warmup: int, out: Path | None, atta
 @click.option("--wide", is_flag=True, help="Every column of the table on a terminal too (program, bytes, "
                                            "the roofline: GiB/s, % of peak, GFLOP/s, FLOP/byte, bound-by, source).")
 @click.option("--breakdown", is_flag=True, help=BREAKDOWN_HELP)
+@click.option("--memory", "memory", is_flag=True,
+              help="The memory section instead: each program of the steps' peak and the buffers at it "
+                   "(what 'hlo-doctor memory' shows, from the same capture).")
 @host_options
 @handle_errors
 def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | None, per_step: bool, wide: bool,
-              breakdown: bool, jobs: int | None, scheduler: str | None, skip_bad_hosts: bool) -> None:
+              breakdown: bool, memory: bool, jobs: int | None, scheduler: str | None, skip_bad_hosts: bool) -> None:
     """Print the op-stats table of an existing capture.
 
     SOURCE: a run directory (hlo-doctor's, or an xprof/TensorBoard log directory with
@@ -326,12 +348,40 @@ def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | No
     cluster: --scheduler) into one table.
     """
     from hlo_doctor.hosts import read_capture
+    from hlo_doctor.opstats.parquet import require_pyarrow, wants_parquet
 
+    # A Parquet export that cannot be written is said before the capture is read (one line).
+    if not memory and not breakdown and wants_parquet(fmt, output):
+        require_pyarrow()
+    say_capture = announce_capture(source)
     stats, _ = read_capture(source, pod_options(jobs, scheduler, skip_bad_hosts))
+    say_capture()
+    if memory:
+        emit_memory(source, stats, fmt, output)
+        return
     if breakdown:
         emit_breakdown(stats, fmt, output)
         return
     _emit(stats, fmt, top, group_by, output, wide, per_step)
+
+
+def emit_memory(source: Path, stats: OpStats, fmt: str, output: Path | None) -> None:
+    """The memory section of ``stats``: the steps' programs (known from the table just read)."""
+    from hlo_doctor.memory import read_memory, runs_per_step
+    from hlo_doctor.render import memory as render
+
+    report = read_memory(source, runs=runs_per_step(stats.table, int(stats.num_steps or 0)),
+                         modules=stats.modules)
+    if fmt == "json":
+        write_output(render.to_json(report), output)
+    elif fmt == "csv":
+        write_output(render.to_csv(report), output)
+    elif fmt == "markdown":
+        write_output(render.to_markdown(report), output)
+    elif output is not None:
+        write_output(plain_text(render.to_terminal(report)), output)
+    else:
+        print_wide(render.to_terminal(report))
 
 
 COMMANDS = [profile_cmd, stats_cmd]

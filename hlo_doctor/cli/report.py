@@ -17,8 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from hlo_doctor.cli.common import console, examples, handle_errors, write_file_atomically, write_output
-from hlo_doctor.core.errors import InputError, NotAvailableError
+from hlo_doctor.cli.common import (
+    announce_capture,
+    console,
+    examples,
+    handle_errors,
+    write_file_atomically,
+    write_output,
+)
+from hlo_doctor.core.errors import InputError
 
 if TYPE_CHECKING:
     from hlo_doctor.lint import Diagnosis
@@ -34,14 +41,59 @@ EXPECTED = ("a capture (run directory, xprof log directory, .xplane.pb, trace JS
 _SCHEMAS = ("opstats", "diagnosis", "verify", "verify-target", "doctor", "gate")
 
 
+def _charts_folder(folder: Path) -> Path:
+    """The folder of a Markdown report's chart images, created; a link or a file in its place is exit 2
+    (a link planted there would send the images, and what overwrites them, outside)."""
+    import os
+    import stat
+
+    for attempt in range(2):
+        try:
+            mode = os.lstat(folder).st_mode
+        except FileNotFoundError:
+            if attempt:
+                break
+            try:
+                folder.mkdir(parents=True)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise InputError(f"{folder}: cannot create it ({exc.strerror})", "choose a writable output path") from None
+            continue
+        if stat.S_ISDIR(mode):
+            return folder
+        what = "a symbolic link" if stat.S_ISLNK(mode) else "not a folder"
+        raise InputError(f"{folder}: {what}, where the report's chart images go; nothing was written",
+                         "remove it or choose another -o")
+    raise InputError(f"{folder}: cannot create it", "choose a writable output path")
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{path}: not a readable JSON file ({exc})", f"pass {EXPECTED}") from None
+    except RecursionError:
+        raise InputError(f"{path}: JSON nested too deeply (past the interpreter's stack)", f"pass {EXPECTED}") from None
     if not isinstance(doc, dict):
         raise InputError(f"{path}: a JSON {type(doc).__name__}, not an object", f"pass {EXPECTED}")
     return doc
+
+
+def _is_document(path: Path) -> bool:
+    """Whether the file ``path`` is one of hlo-doctor's JSON documents rather than a capture: a
+    ``.json`` name (a trace JSON's names end in ``.trace.json``), or, under any other name (a
+    ``diagnose -o findings.out``), its opening bytes carry an hlo-doctor ``schema`` tag."""
+    if path.name.endswith((".trace.json", ".json.gz", ".pb")):
+        return False
+    if path.suffix == ".json":
+        return True
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.lstrip().startswith(b"{") and b'"hlo-doctor.' in head
 
 
 def _kind(doc: Mapping[str, Any]) -> str | None:
@@ -62,15 +114,16 @@ def _diagnosis_of(stats: OpStats, path: Path) -> Diagnosis:
     """The rules on a capture's op stats, from the read that built them (the trace is not read again)."""
     from hlo_doctor.lint import Context, diagnose, executed_modules, load_context, load_rulebook
     from hlo_doctor.lint.dispatch import read_host_dispatch
+    from hlo_doctor.lint.store import MeasurementStore
     from hlo_doctor.trace import find_xplanes
 
     if not stats.modules:
-        return diagnose(replace(load_context(path), what_if=True), load_rulebook())
+        return diagnose(replace(load_context(path), what_if=True, measurements=MeasurementStore(path)), load_rulebook())
     ctx = Context(modules=executed_modules(stats.modules, stats.table), table=stats.table,
                   step_time_us=float(stats.step_time_us or 0) or None, num_steps=int(stats.num_steps or 0),
                   compile_events=tuple(stats.compile_events), breakdown=stats.breakdown, backend=stats.backend,
                   origin=str(path), kind="run" if path.is_dir() else "xplane", versions=tuple(stats.versions),
-                  what_if=True)  # as diagnose: a what-if prices what the capture cannot, where it may
+                  what_if=True, measurements=MeasurementStore(path))  # as diagnose: measured once, kept, reused
     if not path.name.endswith(".json"):
         ctx = replace(ctx, host_dispatch=read_host_dispatch(find_xplanes(path)))
     return diagnose(ctx, load_rulebook())
@@ -145,6 +198,15 @@ def _doctor_page(folder: Path) -> Any:
 
 def build_page(path: Path) -> Any:
     """The :class:`~hlo_doctor.render.html.Page` of INPUT; :class:`InputError` naming what was expected."""
+    try:
+        return _build_page(path)
+    except (AttributeError, TypeError, KeyError, IndexError) as exc:
+        # A nested field the kind's check does not cover, of the wrong shape: the artifact's fault.
+        raise InputError(f"{path}: a document with a field of the wrong shape ({type(exc).__name__}: {exc})",
+                         f"pass {EXPECTED} as hlo-doctor writes it") from None
+
+
+def _build_page(path: Path) -> Any:
     from hlo_doctor.render.html import capture_page, diagnosis_page, gate_page, verify_page
 
     if not path.exists():
@@ -153,15 +215,33 @@ def build_page(path: Path) -> Any:
         if (path / "doctor.json").is_file():
             return _doctor_page(path)
         if (path / "verify.json").is_file():
-            return verify_page(_read_json(path / "verify.json"))
+            from hlo_doctor.render.html.documents import check_document
+
+            doc = _read_json(path / "verify.json")
+            check_document(doc, _kind(doc) or "verify", str(path / "verify.json"))
+            return verify_page(doc)
         has_capture = (path / "opstats.json").is_file() or any(path.rglob("*.xplane.pb"))
         if not has_capture:
             raise InputError(f"{path}: none of the inputs report reads is in this folder", f"expected {EXPECTED}")
-        return capture_page(*_capture_docs(path))
-    if path.suffix != ".json" or path.name.endswith((".trace.json", ".json.gz")):
-        return capture_page(*_capture_docs(path))
+        say_capture = announce_capture(path)
+        docs = _capture_docs(path)
+        say_capture()
+        return capture_page(*docs)
+    if not _is_document(path):
+        try:
+            say_capture = announce_capture(path)
+            docs = _capture_docs(path)
+        except InputError as exc:
+            # The capture reader's line, and every kind of input report reads (a diagnosis JSON too).
+            raise InputError(exc.what, f"pass {EXPECTED}") from None
+        say_capture()
+        return capture_page(*docs)
     doc = _read_json(path)
     kind = _kind(doc)
+    if kind is not None:
+        from hlo_doctor.render.html.documents import check_document
+
+        check_document(doc, kind, str(path))
     if kind == "opstats":
         return capture_page(*_capture_docs(path))
     if kind == "diagnosis":
@@ -197,36 +277,37 @@ def report_cmd(source: Path, output: Path | None, fmt: str, image_format: str) -
     SOURCE: a capture (run directory, xprof log directory, .xplane.pb, opstats.json), a diagnosis
     JSON, a 'verify --out' folder, a 'doctor --out' folder, or a gate JSON verdict. The page is one
     file that works offline and from file:// (light and dark, printable, sortable tables); every
-    charted figure is also in a table. Charts need the 'report' extra (vl-convert-python).
+    charted figure is also in a table. The charts are drawn by the 'report' extra (vl-convert-python);
+    without it the page holds every table and says, in each chart's place, what draws it.
 
     \b
-    Exit codes: 0 written, 2 bad input (or the 'report' extra missing), 3 internal error.
+    Exit codes: 0 written, 2 bad input, 3 internal error.
     """
     from hlo_doctor.render.html import INSTALL_HINT, available, to_html
     from hlo_doctor.render.html.markdown import to_markdown
 
-    if not available():
-        raise NotAvailableError("report draws charts with vl-convert-python, which is not installed",
-                                INSTALL_HINT)
+    charts = available()
     t0 = time.perf_counter()
     page = build_page(source)
     t1 = time.perf_counter()
     out = output or Path(f"report.{fmt}")
     if fmt == "html":
-        write_output(to_html(page, charts=True), out)
+        write_output(to_html(page, charts=charts), out)
     else:
         image_dir = f"{out.stem}-charts"
-        text, images = to_markdown(page, image_dir=image_dir, image_format=image_format, charts=True)
+        text, images = to_markdown(page, image_dir=image_dir, image_format=image_format, charts=charts)
+        folder = _charts_folder(out.parent / image_dir) if images else None
         for name, data in images.items():
-            target = out.parent / image_dir / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            # Atomic, like every output: a link planted at a chart's name is replaced, never followed.
+            write_file_atomically(folder / name, data)  # type: ignore[operator]
         write_output(text, out)
         if images:
             console.print(f"wrote {len(images)} chart image(s) to {out.parent / image_dir}", soft_wrap=True,
                           markup=False)
     for line in page.missing:
         console.print(f"not drawn: {line}", soft_wrap=True, markup=False)
+    if page.charts and not charts:
+        console.print(f"charts not drawn (tables only): {INSTALL_HINT}", soft_wrap=True, markup=False)
     console.print(f"{page.kind} page: {len(page.charts)} chart(s), {len(page.tables)} table(s); "
                   f"read {t1 - t0:.1f} s, written {time.perf_counter() - t1:.1f} s", soft_wrap=True, markup=False)
 

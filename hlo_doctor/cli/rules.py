@@ -116,10 +116,27 @@ def explain_cmd(ctx: click.Context, code: str, rules_dirs: tuple[Path, ...]) -> 
     from hlo_doctor.lint import load_rulebook
 
     book = load_rulebook(tuple(ctx.obj or ()) + rules_dirs)
+    rule = known_rule(book, code)
+    console.print(Markdown(explain_markdown(rule)))
+
+
+def known_rule(book: RuleBook, code: str) -> LoadedRule:
+    """The rule ``code`` of ``book``; :class:`InputError` naming the known codes when there is none."""
     rule = book.get(code)
     if rule is None:
         known = ", ".join(r.code for r in book.rules)
         raise InputError(f"unknown rule id {code!r}", f"known rules: {known} ('hlo-doctor rules' lists them)")
+    return rule
+
+
+def rule_row(rule: LoadedRule) -> dict[str, object]:
+    """One rule as ``rules --format json`` lists it."""
+    return _row(rule)
+
+
+def explain_markdown(rule: LoadedRule) -> str:
+    """``rules explain``'s text: the rule's documentation (What it flags / Why it costs / Example / Fix),
+    the fixes that serve it and its examples, as Markdown."""
     cls = rule.rule
     md = [f"# {cls.code} {cls.name}", "",
           f"severity **{cls.severity}** · requires {', '.join(cls.requires)}"
@@ -132,7 +149,7 @@ def explain_cmd(ctx: click.Context, code: str, rules_dirs: tuple[Path, ...]) -> 
         for e in cases:
             expect = f" -> {', '.join(e.expect)}" if e.expect else ""
             md.append(f"- {kind}: {e.note or 'example'}{expect}")
-    console.print(Markdown("\n".join(md)))
+    return "\n".join(md)
 
 
 COMMANDS = [rules_cmd]

@@ -293,11 +293,11 @@ def _verify_tree(*, target: Path | None, fix: str | None, variant: str, baseline
         report = run_target(settings, work, progress=progress)
         print_wide(VERIFY_TARGET.render("table", report))
         if out_dir is not None:
-            (out_dir / "verify.json").write_text(VERIFY_TARGET.text("json", report))
-            (out_dir / "verify.md").write_text(VERIFY_TARGET.text("md", report))
+            write_file_atomically(out_dir / "verify.json", VERIFY_TARGET.text("json", report))
+            write_file_atomically(out_dir / "verify.md", VERIFY_TARGET.text("md", report))
             write_verify_report(out_dir)
             if report.fix_diff:
-                (out_dir / "fix.diff").write_text(report.fix_diff)
+                write_file_atomically(out_dir / "fix.diff", report.fix_diff)
     if fmt != "table" or output is not None:
         write_output(VERIFY_TARGET.text("md" if fmt == "table" else fmt, report), output)
     raise SystemExit(int(ExitCode.OK if report.passed else ExitCode.FINDINGS))

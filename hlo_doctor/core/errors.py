@@ -44,5 +44,9 @@ class InputError(HloDoctorError):
     """A file or directory given by the user is missing, unreadable or of the wrong kind."""
 
 
+class NoOpsError(InputError):
+    """A capture that holds no compiled-op events: nothing compiled ran in its window."""
+
+
 class NotAvailableError(HloDoctorError):
     """A capability that this build or this machine cannot provide."""

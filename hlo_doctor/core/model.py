@@ -6,10 +6,32 @@ pandas table) in :mod:`hlo_doctor.opstats`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
 from typing import Any
+
+PART_LABELS: dict[str, str] = {
+    "op": "op time",
+    "runtime_idle": "runtime idle",
+    "host": "host",
+    "compile": "compile",
+}
+"""The parts a recoverable time is made of (:attr:`Finding.parts`), as views name them: the ops' own
+time per step; on XLA:CPU the runtime's idle just before and after them while the host waits
+(setting up and releasing their buffers); host time the device waited for (the Python and dispatch
+of a removed call); compile time inside the measured steps."""
+
+
+def sum_parts(groups: Iterable[tuple[tuple[str, float], ...]]) -> tuple[tuple[str, float], ...]:
+    """Parts of several findings added name by name, in :data:`PART_LABELS`' order."""
+    total: dict[str, float] = {}
+    for parts in groups:
+        for name, us in parts:
+            total[name] = total.get(name, 0.0) + us
+    order = list(PART_LABELS)
+    return tuple(sorted(total.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
 
 class Severity(IntEnum):
@@ -56,7 +78,7 @@ class Finding:
     pct_of_step: float | None = None
     bytes_accessed: int | None = None
     recoverable_us: float | None = None
-    """Estimate of the time per step a fix gets back."""
+    """Estimate of the time per step a fix gets back: the sum of :attr:`parts` when it has them."""
     source: str = ""
     """``file:line`` from the HLO metadata (or the source file a source rule read): the first frame of
     :attr:`stack` outside the frameworks, else its innermost frame; the path as captured."""
@@ -70,8 +92,22 @@ class Finding:
     """Every frame of the op's Python stack, ``(file, line, function)``, innermost first (empty when
     the metadata has none); machine formats write it whole."""
 
+    parts: tuple[tuple[str, float], ...] = ()
+    """:attr:`recoverable_us` as what it is made of, ``(name, us per step)`` with names from
+    :data:`PART_LABELS` (the ops' own time, the runtime's idle around them, host time, compile time),
+    each bounded by what the trace holds for it; they sum to :attr:`recoverable_us`. Empty without
+    a recoverable time."""
+
+    def __post_init__(self) -> None:
+        if self.parts and self.recoverable_us is not None:
+            total = math.fsum(us for _, us in self.parts)
+            if not math.isclose(total, self.recoverable_us, rel_tol=1e-9, abs_tol=1e-6):
+                raise ValueError(f"{self.code} {self.op}: parts {self.parts} sum to {total}, "
+                                 f"not the recoverable {self.recoverable_us}")
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["parts"] = {name: us for name, us in self.parts}
         d["severity"] = str(self.severity)
         d["evidence"] = list(self.evidence)
         d["extra"] = {k: v for k, v in self.extra}

@@ -76,6 +76,28 @@ def check_replaceable(out_dir: Path, command: str, *, option: str = "--out") -> 
     if wrote != command:
         raise InputError(f"{option} {out_dir} holds the output of 'hlo-doctor {wrote}', not of '{command}'",
                          f"choose another {option} folder")
+    link = _first_link(out_dir)
+    if link is not None:
+        # hlo-doctor writes no links: one in a folder it wrote was planted, and a later write there
+        # (report.md, a treatment folder) could go through it. Checked before anything is written.
+        raise InputError(f"{option} {out_dir}: {link} is a symbolic link hlo-doctor did not write",
+                         f"remove it, or choose a new {option} folder")
+
+
+def _first_link(folder: Path) -> Path | None:
+    """The first symbolic link (dangling or not) anywhere below ``folder``, links never followed."""
+    stack = [folder]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    if entry.is_symlink():
+                        return Path(entry.path)
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+        except OSError:
+            continue
+    return None
 
 
 def write_marker(directory: Path, command: str) -> None:

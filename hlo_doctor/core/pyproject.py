@@ -27,6 +27,8 @@ def tool_table(path: Path, error: type[HloDoctorError] = InputError) -> Mapping[
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise error(f"{path}: invalid TOML ({exc})", "fix the syntax") from None
+    except RecursionError:
+        raise error(f"{path}: TOML nested too deeply (past the interpreter's stack)", "fix the file") from None
     tool = data.get("tool")
     table = tool.get("hlo-doctor") if isinstance(tool, Mapping) else None
     return table if isinstance(table, Mapping) else None

@@ -59,7 +59,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         "tpu-inference or the reference engine: no eager widening before sample(), no returned input, "
         "the precompile menu keyed on the model dtype"),
     CatalogEntry(
-        "donate-state", "donate the state a jitted call rebinds", True, ("HD009", "HD002"), "file",
+        "donate-state", "donate the state a jitted call rebinds", True, ("HD009", "HD002", "HD016"), "file",
         "add donate_argnames to the jax.jit (decorator, call or partial) of the function whose state is "
         "copied, when every caller in the file rebinds the argument from the result or never reads it again",
         "hlo_doctor.fixes.donate_state"),

@@ -17,6 +17,8 @@ detection rates.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hlo_doctor.gate.judge import (
     Judging,
     estimate_noise,
@@ -30,8 +32,12 @@ from hlo_doctor.gate.judge import (
     verdict_of,
 )
 from hlo_doctor.gate.match import OpStatsLike, RunSummary, match_runs, per_op_samples
+from hlo_doctor.gate.memory import PeakDiff, judge_memory
 from hlo_doctor.gate.policy import GatePolicy, PolicyError, find_policy_file, load_policy, resolve_policy
 from hlo_doctor.gate.result import JSON_SCHEMA, GateResult, OpDiff, Verdict, Violation
+
+if TYPE_CHECKING:
+    from hlo_doctor.memory import MemoryReport
 
 __all__ = [
     "JSON_SCHEMA",
@@ -39,6 +45,7 @@ __all__ = [
     "GateResult",
     "OpDiff",
     "OpStatsLike",
+    "PeakDiff",
     "PolicyError",
     "RunSummary",
     "Verdict",
@@ -49,7 +56,7 @@ __all__ = [
     "resolve_policy",
 ]
 
-_RULE_ORDER = {"new-op": 0, "op-time": 1, "step-time": 2}
+_RULE_ORDER = {"new-op": 0, "op-time": 1, "step-time": 2, "peak-memory": 3}
 
 
 def gate(
@@ -60,8 +67,13 @@ def gate(
     strict: bool = False,
     baseline_label: str = "baseline",
     candidate_label: str = "candidate",
+    baseline_memory: MemoryReport | None = None,
+    candidate_memory: MemoryReport | None = None,
 ) -> GateResult:
     """Compare ``candidate`` with ``baseline`` under ``policy``.
+
+    ``baseline_memory``/``candidate_memory`` (:func:`hlo_doctor.memory.read_memory`) add the
+    programs' peaks: one that grows beyond ``policy.max_peak_growth_pct`` fails (``peak-memory``).
 
     Raises:
         InputError: the runs are not comparable: different backends or device kinds, no HLO module in
@@ -81,17 +93,23 @@ def gate(
 
     samples_note = (None if b_samples and c_samples else
                     "no per-op per-step samples in at least one run: op times judged on their means alone")
-    notes = tuple(n for n in (samples_note, speed_note, noise_note, step.note) if n)
+    peaks: tuple[PeakDiff, ...] = ()
+    peak_violations: tuple[Violation, ...] = ()
+    peak_note: str | None = None
+    if baseline_memory is not None or candidate_memory is not None:
+        peaks, peak_violations, peak_note = judge_memory(baseline_memory, candidate_memory, policy)
+    notes = tuple(n for n in (samples_note, speed_note, noise_note, step.note, peak_note) if n)
     failing = matched.failing | new.failing
     diffs = sorted((*matched.diffs, *new.diffs, *list_vanished(m, policy)),
                    key=lambda d: (d.key not in failing, -abs(d.delta_us), d.key))
     # New ops that fail first, in time order, then op times, then the step.
-    violations = sorted((*new.violations, *matched.violations, *((step.violation,) if step.violation else ())),
+    violations = sorted((*new.violations, *matched.violations, *((step.violation,) if step.violation else ()),
+                         *peak_violations),
                         key=lambda v: (_RULE_ORDER[v.rule], -(v.time_per_step_us or 0)))
     within_noise = (*(("step",) if step.within_noise else ()), *matched.within_noise)
     return GateResult(
         verdict=verdict_of(violations, within_noise, strict), strict=strict, policy=policy, baseline=m.base,
         candidate=m.cand, step=step.comparison, step_judgement=step.judgement, ops=tuple(diffs),
         violations=tuple(violations), within_noise=within_noise, matched_fraction=m.matched_fraction,
-        speed_factor=speed, speed_ops=speed_ops, capture_noise=noise, notes=notes,
+        speed_factor=speed, speed_ops=speed_ops, capture_noise=noise, notes=notes, memory=peaks,
     )

@@ -63,11 +63,14 @@ class RunSummary:
     """Module names without program ids."""
     op_time_us: float
     """Sum of all ops' time per step (ops overlap on XLA:CPU, so this can exceed the step time)."""
+    capture: tuple[str, ...] = ()
+    """The files read for this side (relative to the working folder); empty where no command said."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         d = asdict(self)
         d["modules"] = list(self.modules)
+        d["capture"] = list(self.capture)
         return d
 
 
@@ -139,6 +142,7 @@ def summarize(stats: OpStatsLike, label: str, agg: pd.DataFrame) -> RunSummary:
         step_time_us=_finite(stats.step_time_us),
         modules=tuple(sorted(set(agg["module"]))),
         op_time_us=float(agg["time_per_step_us"].sum()),
+        capture=tuple(getattr(stats, "capture", ()) or ()),
     )
 
 

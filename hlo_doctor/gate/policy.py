@@ -64,6 +64,11 @@ class GatePolicy:
     robust spread (1.4826 x MAD) of the log time ratios of the ops in common (at least
     ``MIN_OPS_FOR_NOISE`` of them). Per-step samples within one capture cannot see how differently
     two captures ran; the ops in common can. 0 turns this off."""
+    max_peak_growth_pct: float = 10.0
+    """Largest allowed growth of a program's peak device memory, in percent of the baseline's (from
+    the captures' buffer assignments: compile-time figures, judged without statistics)."""
+    peak_floor_bytes: int = 1 << 20
+    """A peak that grows by less than this many bytes passes whatever its percentage."""
     source: str = "defaults"
     """Where the policy came from (files and flags); not a TOML key."""
 
@@ -88,6 +93,8 @@ _POLICY_KEYS: dict[str, tuple[type, Any, str]] = {
     "min_matched_fraction": (float, lambda v: 0 <= v <= 1, "a number between 0 and 1"),
     "normalize_speed": (bool, lambda v: True, "true or false"),
     "noise_z": (float, lambda v: v >= 0, "a number >= 0"),
+    "max_peak_growth_pct": (float, lambda v: v >= 0, "a number >= 0"),
+    "peak_floor_bytes": (int, lambda v: v >= 0, "an integer >= 0"),
 }
 
 
@@ -143,6 +150,9 @@ def load_policy(path: Path, base: GatePolicy | None = None) -> GatePolicy:
         raise PolicyError(f"cannot read policy file {path}: {exc}", "check the file") from None
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"{path}: invalid TOML ({exc})", "fix the syntax") from None
+    except RecursionError:
+        raise PolicyError(f"{path}: TOML nested too deeply (arrays or tables within each other past the "
+                          "interpreter's stack)", "a policy is one flat table") from None
     table, where = _policy_table(data, path)
     values = {key: _coerce(key, value, f"{path} {where}".rstrip()) for key, value in table.items()}
     policy = replace(base or GatePolicy(), **values)
@@ -159,15 +169,15 @@ def find_policy_file(start: Path) -> Path | None:
 
 
 def resolve_policy(
-    policy_file: Path | None, overrides: Mapping[str, Any], *, cwd: Path | None = None
+    policy_file: Path | None, overrides: Mapping[str, Any], *, cwd: Path | None = None, search: bool = True
 ) -> GatePolicy:
-    """Defaults, then the policy file (``policy_file``, else the nearest pyproject.toml section),
-    then ``overrides`` (flags; None values are skipped).
+    """Defaults, then the policy file (``policy_file``, else the nearest pyproject.toml section, unless
+    ``search`` is false), then ``overrides`` (flags; None values are skipped).
 
     Raises:
         PolicyError: as :func:`load_policy`; an override is checked like a file key and named as a flag.
     """
-    path = policy_file if policy_file is not None else find_policy_file(cwd or Path.cwd())
+    path = policy_file if policy_file is not None or not search else find_policy_file(cwd or Path.cwd())
     policy = load_policy(path) if path is not None else GatePolicy()
     given = {k: v for k, v in overrides.items() if v is not None and v != ()}
     if not given:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -28,6 +29,28 @@ class Verdict(StrEnum):
     def exit_code(self) -> ExitCode:
         """0 for pass; 1 for a regression or (strict) inconclusive."""
         return ExitCode.OK if self is Verdict.PASS else ExitCode.FINDINGS
+
+
+def undecided_reason(judgement: str, c: SampleComparison | None) -> str:
+    """Why a change is undecided (``within noise``, ``inconclusive``), for every view: the statistic
+    the judgement tested and what kept it from deciding (too few samples, the captures' noise floor,
+    not significant, below the minimum effect); "" for a decided or untested judgement."""
+    if c is None or "within noise" not in judgement and judgement != "inconclusive":
+        return ""
+    stat = ("medians" if c.method == "samples" else c.method) + (
+        f" {c.change_pct:+.1f}%" if math.isfinite(c.ratio) else "")
+    if "within the noise between the two captures" in c.reason:
+        needed = c.reason.rsplit("(", 1)[-1].rstrip(")")
+        cause = f"under the noise floor between the captures ({needed})"
+    elif not c.tested:
+        # "too few samples to test (5 baseline, 3 candidate; need 5 each)": the clause, whole.
+        cause = c.reason.split(")")[0] + ")" if c.reason.startswith("too few") and ")" in c.reason \
+            else (c.reason or "not tested")
+    elif c.p_value >= c.alpha:
+        cause = f"not significant (p={c.p_value:.2g}, alpha {c.alpha:.2g})"
+    else:
+        cause = f"below the minimum effect of {c.min_effect:.0%}"
+    return f"{stat}; {cause}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +83,21 @@ class OpDiff:
         """Candidate minus baseline time per step (a missing side counts as 0)."""
         return (self.candidate_us or 0.0) - (self.baseline_us or 0.0)
 
+    @property
+    def why(self) -> str:
+        """Why a change is undecided, for every view (:func:`undecided_reason`); "" when decided."""
+        return undecided_reason(self.judgement, self.comparison)
+
+    @property
+    def shown_judgement(self) -> str:
+        """The judgement as views print it: with :attr:`why` when it is undecided."""
+        return f"{self.judgement} ({self.why})" if self.why else self.judgement
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "comparison"}
         d["delta_us"] = self.delta_us
+        d["why"] = self.why
         d["comparison"] = self.comparison.to_dict() if self.comparison else None
         return d
 
@@ -111,6 +145,9 @@ class GateResult:
     capture_noise: float = 0.0
     """Robust spread (log scale) of the time ratios of the ops in common; 0 when not estimated."""
     notes: tuple[str, ...] = field(default=())
+    memory: tuple[Any, ...] = field(default=())
+    """Each program's peak on both sides (:class:`hlo_doctor.gate.memory.PeakDiff`), when both
+    captures hold buffer assignments."""
 
     @property
     def exit_code(self) -> ExitCode:
@@ -133,6 +170,7 @@ class GateResult:
             "policy": self.policy.to_dict(),
             "step": {
                 "judgement": self.step_judgement,
+                "why": undecided_reason(self.step_judgement, self.step),
                 "comparison": self.step.to_dict() if self.step else None,
             },
             "summary": {
@@ -148,5 +186,6 @@ class GateResult:
             "violations": [v.to_dict() for v in self.violations],
             "within_noise": list(self.within_noise),
             "notes": list(self.notes),
+            "memory": [d.to_dict() for d in self.memory],
             "ops": [o.to_dict() for o in self.ops],
         }

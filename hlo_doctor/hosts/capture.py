@@ -33,6 +33,7 @@ from hlo_doctor.opstats.schema import OpStats
 from hlo_doctor.opstats.totals import choose_steps, merge_evidence
 from hlo_doctor.trace import find_xplanes
 from hlo_doctor.trace.dispatch import read_host_dispatch
+from hlo_doctor.trace.locate import display_path, locate_capture
 from hlo_doctor.trace.model import HostDispatch, ModuleProto
 from hlo_doctor.trace.read import read_module_protos
 
@@ -83,6 +84,11 @@ def read_capture(path: str | Path, options: PodOptions, *,
         NotAvailableError: ``scheduler`` without the ``distributed`` package.
     """
     p = Path(path)
+    if p.is_dir():
+        where = locate_capture(p)  # a doctor/verify folder: its baseline; several captures: refused
+        if where.kind not in ("run", "xplane"):
+            return load_opstats(where.path), None
+        p = where.path
     if not _is_xplane_capture(p):
         return load_opstats(p), None
     xplanes = find_xplanes(p)
@@ -101,6 +107,7 @@ def read_capture(path: str | Path, options: PodOptions, *,
     for part in parts:
         part.read.protos = protos[part.read.path]
     stats = merge_parts(parts, source_path=str(p), run=run_info_for(xplanes, p), left_out=left_out, modules=modules)
+    stats = dataclasses.replace(stats, capture=tuple(display_path(x) for x in xplanes))
     return stats, (merge_dispatch(parts) if dispatch else None)
 
 

@@ -11,12 +11,14 @@ named by its file.
 from __future__ import annotations
 
 import dataclasses
+import gc
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from hlo_doctor.core.errors import InputError, NotAvailableError
+from hlo_doctor.core.regular import read_regular_bytes
 from hlo_doctor.hosts.local import Result
 from hlo_doctor.hosts.work import HostFailure, HostPart, HostTask, read_one
 
@@ -32,6 +34,44 @@ def _distributed() -> Any:
     return distributed
 
 
+_HINT = "start one ('dask scheduler', then 'dask worker ADDRESS'), or drop --scheduler"
+
+
+def _connect(distributed: Any, address: str, timeout_s: float) -> Any:
+    """A client of ``address`` within ``timeout_s`` seconds, whatever the other end does.
+
+    Dask's own ``timeout`` bounds the TCP connect; a server that accepts and never answers its
+    handshake (or sends something else) can hold the client far longer, so the client is made in a
+    thread and abandoned at the deadline: exit 2 in ``timeout_s`` plus a second or two.
+    """
+    box: dict[str, Any] = {}
+
+    def make() -> None:
+        try:
+            box["client"] = distributed.Client(address, timeout=f"{timeout_s}s", set_as_default=False)
+        except BaseException as exc:  # noqa: BLE001 - carried to the command's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=make, name="hlo-doctor-dask-connect", daemon=True)
+    thread.start()
+    thread.join(timeout_s + 1.0)
+    if thread.is_alive():
+        raise InputError(f"the Dask scheduler at {address} did not answer within {timeout_s:g} s (it accepted "
+                         "the connection but never spoke Dask's protocol)", _HINT)
+    exc = box.pop("error", None)
+    if exc is not None:
+        if isinstance(exc, (OSError, TimeoutError, ValueError, EOFError)) or "Comm" in type(exc).__name__:
+            what = f"{type(exc).__name__}: {str(exc)[:200]}"
+            # The half-made client lives in the error's traceback; dropped now, or its __del__ waits
+            # 40 s at exit for a scheduler that is not one (and prints a traceback).
+            exc.__traceback__ = None
+            del exc
+            gc.collect()
+            raise InputError(f"cannot reach the Dask scheduler at {address} ({what})", _HINT)
+        raise exc
+    return box["client"]
+
+
 class DaskCluster:
     """A client of the Dask scheduler at ``address`` (``tcp://host:8786``)."""
 
@@ -41,11 +81,7 @@ class DaskCluster:
         self._paths: list[str] = []
         self._futures: set[Any] = set()
         self._killed = distributed.KilledWorker
-        try:
-            self.client = distributed.Client(address, timeout=f"{timeout_s}s", set_as_default=False)
-        except (OSError, TimeoutError, ValueError) as exc:
-            raise InputError(f"cannot reach the Dask scheduler at {address} ({type(exc).__name__}: {exc})",
-                             "start one ('dask scheduler', then 'dask worker ADDRESS'), or drop --scheduler") from None
+        self.client = _connect(distributed, address, timeout_s)
 
     def run(self, tasks: Sequence[HostTask]) -> Iterator[Result]:
         """Each task's result, as the cluster finishes them."""
@@ -117,7 +153,4 @@ def read_shipped(task: HostTask, data: bytes) -> HostPart | HostFailure:
 
 def _file_bytes(task: HostTask) -> bytes:
     """The task's file as this machine sees it (its path as the command was given it)."""
-    try:
-        return Path(task.path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"{task.path}: cannot read ({exc.strerror})", "check the path and permissions") from exc
+    return read_regular_bytes(task.path)  # a FIFO planted as a host file would block forever

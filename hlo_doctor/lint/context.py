@@ -7,6 +7,7 @@ op-stats rows by (module, program id, op name). Without op stats a finding carri
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ from hlo_doctor.trace import CompileEvent
 if TYPE_CHECKING:
     import pandas as pd
 
+    from hlo_doctor.lint.store import MeasurementStore
+    from hlo_doctor.memory import MemoryReport, ProgramMemory
     from hlo_doctor.opstats.breakdown import StepBreakdown
 
 
@@ -64,11 +67,21 @@ class Context:
     origin: str = ""
     kind: str = ""
     """``run``, ``xplane``, ``opstats``, ``xla-dump``, ``hlo`` or ``example``."""
+    capture: tuple[str, ...] = ()
+    """The files read (each host's xplane, the export, the HLO texts), relative to the working folder."""
+    capture_via: str = ""
+    """Why they are not the path given (``the baseline profile of the doctor folder runs/doctor``)."""
     versions: tuple[tuple[str, str], ...] = ()
     """(package, version) the capture names (``jax``, ``jaxlib``...): what ran it."""
+    memory: MemoryReport | None = None
+    """Each program's buffer assignment read (:mod:`hlo_doctor.memory`): its peak, the buffers live at
+    it, its allocations; None for an input without buffer assignments (a trace JSON, HLO text)."""
     what_if: bool = False
     """Rules may time an op's replacement on this machine where the capture cannot price it
     (:mod:`hlo_doctor.lint.whatif`): ``diagnose`` and ``doctor`` turn it on unless ``--no-what-if``."""
+    measurements: MeasurementStore | None = None
+    """Where what a what-if measures is kept and read back (:mod:`hlo_doctor.lint.store`: with the
+    capture, so the same capture gives the same figures); None: in this process only."""
 
     # -- what is available ------------------------------------------------------------------------
 
@@ -84,7 +97,16 @@ class Context:
             return self.has_opstats or bool(self.compile_events)
         if requirement == "source":
             return self.source_root is not None
+        if requirement == "memory":
+            return self.memory is not None and bool(self.memory.programs)
         return False
+
+    def program_memory(self, module: HloModule) -> ProgramMemory | None:
+        """The memory of ``module``'s program (by name and program id), when the input has it."""
+        if self.memory is None:
+            return None
+        p = self.memory.program(module.name, module.program_id)
+        return p if p is not None and not p.error else None
 
     # -- HLO navigation -----------------------------------------------------------------------------
 
@@ -167,12 +189,15 @@ class Context:
         source_inst: HloInstruction | None = None,
         bytes_accessed: int | None = None,
         recoverable_us: float | None = None,
+        parts: Sequence[tuple[str, float]] | None = None,
     ) -> Finding:
         """A finding on ``inst`` with its time joined from the op stats.
 
         ``inst`` may be a fused instruction: the time is that of the entry-level op executing it.
         ``recoverable_fraction`` of that time is what a fix is expected to get back (None: unknown);
-        ``recoverable_us`` replaces that estimate when the rule knows more (a program's dispatch).
+        ``recoverable_us`` replaces that estimate with the ops' own time when the rule knows more (a
+        chain of ops); ``parts`` replaces both with what the time is made of (:func:`.parts.bounded`:
+        op time, the runtime's idle, host time), the recoverable time then being their sum.
         The source line is that of ``source_inst`` (or ``inst``); for a fusion, that of the op that
         matters inside it (:func:`hlo_doctor.hlo.analysis.key_instruction`), not its root's: the first
         frame of its stack outside the frameworks (:mod:`hlo_doctor.hlo.frames`), with the whole stack
@@ -192,6 +217,10 @@ class Context:
             recoverable = timing.time_per_step_us * max(0.0, min(1.0, recoverable_fraction))
         if timing is not None and recoverable_us is not None:
             recoverable = max(0.0, recoverable_us)
+        kept: tuple[tuple[str, float], ...] = (("op", recoverable),) if recoverable is not None else ()
+        if timing is not None and parts is not None:
+            kept = tuple((name, max(0.0, us)) for name, us in parts)
+            recoverable = math.fsum(us for _, us in kept)
         if bytes_accessed is None and op is not None:
             bytes_accessed = timing.bytes_accessed if timing and timing.bytes_accessed else _op_bytes(module, op)
         return Finding(
@@ -201,7 +230,7 @@ class Context:
             program_id=module.program_id if module is not None else None,
             time_per_step_us=timing.time_per_step_us if timing else None,
             pct_of_step=timing.pct_of_step if timing else None,
-            bytes_accessed=bytes_accessed, recoverable_us=recoverable, source=source,
+            bytes_accessed=bytes_accessed, recoverable_us=recoverable, parts=kept, source=source,
             evidence=tuple(evidence), fix=rule.fix if fix is None else fix, extra=tuple(extra),
             stack=tuple((f.file, f.line, f.function) for f in stack),
         )

@@ -44,12 +44,13 @@ import numpy as np
 
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.hlo.analysis import ConvertProgram, convert_programs
+from hlo_doctor.hlo.call_sites import call_line
 from hlo_doctor.lint.context import Context, OpTiming
 from hlo_doctor.lint.intervals import covered, in_steps, inside, parents, union
 from hlo_doctor.lint.trace_capture import step_spans_ns, trace_capture
 from hlo_doctor.trace.compiles import module_of_function
 from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX, EXECUTE_MARKER
-from hlo_doctor.trace.python_frames import DriverThread, parse_frame
+from hlo_doctor.trace.python_frames import DriverThread, PyFrame, parse_frame
 
 if TYPE_CHECKING:  # the op-stats package imports pandas: the rule API loads without it
     from hlo_doctor.opstats.host_time import FrameKinds
@@ -116,7 +117,8 @@ class CallCost:
     """The frames that made the calls (``runner.py:135 _sample_from_logits``)."""
     caller_frames: tuple[tuple[str, int, str], ...] = ()
     """The callers as (path, line, function), the path as the HLO metadata names the file (the
-    tracer gives its base name and the line the function starts at)."""
+    tracer gives its base name) and the line of the call in its source (the tracer gives the line
+    the function starts at: :func:`_call_line`)."""
     idle_by_line: tuple[tuple[str, str, float], ...] = field(default=())
     """(kind, where, device idle us in total) inside the spans, by the step breakdown's labels
     (``python``/``dispatch``/``wait``, the first frame outside the frameworks)."""
@@ -267,7 +269,8 @@ def _call_cost(ctx: Context, name: str) -> CallCost | None:
             if (p := int(parent[c])) >= 0:
                 callers[_text(thread, p)] = None
                 if (f := parse_frame(thread.names[thread.name_code[p]])) is not None and f.is_python_file:
-                    caller_frames[(kinds.path(f.file), f.line, f.function)] = None
+                    path = kinds.path(f.file)
+                    caller_frames[(path, _call_line(thread, parent, c, path, f), f.function)] = None
         for (kind, where), us in _idle_by_label(thread, kinds, busy, np.r_[lo, r_lo], np.r_[hi, r_hi],
                                                 cap.backend == "cpu").items():
             by_line[(kind, where)] = by_line.get((kind, where), 0.0) + us
@@ -279,6 +282,19 @@ def _call_cost(ctx: Context, name: str) -> CallCost | None:
         device_us=totals["device"], device_waited_us=totals["waited"], repeats=int(totals["repeats"]),
         repeat_host_us=totals["repeat_host"], repeat_idle_us=totals["repeat_idle"], frames=tuple(frames),
         callers=tuple(callers), caller_frames=tuple(caller_frames), idle_by_line=tuple((k, w, us) for (k, w), us in sorted(by_line.items())))
+
+
+def _call_line(thread: DriverThread, parent: np.ndarray, c: int, path: str, caller: PyFrame) -> int:
+    """The line in the caller that makes call ``c``: the tracer names only the line the caller's
+    function starts at, so the call is looked up in its source (:func:`hlo_doctor.hlo.call_sites.call_line`),
+    the ``ordinal``-th call of that name among the caller's frames; the function's line when it
+    cannot be found."""
+    callee = parse_frame(thread.names[thread.name_code[c]])
+    if callee is None:
+        return caller.line
+    same = np.flatnonzero((parent == parent[c]) & (thread.name_code == thread.name_code[c]))
+    ordinal = int(np.searchsorted(thread.start_ns[same], thread.start_ns[c], side="left"))
+    return call_line(path, caller.line, caller.function, callee.function, ordinal) or caller.line
 
 
 def _text(thread: DriverThread, i: int) -> str:

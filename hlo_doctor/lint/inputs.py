@@ -16,17 +16,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.regular import read_regular_bytes
 from hlo_doctor.hlo import HloModule, parse_modules
 from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.dispatch import read_host_dispatch
 from hlo_doctor.lint.rule import Example
 from hlo_doctor.trace import CompileEvent, find_xplanes
 from hlo_doctor.trace.host_threads import host_dispatch_json
+from hlo_doctor.trace.locate import CaptureLocation, display_path, locate_capture
 from hlo_doctor.trace.trace_json import is_trace_json
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from hlo_doctor.memory import MemoryReport
     from hlo_doctor.opstats import OpStats
     from hlo_doctor.trace import HostDispatch
 
@@ -63,34 +66,37 @@ def load_context(path: Path, *, source_root: Path | None = None, reader: Capture
         raise InputError(f"{path} does not exist",
                          "pass a run directory, an .xplane.pb, an XLA dump folder or an HLO text file")
     if path.is_file():
-        if path.name.endswith(".xplane.pb"):
-            return _from_opstats_loader(path, "xplane", source_root, reader)
-        if is_trace_json(path):
-            return _from_opstats_loader(path, "trace-json", source_root)
-        if path.suffix == ".json":
-            return _from_opstats_json(path.parent, source_root, path)
-        return _from_hlo_files([path], path, "hlo", source_root)
-    if (path / "opstats.json").is_file() and not _has_xplane(path):
-        return _from_opstats_json(path, source_root)
-    if _has_xplane(path):
-        return _from_opstats_loader(path, "run", source_root, reader)
-    dumps = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith("after_optimizations.txt"))
+        return replace(_from_file(path, source_root, reader), capture=(display_path(path),))
+    where = locate_capture(path)  # a doctor/verify folder: its baseline; several captures: refused
+    ctx = _from_folder(where, source_root, reader)
+    return replace(ctx, capture=where.read_files(), capture_via=where.via)
+
+
+def _from_file(path: Path, source_root: Path | None, reader: CaptureReader | None) -> Context:
+    if path.name.endswith(".xplane.pb"):
+        return _from_opstats_loader(path, "xplane", source_root, reader)
+    if is_trace_json(path):
+        return _from_opstats_loader(path, "trace-json", source_root)
+    if path.suffix == ".json":
+        return _from_opstats_json(path.parent, source_root, path)
+    return _from_hlo_files([path], path, "hlo", source_root)
+
+
+def _from_folder(where: CaptureLocation, source_root: Path | None, reader: CaptureReader | None) -> Context:
+    folder = where.path
+    if where.kind == "export":
+        return _from_opstats_json(folder, source_root)
+    if where.kind == "run":
+        return _from_opstats_loader(folder, "run", source_root, reader)
+    dumps = [p for p in where.files if p.name.endswith("after_optimizations.txt")]
     if dumps:
-        return _from_hlo_files(dumps, path, "xla-dump", source_root)
-    texts = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_HLO_TEXT_SUFFIXES))
-    if texts:
-        return _from_hlo_files(texts, path, "hlo", source_root)
-    raise InputError(f"{path}: no trace (.xplane.pb), opstats.json or optimized HLO text inside",
-                     "pass a run directory from 'hlo-doctor profile', an .xplane.pb, or an --xla_dump_to folder")
-
-
-def _has_xplane(path: Path) -> bool:
-    return any(path.rglob("*.xplane.pb"))
+        return _from_hlo_files(dumps, folder, "xla-dump", source_root)
+    return _from_hlo_files(list(where.files), folder, "hlo", source_root)
 
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text()
+        return read_regular_bytes(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not a text file", "pass optimized HLO text or an .xplane.pb") from exc
     except OSError as exc:
@@ -236,10 +242,22 @@ def _from_opstats_loader(path: Path, kind: str, source_root: Path | None,
     stats = reader.opstats(path) if reader is not None and kind != "trace-json" else load_opstats(path)
     ctx = _context_from_stats(stats, tuple(stats.modules), path, kind, source_root)
     if kind == "trace-json":
-        dispatch = host_dispatch_json([path])
-    else:
-        dispatch = reader.host_dispatch(path) if reader is not None else read_host_dispatch(find_xplanes(path))
-    return replace(ctx, host_dispatch=dispatch)
+        return replace(ctx, host_dispatch=host_dispatch_json([path]))
+    dispatch = reader.host_dispatch(path) if reader is not None else read_host_dispatch(find_xplanes(path))
+    return replace(ctx, host_dispatch=dispatch, memory=_memory(path, stats))
+
+
+def _memory(path: Path, stats: OpStats) -> MemoryReport | None:
+    """The capture's buffer assignments (its metadata planes read again: the op-stats stage keeps
+    the modules it parsed, not their protos); None when it holds none."""
+    from hlo_doctor.memory import read_memory, runs_per_step
+
+    try:
+        report = read_memory(path, runs=runs_per_step(stats.table, int(stats.num_steps or 0)),
+                             modules=stats.modules)
+    except InputError:
+        return None
+    return replace(report, backend=str(stats.backend or ""), device_kind=str(stats.device_kind or ""))
 
 
 def context_from_example(example: Example, *, source_root: Path | None = None) -> Context:
@@ -253,9 +271,16 @@ def context_from_example(example: Example, *, source_root: Path | None = None) -
     return Context(
         modules=tuple(modules), table=table, step_time_us=example.step_time_us, num_steps=example.num_steps,
         compile_events=tuple(_compile_event(dict(e)) for e in example.compile_events),
-        breakdown=_breakdown(example.breakdown),
+        breakdown=_breakdown(example.breakdown), memory=_example_memory(example.memory),
         source_root=source_root, origin="example", kind="example",
     )
+
+
+def _example_memory(doc: Any) -> Any:
+    """A rule example's memory (its JSON form) as a :class:`~hlo_doctor.memory.MemoryReport`."""
+    from hlo_doctor.memory import MemoryReport
+
+    return MemoryReport.from_dict(dict(doc)) if doc else None
 
 
 def _breakdown(doc: Any) -> Any:

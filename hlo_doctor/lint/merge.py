@@ -4,6 +4,7 @@
 - :func:`merge_same_line`: one rule's findings on several ops of one program that come from the same
   source line (a sum over every parameter leaf written once, reduced per leaf; a layer's pattern
   unrolled): the line is what a person edits, so it is one finding listing the ops.
+- :func:`merge_memory`: a memory finding on the cause a time finding names, folded into it.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import replace
 
-from hlo_doctor.core.model import Finding, Severity
+from hlo_doctor.core.model import Finding, Severity, sum_parts
 
-__all__ = ["merge_recompiled", "merge_same_line"]
+__all__ = ["merge_memory", "merge_recompiled", "merge_same_line"]
 
 _METADATA = re.compile(r",?\s*metadata=\{[^}]*\}")
 _PROGRAM_ID = re.compile(r"\(\d+\)")
@@ -61,6 +62,7 @@ def _merged(group: list[Finding]) -> Finding:
             f"time summed over them)")
     return replace(first, message=first.message + note, time_per_step_us=total("time_per_step_us"),
                    pct_of_step=total("pct_of_step"), recoverable_us=total("recoverable_us"),
+                   parts=_parts(copies.values()),
                    extra=(*first.extra, ("programs", n), ("program_ids", tuple(ids))))
 
 
@@ -97,4 +99,51 @@ def _same_line(group: list[Finding]) -> Finding:
     extra = tuple((k, v) for k, v in top.extra if k != "ops")
     return replace(top, message=top.message + note, time_per_step_us=total("time_per_step_us"),
                    pct_of_step=total("pct_of_step"), recoverable_us=total("recoverable_us"),
+                   parts=_parts(group),
                    extra=(*extra, ("ops", tuple(dict.fromkeys(covered))), ("same_line_ops", len(ops))))
+
+
+def _parts(group: Iterable[Finding]) -> tuple[tuple[str, float], ...]:
+    """The group's parts added name by name; a finding with a recoverable time but no parts counts as
+    op time, so the parts still add up to the summed recoverable time."""
+    return sum_parts(f.parts or ((("op", f.recoverable_us),) if f.recoverable_us is not None else ())
+                     for f in group)
+
+
+def merge_memory(findings: Iterable[Finding]) -> list[Finding]:
+    """One finding per waste that costs time and memory: a memory finding (``extra.freed_bytes``) on
+    an op a time finding also names (the returned copy HD002 prices), or on the argument a convert
+    program makes (``extra.widened_by``: HD003's program), is folded into that finding, which then
+    names both: its message ends with the memory half, its ``extra`` gains ``freed_bytes`` (the
+    most one program's peak drops), ``freed_bytes_by_program``, ``memory`` (the memory finding's message) and ``memory_codes``. Memory findings with no time
+    finding on their cause stay as they are."""
+    out = list(findings)
+    memory = [f for f in out if "freed_bytes" in dict(f.extra) and f.severity != Severity.ERROR]
+    timed = [f for f in out if "freed_bytes" not in dict(f.extra) and f.severity != Severity.ERROR and f.op]
+    for mem in memory:
+        extra = dict(mem.extra)
+        host = next((t for t in timed if t.module == mem.module and t.op == mem.op
+                     and t.program_id == mem.program_id), None)
+        if host is None and extra.get("widened_by"):
+            host = next((t for t in timed if t.module == extra["widened_by"]), None)
+        if host is None:
+            continue
+        i = out.index(host)
+        held = dict(host.extra)
+        # Bytes of one program's peak add up; those of two programs do not (each has its own peak).
+        by_program = dict(held.get("freed_bytes_by_program", ()) or ())
+        by_program[mem.module] = int(by_program.get(mem.module, 0)) + int(extra["freed_bytes"])
+        freed = max(by_program.values())
+        notes = [*held.get("memory", ()), mem.message] if isinstance(held.get("memory"), (list, tuple)) \
+            else [mem.message]
+        codes = [*held.get("memory_codes", ()), mem.code] if isinstance(held.get("memory_codes"), (list, tuple)) \
+            else [mem.code]
+        rest = tuple((k, v) for k, v in host.extra
+                     if k not in ("freed_bytes", "freed_bytes_by_program", "memory", "memory_codes"))
+        merged = replace(host, message=f"{host.message}. Memory ({mem.code}): {mem.message}",
+                         extra=(*rest, ("freed_bytes", freed), ("freed_bytes_by_program", tuple(by_program.items())),
+                                ("memory", tuple(notes)), ("memory_codes", tuple(codes))))
+        out[i] = merged
+        timed[timed.index(host)] = merged
+        out.remove(mem)
+    return out

@@ -17,8 +17,9 @@ from hlo_doctor.core.model import Finding, Severity
 if TYPE_CHECKING:
     from hlo_doctor.lint.context import Context
 
-REQUIREMENTS = ("hlo", "opstats", "source")
-"""What a rule may require from the input: HLO modules, op-stats timings, the source tree."""
+REQUIREMENTS = ("hlo", "opstats", "source", "memory")
+"""What a rule may require from the input: HLO modules, op-stats timings, the source tree, the
+programs' buffer assignments."""
 
 DOC_SECTIONS = ("What it flags", "Why it costs", "Example", "Fix")
 
@@ -41,6 +42,9 @@ class Example:
     breakdown: Mapping[str, Any] | None = None
     """A step breakdown as its JSON export writes it (``hlo-doctor stats RUN --breakdown json``)."""
     source: Mapping[str, str] = field(default_factory=dict)
+    memory: Mapping[str, Any] | None = None
+    """The programs' memory as ``hlo-doctor memory --format json`` writes it (a capture's buffer
+    assignments: peak, buffers at the peak, allocations)."""
     expect: tuple[str, ...] = ()
     note: str = ""
     """What the example shows, for the test id and for ``rules explain``."""

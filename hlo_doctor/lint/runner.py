@@ -22,8 +22,8 @@ from hlo_doctor.hlo import HloInstruction, HloModule, fused_opcodes
 from hlo_doctor.lint.compiles import CompileAccount, compile_account
 from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.loader import LoadedRule, RuleBook
-from hlo_doctor.lint.merge import merge_recompiled, merge_same_line
-from hlo_doctor.lint.promise import FixPromise, fix_promises, total_recoverable
+from hlo_doctor.lint.merge import merge_memory, merge_recompiled, merge_same_line
+from hlo_doctor.lint.promise import FixPromise, fix_promises, total_recoverable, with_replays
 from hlo_doctor.lint.severity import with_cost_severity
 from hlo_doctor.lint.stage import stages_line
 
@@ -57,6 +57,10 @@ class Diagnosis:
     step_basis: str = ""
     """What the step divided by is (``mean of 5 traced step annotations``); "" when the input says
     nothing of its steps (an ``opstats.json`` export, HLO text)."""
+    capture: tuple[str, ...] = ()
+    """The files read, relative to the working folder (:attr:`Context.capture`)."""
+    capture_via: str = ""
+    """Why they are not the input given (a doctor or verify folder's baseline); "" when they are."""
 
     @property
     def fixes(self) -> tuple[FixPromise, ...]:
@@ -67,8 +71,10 @@ class Diagnosis:
         return tuple(p for p in self.fix_promises if p.fix in offered)
 
     def fixes_line(self) -> str:
-        """The promise of each fix that a what-if run says costs time here; "" when none does."""
-        return "; ".join(p.line(self.step_time_us) for p in self.fixes if p.cost_us > 0)
+        """The promise of each fix that a what-if run priced here (a cost, or a figure measured here,
+        with its label), that a replay measured, or that a replay could not (the reason); "" when none."""
+        return "; ".join(p.line(self.step_time_us) for p in self.fixes
+                         if p.cost_us > 0 or p.measured or p.replay is not None or p.unmeasured)
 
     def compile_line(self) -> str:
         """``compiles in the window: jit_f 3 (on every call); 27 eager ops compiled (1.2 s)``, or ""."""
@@ -109,7 +115,8 @@ class Diagnosis:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "input": self.origin, "input_kind": self.kind, "backend": self.backend,
+            "input": self.origin, "input_kind": self.kind,
+            "capture": {"files": list(self.capture), "via": self.capture_via}, "backend": self.backend,
             "step_time_us": self.step_time_us, "step_basis": self.step_basis, "num_steps": self.num_steps,
             "recoverable_us": self.recoverable_us, "recoverable_pct": self.recoverable_pct,
             "summary": self.summary_line(), "rules_run": list(self.rules_run),
@@ -191,7 +198,7 @@ def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
             continue
         run.append(r.code)
         findings.extend(run_rule(r, ctx))
-    findings = [with_cost_severity(f, ctx.step_time_us, _category(ctx, f)) for f in merge_same_line(merge_recompiled(findings))]
+    findings = [with_cost_severity(f, ctx.step_time_us, _category(ctx, f)) for f in merge_memory(merge_same_line(merge_recompiled(findings)))]
     findings.sort(key=lambda f: (-(f.recoverable_us or 0.0), -int(f.severity), f.code, f.module, f.op))
     inserted_us, inserted_ops = compiler_inserted(ctx, findings)
     return Diagnosis(
@@ -205,8 +212,34 @@ def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
         stage_line=stages_line(ctx.modules, ctx.origin),
         compiles=compile_account(ctx) if ctx.compile_events else None,
         step_basis=step_basis(ctx),
-        fix_promises=fix_promises(findings) if ctx.has_opstats else (),
+        fix_promises=promises(ctx, findings),
+        capture=ctx.capture, capture_via=ctx.capture_via,
     )
+
+
+def promises(ctx: Context, findings: Iterable[Finding]) -> tuple[FixPromise, ...]:
+    """Each fix's promise; with what-if runs on, measured by a replay of the capture's programs
+    where this machine can run them (:mod:`hlo_doctor.lint.replay`), else a model that says why.
+    Called again where a finding's fix is chosen anew (the fix whose codemod matches its line)."""
+    findings = list(findings)
+    promises = fix_promises(findings) if ctx.has_opstats else ()
+    if not promises or not ctx.what_if:
+        return promises
+    from hlo_doctor.lint.replay import measure_fix
+
+    return with_replays(promises, findings, lambda fix, fs: measure_fix(ctx, fix, fs))
+
+
+def replayed(ctx: Context, fix_promises: tuple[FixPromise, ...], findings: Iterable[Finding]) -> tuple[FixPromise, ...]:
+    """``fix_promises`` with each that no replay has tried yet (a fix offered only once the fixes
+    that apply to the code at hand are known) measured as :func:`promises` measures them."""
+    fresh = tuple(p for p in fix_promises if p.replay is None and not p.unmeasured)
+    if not ctx.what_if or not fresh:
+        return fix_promises
+    from hlo_doctor.lint.replay import measure_fix
+
+    done = {p.fix: p for p in with_replays(fresh, findings, lambda fix, fs: measure_fix(ctx, fix, fs))}
+    return tuple(sorted((done.get(p.fix, p) for p in fix_promises), key=lambda p: (-p.net_us, p.fix)))
 
 
 _STEP_SOURCES = {
@@ -276,4 +309,5 @@ def _category(ctx: Context, finding: Finding) -> str:
     return timing.category if timing is not None else ""
 
 
-_REQUIREMENT_WORDS = {"opstats": "op stats (a trace)", "hlo": "HLO modules", "source": "--source"}
+_REQUIREMENT_WORDS = {"opstats": "op stats (a trace)", "hlo": "HLO modules", "source": "--source",
+                      "memory": "buffer assignments (an .xplane.pb)"}

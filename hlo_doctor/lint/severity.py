@@ -16,6 +16,14 @@ The op's category breaks ties at a band's edge: pure data movement or conversion
 tensor, goes one band up when its share is within 75% of the next band's threshold. Findings
 without times (HLO-only input, source rules) and findings the rule leaves unpriced (``extra``
 ``("estimate", "not priced")``) keep the rule's severity; internal errors stay errors.
+
+Severity never rests on one noisy timing. A finding priced by a measurement made here (a what-if
+run: ``extra`` ``measured_net_us``, the range of what its fix gives back per step, from the
+measurement's interval) takes the band of that range only when the measurement is decisive (enough
+runs: :data:`hlo_doctor.lint.measurement.DECISIVE_RUNS`) and both ends of the range fall in the
+same band. Otherwise its severity is the model's, what the capture's own figures give
+(``model_recoverable_us``; None: the capture cannot price it, so the rule's severity), the one it
+has without the what-if, and its message says why (``severity_basis`` in ``extra``).
 """
 
 from __future__ import annotations
@@ -58,11 +66,35 @@ def severity_for(share: float, category: str = "") -> Severity:
 
 
 def with_cost_severity(finding: Finding, step_time_us: float | None, category: str = "") -> Finding:
-    """``finding`` with its severity set from its share of the step (unchanged when untimed)."""
+    """``finding`` with its severity set from its share of the step (unchanged when untimed); for a
+    finding priced by a measurement, from its measured range or from the model (module docstring)."""
     if finding.severity == Severity.ERROR:
         return finding
+    extra = dict(finding.extra)
+    measured = extra.get("measured_net_us")
+    if step_time_us and isinstance(measured, (list, tuple)) and len(measured) == 2:
+        return _measured_severity(finding, step_time_us, category, (float(measured[0]), float(measured[1])),
+                                  bool(extra.get("measured_decisive")), extra.get("model_recoverable_us"))
     share = share_of_step(finding, step_time_us)
     if share is None:
         return finding
     severity = severity_for(share, category)
     return finding if severity == finding.severity else replace(finding, severity=severity)
+
+
+def _measured_severity(finding: Finding, step_time_us: float, category: str, net_us: tuple[float, float],
+                       decisive: bool, model_us: object) -> Finding:
+    """The band of the measured range when it is decisive and in one band, else the model's severity."""
+    lo, hi = (100.0 * max(0.0, x) / step_time_us for x in sorted(net_us))
+    low_band, high_band = severity_for(lo, category), severity_for(hi, category)
+    if decisive and low_band == high_band:
+        return replace(finding, severity=low_band, extra=(*finding.extra, ("severity_basis", "measured")))
+    if isinstance(model_us, (int, float)) and not isinstance(model_us, bool):
+        model = severity_for(100.0 * float(model_us) / step_time_us, category)
+    else:
+        model = finding.severity  # the capture cannot price it: the rule's own severity
+    why = ("too few runs to decide" if not decisive else
+           f"its range, {lo:.2f}-{hi:.2f}% of the step, spans the {low_band}/{high_band} edge")
+    note = f"; severity {model} from the capture's own figures, not the measurement ({why})"
+    return replace(finding, severity=model, message=finding.message + note,
+                   extra=(*finding.extra, ("severity_basis", f"model: {why}")))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -45,19 +46,23 @@ def run_info_from_dict(d: dict[str, Any]) -> RunInfo:
     )
 
 
-def to_json(stats: OpStats, *, per_step: bool = True, compact: bool = False) -> str:
+def to_json(stats: OpStats, *, per_step: bool = True, compact: bool = False,
+            compiles: Mapping[str, Any] | None = None) -> str:
     """The whole OpStats as JSON (everything but the parsed modules), for gate and for people.
 
     ``per_step``: with what the export holds per step (each step's wall time, each op's time in
     each step, the breakdown's slice of each device and step): the bulk of a long capture's export,
     and what the gate's statistics and the breakdown's rules read back. Without it the export is the
     table and the summaries, its size set by the ops, not the steps. ``compact``: on one line.
+    ``compiles``: the compile counts the table's header prints (``compiles`` beside the raw
+    ``compile_events``; counted by the layer that sorts compiles, :mod:`hlo_doctor.lint.compiles`).
     """
     rows = [{k: json_safe(v) for k, v in rec.items()} for rec in stats.table.to_dict(orient="records")]
     breakdown = json_safe(stats.breakdown.to_dict(steps=per_step)) if stats.breakdown is not None else None
     doc = {
         "schema": JSON_SCHEMA,
         "source_path": stats.source_path,
+        **({"capture": list(stats.capture)} if stats.capture else {}),
         "backend": stats.backend,
         "device_kind": stats.device_kind,
         "step_source": stats.step_source,
@@ -72,6 +77,7 @@ def to_json(stats: OpStats, *, per_step: bool = True, compact: bool = False) -> 
         "breakdown": breakdown,
         "columns": [asdict(c) for c in COLUMNS],
         "rows": rows,
+        **({"compiles": json_safe(dict(compiles))} if compiles is not None else {}),
         "compile_events": [asdict(c) for c in stats.compile_events],
         "modules": [{"name": m.name, "program_id": m.program_id} for m in stats.modules],
         "run": run_info_to_dict(stats.run) if stats.run is not None else None,
@@ -143,6 +149,7 @@ def _from_doc(doc: dict[str, Any], origin: str) -> OpStats:
         num_devices=int(doc.get("num_devices", 0) or 0), peaks=_peaks(doc.get("peaks")),
         breakdown=_breakdown(doc.get("breakdown")),
         hosts_left_out=tuple((str(h["path"]), str(h["reason"])) for h in doc.get("hosts_left_out") or []),
+        capture=tuple(str(c) for c in doc.get("capture") or () if isinstance(c, str)),
     )
 
 

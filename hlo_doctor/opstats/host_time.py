@@ -266,6 +266,7 @@ def host_segments(thread: DriverThread | None, kinds: FrameKinds, compiles: Sequ
             which.append(k)
 
     stack: list[tuple[float, Label, int]] = []  # (end, label, its code)
+    children: dict[tuple[Label, str], tuple[Label, int]] = {}
     t = first[0] if first is not None else 0.0
     for start, end, name in events:
         while stack and stack[-1][0] <= start:
@@ -276,8 +277,13 @@ def host_segments(thread: DriverThread | None, kinds: FrameKinds, compiles: Sequ
         t = max(t, start)
         parent = stack[-1][1] if stack else Label("python")
         end = min(end, stack[-1][0]) if stack else end
-        label = _child(parent, name, kinds, execution_waits)
-        stack.append((end, label, code(label)))
+        # A label depends only on its parent's and the event's name: worked out once per pair (a
+        # driver thread repeats a few hundred names millions of times).
+        known = children.get((parent, name))
+        if known is None:
+            label = _child(parent, name, kinds, execution_waits)
+            known = children[(parent, name)] = (label, code(label))
+        stack.append((end, *known))
     while stack:
         top_end, _, k = stack.pop()
         emit(t, top_end, k)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hlo_doctor.core.atomic import file_mode
 from hlo_doctor.core.errors import InputError, NotAvailableError
 from hlo_doctor.opstats.breakdown_steps import HOST_KINDS, SCALARS, SliceColumns, StepTable
 from hlo_doctor.opstats.schema import PER_STEP_COLUMNS, OpStats
@@ -32,6 +33,11 @@ from hlo_doctor.opstats.schema import PER_STEP_COLUMNS, OpStats
 EXTRA_HINT = "pip install 'hlo-doctor[parquet]' (or write --format json)"
 META_OPSTATS = b"hlo-doctor.opstats"
 META_STEPS = b"hlo-doctor.breakdown-steps"
+
+
+def require_pyarrow() -> tuple[Any, Any]:
+    """pyarrow's modules, or the one-line error naming the extra that brings them."""
+    return _pyarrow()
 
 
 def _pyarrow() -> tuple[Any, Any]:
@@ -99,6 +105,7 @@ def _write(pq: Any, table: Any, path: Path) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, file_mode())  # the mode a new file gets under the user's umask, not mkstemp's 0600
         os.close(fd)
         pq.write_table(table, tmp, compression="zstd")
         os.replace(tmp, path)
@@ -164,11 +171,23 @@ def from_parquet(path: Path) -> OpStats:
         try:
             steps = json.loads(zlib.decompress(base64.b64decode(meta[META_STEPS])))
             breakdown = dataclasses.replace(breakdown, steps=_steps_from(steps))
-        except (ValueError, TypeError, KeyError, zlib.error) as exc:
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, zlib.error) as exc:
             raise InputError(f"{path}: malformed breakdown slices in the opstats Parquet export "
                              f"({type(exc).__name__}: {exc})",
                              "re-export it with 'hlo-doctor stats RUN --format parquet'") from None
-    return dataclasses.replace(stats, per_step=_per_step(table), breakdown=breakdown)
+    pa, _ = _pyarrow()
+    for name, is_type, what in (("step", pa.types.is_integer, "integers"), ("time_us", pa.types.is_floating, "floats")):
+        if not is_type(table.schema.field(name).type):
+            raise InputError(f"{path}: malformed opstats Parquet export: column {name} holds "
+                             f"{table.schema.field(name).type}, not {what}",
+                             "re-export it with 'hlo-doctor stats RUN --format parquet'")
+    try:
+        per_step = _per_step(table)
+    except (ValueError, TypeError, OverflowError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise InputError(f"{path}: malformed per-step columns in the opstats Parquet export "
+                         f"({type(exc).__name__}: {exc})",
+                         "re-export it with 'hlo-doctor stats RUN --format parquet'") from None
+    return dataclasses.replace(stats, per_step=per_step, breakdown=breakdown)
 
 
 def _per_step(table: Any) -> pd.DataFrame:

@@ -133,6 +133,9 @@ class OpStats:
     hosts_left_out: tuple[tuple[str, str], ...] = ()
     """(host file, why) of each host file of the capture the table leaves out (``--skip-bad-hosts``):
     the table is of the other hosts only."""
+    capture: tuple[str, ...] = ()
+    """The files the table was read from, relative to the working folder of the command that read
+    them (each host's xplane, or the export); empty where no command said."""
 
     def module(self, name: str, program_id: int | None = None) -> HloModule | None:
         """The module with this name (and program id, when given)."""
@@ -185,23 +188,27 @@ def with_column_dtypes(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def group_by_shape(table: pd.DataFrame) -> pd.DataFrame:
-    """Rows of the table aggregated by (opcode, shape).
+    """Rows of the table aggregated by (opcode, category, shape): a fusion's opcode is shared by a
+    standalone convert and a matmul of one shape, so the category is part of the key and every
+    group's label is its own rows' (never the first row's of another kind).
 
-    Columns: rank, opcode, category, shape, ops (how many table rows), occurrences, total_time_us,
+    Columns: rank, opcode, shape, category, ops (how many table rows), occurrences, total_time_us,
     time_per_step_us, pct_of_step, bytes_accessed, modules ('; '-separated).
     """
     if table.empty:
-        return pd.DataFrame(columns=["rank", "opcode", "category", "shape", "ops", "occurrences",
+        return pd.DataFrame(columns=["rank", "opcode", "shape", "category", "ops", "occurrences",
                                      "total_time_us", "time_per_step_us", "pct_of_step",
                                      "bytes_accessed", "modules"])
     key = table["opcode"].where(table["opcode"] != "", table["op"])
-    g = table.assign(_opcode=key).groupby(["_opcode", "shape"], sort=False, observed=True)
+    g = table.assign(_opcode=key, _category=table["category"].astype(str)).groupby(
+        ["_opcode", "_category", "shape"], sort=False, observed=True)
     out = g.agg(
-        category=("category", "first"), ops=("op", "size"), occurrences=("occurrences", "sum"),
+        ops=("op", "size"), occurrences=("occurrences", "sum"),
         total_time_us=("total_time_us", "sum"), time_per_step_us=("time_per_step_us", "sum"),
         pct_of_step=("pct_of_step", "sum"), bytes_accessed=("bytes_accessed", "sum"),
         modules=("module", lambda s: "; ".join(sorted(set(map(str, s))))),
-    ).reset_index().rename(columns={"_opcode": "opcode"})
-    out = out.sort_values(["time_per_step_us", "opcode", "shape"], ascending=[False, True, True])
+    ).reset_index().rename(columns={"_opcode": "opcode", "_category": "category"})
+    out = out[["opcode", "shape", "category", *(c for c in out.columns if c not in ("opcode", "category", "shape"))]]
+    out = out.sort_values(["time_per_step_us", "opcode", "category", "shape"], ascending=[False, True, True, True])
     out.insert(0, "rank", range(1, len(out) + 1))
     return out.reset_index(drop=True)

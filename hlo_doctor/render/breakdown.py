@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from hlo_doctor.core.escape.markdown import md_cell
 from hlo_doctor.core.format import fmt_pct, fmt_source, fmt_us, json_safe
 from hlo_doctor.opstats.breakdown import HOST_KINDS, StepBreakdown
 from hlo_doctor.render.breakdown_threads import (
@@ -110,7 +111,7 @@ def to_terminal(b: StepBreakdown, source_path: str = "") -> RenderableType:
 
 def _md_table(columns: tuple[str, ...], rows: list[list[str]]) -> str:
     def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
+        return md_cell(text)
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]

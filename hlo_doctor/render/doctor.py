@@ -16,6 +16,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from hlo_doctor.core.errors import ExitCode
+from hlo_doctor.core.escape.markdown import md_cell, md_cell_code, md_code, md_text
 from hlo_doctor.core.format import fmt_ms, fmt_source
 from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.render.verify import metric_rows
@@ -113,8 +114,9 @@ def to_markdown(result: DoctorOutcome) -> str:
         lines += ["| rule | op | shape | time/step | % of step | source | fix |", "|---|---|---|---:|---:|---|---|"]
         for f in d.findings:
             pct = "-" if f.pct_of_step is None else f"{f.pct_of_step:.1f}%"
-            lines.append(f"| {f.code} | {f.module}/{f.op} | `{fmt_shape(f.shape)}` | {fmt_ms(f.time_per_step_us)} | {pct} | "
-                         f"{fmt_source(f.source) or '-'} | {f.fix or '-'} |")
+            lines.append(f"| {md_cell(f.code)} | {md_cell_code(f'{f.module}/{f.op}')} | {md_cell_code(fmt_shape(f.shape))} | "
+                         f"{fmt_ms(f.time_per_step_us)} | {pct} | {md_cell_code(fmt_source(f.source)) or '-'} | "
+                         f"{md_cell(f.fix or '-')} |")
     lines += ["", "## 2. What the fix changed", ""]
     if result.fix_id is None:
         lines.append("No bundled fix applies to these findings; nothing was changed.")
@@ -137,17 +139,17 @@ def to_markdown(result: DoctorOutcome) -> str:
         lines += ["", "| # | check | result | figure |", "|---|---|---|---|"]
         for c in v.checks:
             lines.append(f"| {c.number} | {c.name} | {'pass' if c.passed else '**FAIL**'} | "
-                         f"{c.figure.replace('|', '/')} |")
+                         f"{md_cell(c.figure)} |")
         lines += ["", "| metric | baseline | treatment | ratio | 95% interval | outcome |",
                   "|---|---:|---:|---:|---|---|"]
         for row in metric_rows(v):
-            lines.append("| " + " | ".join(x.replace("|", "/") for x in row) + " |")
+            lines.append("| " + " | ".join(md_cell(x) for x in row) + " |")
         if v.removed_ops:
             lines += ["", "Wasteful ops of the baseline and what became of them in the treatment's own trace:", ""]
             for o in v.removed_ops:
                 now = "" if o.status == "gone" else f" ({fmt_ms(o.treatment_time_per_step_us)} per step)"
-                lines.append(f"- {o.code} `{o.module}/{o.op}` `{fmt_shape(o.shape)}`: {fmt_ms(o.time_per_step_us)} per step, "
-                             f"{o.status}{now}")
+                lines.append(f"- {md_text(o.code)} {md_code(f'{o.module}/{o.op}')} {md_code(fmt_shape(o.shape))}: "
+                             f"{fmt_ms(o.time_per_step_us)} per step, {md_text(o.status)}{now}")
         for note in v.notes:
             lines += ["", f"Note: {note}"]
         lines += _estimate_lines(result)
@@ -158,9 +160,7 @@ def to_markdown(result: DoctorOutcome) -> str:
         failed = [c for c in v.checks if not c.passed]
         if not failed:
             st = v.step_time  # check 5's statistic: the decode steps, paired rounds
-            change = (f"decode step {st.outcome} (x{st.ratio:.3f}"
-                      + ("" if not st.tested else f", 95% CI [{st.ci_low:.3f}, {st.ci_high:.3f}]") + ")"
-                      if st is not None else "decode step not measured")
+            change = f"decode step {st.outcome} ({st.ratio_text()})" if st is not None else "decode step not measured"
             lines.append(f"**PASS**: the fix stays on the precompiled menu, keeps the tokens and removes the wasteful "
                          f"ops from the trace; {change}.")
         else:
@@ -207,7 +207,21 @@ def _estimate_line(result: DoctorOutcome) -> str:
         if got is not None:
             parts.append(f"{fmt_ms(got * 1e3)} of {what}" + ("" if ratio is None else f" (promise / measured {ratio:.2f})"))
     measured = f"; verify measured {' and '.join(parts)}" if parts else ""
-    return f"estimate: diagnose promised {fmt_ms(e['promised_ms'] * 1e3)} per step{measured}"
+    if e["measured_decode_step_ms"] is None and e.get("decode_step"):
+        measured += f"; the decode step: {e['decode_step']}"
+    return f"estimate: diagnose promised {_promised(e)}{measured}"
+
+
+def _promised(e: dict[str, Any]) -> str:
+    """``14.48 ms per step [11.2, 17.0]``, or ``no saving (may cost: net -1.20 ms per step [-3.1, 0.9])``
+    where the range the what-if's interval allows does not lie above 0: never a saving for a fix
+    measured slower."""
+    rng = e.get("promised_range_ms")
+    span = f" [{rng[0]:,.1f}, {rng[1]:,.1f} ms]" if isinstance(rng, list) and len(rng) == 2 else ""
+    sign = "-" if e["promised_ms"] < 0 else ""
+    net = f"{sign}{fmt_ms(abs(e['promised_ms']) * 1e3)} per step{span}"
+    verdict = e.get("promise") or "saving"
+    return net if verdict == "saving" else f"no saving ({verdict}: net {net})"
 
 
 def _estimate_lines(result: DoctorOutcome) -> list[str]:
@@ -223,10 +237,11 @@ def _estimate_lines(result: DoctorOutcome) -> list[str]:
         return "-" if x is None else f"{x:.2f}"
 
     cost = f", less {ms(e['cost_ms'])} ms the fix costs here (what-if run)" if e["cost_ms"] else ""
-    return ["", f"Promised by diagnose: {ms(e['promised_ms'])} ms per step ({ms(e['recovered_ms'])} ms recovered{cost}).",
+    return ["", f"Promised by diagnose: {_promised(e)} ({ms(e['recovered_ms'])} ms recovered{cost}).",
             "", "| saving per step | ms | promise / measured |", "|---|---:|---:|",
             f"| promised (diagnose, from the baseline's capture) | {ms(e['promised_ms'])} | - |",
-            f"| measured: decode step (medians, no profiler) | {ms(e['measured_decode_step_ms'])} | "
+            f"| measured: decode step (medians, no profiler) | "
+            f"{ms(e['measured_decode_step_ms']) if e['measured_decode_step_ms'] is not None else e.get('decode_step')} | "
             f"{ratio(e['promise_over_decode_step'])} |",
             f"| measured: profiled step (the two captures) | {ms(e['measured_profiled_step_ms'])} | "
             f"{ratio(e['promise_over_profiled_step'])} |"]

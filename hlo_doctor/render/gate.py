@@ -6,13 +6,15 @@ Each returns a string; the CLI decides where it goes.
 from __future__ import annotations
 
 import json
-import math
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
 
+from hlo_doctor.core.escape.markdown import md_cell, md_cell_code, md_code, md_text
+from hlo_doctor.core.escape.terminal import term
+from hlo_doctor.core.escape.xml import xml_lines, xml_text
 from hlo_doctor.core.format import fmt_num, split_source
-from hlo_doctor.gate.result import GateResult, OpDiff, Verdict
+from hlo_doctor.gate.result import GateResult, OpDiff, Verdict, undecided_reason
 from hlo_doctor.render.github import annotation
 from hlo_doctor.render.locations import map_source
 
@@ -24,16 +26,15 @@ def to_json(result: GateResult) -> str:
     return json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n"
 
 
-def _pct(d: OpDiff) -> str:
-    """The change the judgement is about: of the per-step medians (of the means without samples),
-    against the baseline scaled by the machine-speed factor."""
+def _pct(d: OpDiff, speed: float = 1.0) -> str:
+    """The change of the row's own figures: the candidate's mean time per step against the baseline's
+    scaled by the machine-speed factor (the judgement's statistic, the per-step medians, is in its
+    reason: :attr:`hlo_doctor.gate.result.OpDiff.why`)."""
     if d.baseline_us is None or d.candidate_us is None:
         return "new" if d.baseline_us is None else "gone"
-    if d.comparison is not None and math.isfinite(d.comparison.ratio):
-        return f"{d.comparison.change_pct:+.1f}%"
     if d.baseline_us == 0:
         return "-"
-    return f"{(d.candidate_us / d.baseline_us - 1) * 100:+.1f}%"
+    return f"{(d.candidate_us / (d.baseline_us * speed) - 1) * 100:+.1f}%"
 
 
 def _headline(result: GateResult) -> str:
@@ -56,11 +57,12 @@ def _step_line(result: GateResult) -> str:
     return (
         f"step time (median): {s.baseline_median / speed:,.0f} -> {s.candidate_median:,.0f} us "
         f"({s.change_pct:+.1f}%{against}{ci}; n={s.n_baseline}/{s.n_candidate}): {result.step_judgement}"
+        + (f" ({why})" if (why := undecided_reason(result.step_judgement, s)) else "")
     )
 
 
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+    return md_cell(text)
 
 
 def to_markdown(result: GateResult, *, max_rows: int = 15, max_violations: int = 30) -> str:
@@ -69,8 +71,9 @@ def to_markdown(result: GateResult, *, max_rows: int = 15, max_violations: int =
     lines = [
         f"### hlo-doctor gate: {icon[result.verdict]} {_headline(result)}",
         "",
-        f"Baseline `{result.baseline.label}` vs candidate `{result.candidate.label}` "
-        f"({result.candidate.backend or 'unknown backend'}{', ' + result.candidate.device_kind if result.candidate.device_kind else ''}; "
+        f"Baseline {md_code(result.baseline.label)} vs candidate {md_code(result.candidate.label)} "
+        f"({md_text(result.candidate.backend or 'unknown backend')}"
+        f"{', ' + md_text(result.candidate.device_kind) if result.candidate.device_kind else ''}; "
         f"{result.baseline.num_steps} / {result.candidate.num_steps} steps). "
         f"Matched {result.count('matched')} ops ({result.matched_fraction:.0%} of the baseline's op time), "
         f"{result.count('new')} new, {result.count('vanished')} vanished.",
@@ -83,7 +86,7 @@ def to_markdown(result: GateResult, *, max_rows: int = 15, max_violations: int =
         # A pull-request comment has a size limit: the JSON verdict keeps every violation.
         shown_violations = result.violations[:max_violations]
         lines += [
-            f"| `{v.rule}` | {_md_escape(v.message)} | {fmt_num(v.time_per_step_us)} |" for v in shown_violations
+            f"| {md_cell_code(v.rule)} | {_md_escape(v.message)} | {fmt_num(v.time_per_step_us)} |" for v in shown_violations
         ]
         if len(result.violations) > max_violations:
             lines.append(f"| ... | {len(result.violations) - max_violations} more in the JSON verdict | |")
@@ -99,8 +102,9 @@ def to_markdown(result: GateResult, *, max_rows: int = 15, max_violations: int =
         ])
         for d in rows[:max_rows]:
             lines.append(
-                f"| `{_md_escape(d.ops.split(', ')[0] or d.opcode)}` ({d.opcode}) | `{_md_escape(d.shape)}` | "
-                f"`{_md_escape(d.module)}` | {fmt_num(d.baseline_us)} | {fmt_num(d.candidate_us)} | {_pct(d)} | {d.judgement} |"
+                f"| {md_cell_code(d.ops.split(', ')[0] or d.opcode)} ({md_cell(d.opcode)}) | {md_cell_code(d.shape)} | "
+                f"{md_cell_code(d.module)} | {fmt_num(d.baseline_us)} | {fmt_num(d.candidate_us)} | {_pct(d, result.speed_factor)} | "
+                f"{md_cell(d.shown_judgement)} |"
             )
         if len(rows) > max_rows:
             lines.append(f"| ... {len(rows) - max_rows} more | | | | | | |")
@@ -113,16 +117,16 @@ def to_markdown(result: GateResult, *, max_rows: int = 15, max_violations: int =
     if result.ops:
         lines += [f"<sub>{_legend(result)}</sub>", ""]
     for note in result.notes:
-        lines.append(f"> {note}")
+        lines.append(f"> {md_text(note)}")
     p = result.policy
     lines += [
         "",
         "<details><summary>Policy</summary>",
         "",
-        f"From {p.source}: step time +{p.max_step_regression_pct:g}% max; op time +{p.max_op_regression_pct:g}% "
+        f"From {md_text(p.source)}: step time +{p.max_step_regression_pct:g}% max; op time +{p.max_op_regression_pct:g}% "
         f"max above {p.op_floor_us:g} us/step; new {', '.join(p.fail_on_new) or 'nothing'} of at least "
         f"{p.new_op_min_bytes:,} bytes fail; alpha {p.alpha:g}"
-        f"{' (Bonferroni across ops)' if p.alpha else ''}; ignore {', '.join(p.ignore) or 'nothing'}"
+        f"{' (Bonferroni across ops)' if p.alpha else ''}; ignore {md_text(', '.join(p.ignore)) or 'nothing'}"
         f"{'; strict' if result.strict else ''}.",
         "",
         "</details>",
@@ -143,7 +147,7 @@ def to_junit(result: GateResult, *, timestamp: datetime | None = None, source_ro
     when = (timestamp or datetime.now(UTC)).replace(microsecond=0)
     suite = ET.Element("testsuite", name="hlo-doctor gate", timestamp=when.isoformat())
     # Which policy judged: a report must say where its limits came from (a file, flags or defaults).
-    ET.SubElement(ET.SubElement(suite, "properties"), "property", name="policy", value=result.policy.source)
+    ET.SubElement(ET.SubElement(suite, "properties"), "property", name="policy", value=xml_text(result.policy.source))
     # name, classname, failure message, output, time (s), file
     cases: list[tuple[str, str, str | None, str, float, str]] = []
     by_key = {v.key: v for v in result.violations}
@@ -163,19 +167,22 @@ def to_junit(result: GateResult, *, timestamp: datetime | None = None, source_ro
             if d.judgement == "inconclusive" else None
         )
         kind = "new op" if d.status == "new" else "op time"
-        out = f"{d.key}: {fmt_num(d.baseline_us)} -> {fmt_num(d.candidate_us)} us/step ({_pct(d)}): {d.judgement}"
+        out = (f"{d.key}: {fmt_num(d.baseline_us)} -> {fmt_num(d.candidate_us)} us/step "
+               f"({_pct(d, result.speed_factor)}): {d.shown_judgement}")
         path = split_source(d.source)[0]
         file = (map_source(path, root) or path) if path else ""
         cases.append((f"{kind}: {d.key}", f"gate.{d.module}", msg, out, (d.candidate_us or 0.0) / 1e6, file))
     failures = 0
     for name, classname, msg, out, seconds, file in cases:
-        case = ET.SubElement(suite, "testcase", name=name, classname=classname, time=f"{seconds:.6f}")
+        # xml_text: a character XML 1.0 forbids (U+0001 in an op name) would make the file unreadable.
+        case = ET.SubElement(suite, "testcase", name=xml_text(name), classname=xml_text(classname),
+                             time=f"{seconds:.6f}")
         if file:
-            case.set("file", file)
+            case.set("file", xml_text(file))
         if msg is not None:
             failures += 1
-            ET.SubElement(case, "failure", message=msg, type="regression").text = msg
-        ET.SubElement(case, "system-out").text = out
+            ET.SubElement(case, "failure", message=xml_text(msg), type="regression").text = xml_lines(msg)
+        ET.SubElement(case, "system-out").text = xml_lines(out)
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(failures))
     suite.set("errors", "0")
@@ -191,8 +198,8 @@ def to_junit(result: GateResult, *, timestamp: datetime | None = None, source_ro
 def _legend(result: GateResult) -> str:
     scaled = f" x{result.speed_factor:.3f} (machine speed)" if result.speed_factor != 1.0 else ""
     return (
-        "us: mean time per step; change: of the per-step median (of the mean without samples) against "
-        f"the baseline{scaled}"
+        f"us: mean time per step; change: of those means, against the baseline{scaled}; a judgement "
+        "tests the per-step medians (the means without samples) and says why when it cannot decide"
     )
 
 
@@ -212,7 +219,7 @@ def to_text(result: GateResult, *, max_rows: int = 20, fit: bool = False) -> str
         lines.append(f"  FAIL [{v.rule}] {v.message}")
     shown = [d for d in result.ops if d.judgement not in ("below floor", "ignored")][:max_rows]
     if shown:
-        rows = [((d.ops.split(", ")[0] or d.opcode), d.shape, d.module) for d in shown]
+        rows = [(term(d.ops.split(", ")[0] or d.opcode), term(d.shape), term(d.module)) for d in shown]
         if fit:
             rows = [(n[:28], s[:26], m[:26]) for n, s, m in rows]
             w: tuple[int, ...] = (28, 26, 26)
@@ -223,12 +230,30 @@ def to_text(result: GateResult, *, max_rows: int = 20, fit: bool = False) -> str
         for (name, shape, module), d in zip(rows, shown, strict=True):
             lines.append(
                 f"{name:<{w[0]}} {shape:<{w[1]}} {module:<{w[2]}} {fmt_num(d.baseline_us):>10} "
-                f"{fmt_num(d.candidate_us):>10} {_pct(d):>8}  {d.judgement}"
+                f"{fmt_num(d.candidate_us):>10} {_pct(d, result.speed_factor):>8}  {d.shown_judgement}"
             )
         lines.append(_legend(result))
+    lines.extend(_peak_lines(result))
     lines.extend(f"note: {n}" for n in result.notes)
     lines.append(f"policy: {result.policy.source}")
-    return "\n".join(lines) + "\n"
+    # One line each: a newline in an op or module name (the first column) must not start a line of its
+    # own, as ``::error ...`` would on a CI runner, nor an escape sequence reach the terminal.
+    return "\n".join(term(line) for line in lines) + "\n"
+
+
+def _peak_lines(result: GateResult) -> list[str]:
+    """Each program's peak on both sides (the programs of the steps), where the captures have them."""
+    if not result.memory:
+        return []
+    from hlo_doctor.core.format import fmt_bytes
+
+    w = max(len("program"), *(len(d.module) for d in result.memory))
+    out = [f"{'program':<{w}} {'base peak':>11} {'cand peak':>11}  judgement"]
+    for d in result.memory:
+        base = fmt_bytes(d.baseline_bytes) if d.baseline_bytes is not None else "-"
+        cand = fmt_bytes(d.candidate_bytes) if d.candidate_bytes is not None else "-"
+        out.append(f"{d.module:<{w}} {base:>11} {cand:>11}  {d.judgement}")
+    return out
 
 
 def to_github(result: GateResult, *, source_root: Path | None = None) -> str:
@@ -242,9 +267,10 @@ def to_github(result: GateResult, *, source_root: Path | None = None) -> str:
         path, line = split_source(op.source if op else "")
         relative = (map_source(path, root) if path else None) or ""
         lines.append(annotation("error", v.message, title=f"hlo-doctor gate: {v.rule}", file=relative, line=line))
-    if result.strict:
-        lines.extend(annotation("warning", f"{key}: within noise", title="hlo-doctor gate: within noise")
-                     for key in result.within_noise)
+    # A change within noise says why in the annotation too (a warning under strict, else a notice).
+    level = "warning" if result.strict else "notice"
+    lines.extend(annotation(level, f"{key}: {by_key[key].shown_judgement if key in by_key else 'within noise'}",
+                            title="hlo-doctor gate: within noise") for key in result.within_noise)
     lines.append(annotation("notice", result.policy.source, title="hlo-doctor gate policy"))
     lines.append(annotation("notice", _headline(result), title="hlo-doctor gate"))
     return "\n".join(lines) + "\n"

@@ -6,15 +6,13 @@ GitHub shows them as annotations on the pull request's lines; the escaping follo
 
 from __future__ import annotations
 
+from hlo_doctor.core.escape.github import gh_data, gh_property
+
 __all__ = ["annotation"]
 
 
-def _data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _property(text: str) -> str:
-    return _data(text).replace(":", "%3A").replace(",", "%2C")
+_data = gh_data
+_property = gh_property
 
 
 def annotation(level: str, message: str, *, title: str = "", file: str = "", line: int | None = None) -> str:

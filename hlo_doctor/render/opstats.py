@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from hlo_doctor.core.escape.markdown import md_cell
 from hlo_doctor.core.format import fmt_source
 from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.opstats.roofline import peaks_line
@@ -40,8 +41,8 @@ def roofline_cells(row: Any) -> dict[str, str]:
 
 
 def _cell(text: str) -> str:
-    # A pipe would end the cell; names and paths come from the trace.
-    return text.replace("|", "\\|")
+    # Names and paths come from the trace: no pipe that ends the cell, no markup, no line break.
+    return md_cell(text)
 
 
 def to_markdown(stats: OpStats, top: int = 20) -> str:

@@ -10,13 +10,15 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from hlo_doctor.core.format import fmt_ms
+from hlo_doctor.core.escape.markdown import md_cell, md_cell_code
+from hlo_doctor.core.format import fmt_bytes, fmt_ms
 from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.checks import ratio as _ratio
 from hlo_doctor.verify.engine.results import VerifyReport
+from hlo_doctor.verify.results import HloEvidence
 
-__all__ = ["JSON_SCHEMA", "metric_rows", "to_json", "to_markdown", "to_terminal"]
+__all__ = ["JSON_SCHEMA", "metric_rows", "statistic_lines", "to_json", "to_markdown", "to_terminal"]
 
 JSON_SCHEMA = "hlo-doctor.verify/1"
 
@@ -32,7 +34,7 @@ def metric_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str, str
     Throughput, batch TTFT, TPOT and decode step are medians (over rounds; the decode step over every
     step of every round); the decode step's and the throughput's ratio and interval are the paired
     rounds' (geometric mean of the per-pair ratios). ``profiled step ms`` (the step of verify's own
-    captures, what diagnose's % of step divides by), ``removed ms/step`` and ``argmax ms/step`` come
+    captures, what diagnose's % of step divides by), ``removed op ms/step`` (the ops' times summed over threads) and ``argmax ms/step`` come
     from the two captures.
     """
     b, t = report.baseline, report.treatment
@@ -43,8 +45,10 @@ def metric_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str, str
             return
         interval = ("-" if math.isnan(comparison.ci_low)
                     else f"[{comparison.ci_low:.3f}, {comparison.ci_high:.3f}]")
+        # The baseline and treatment cells are medians; a paired comparison's ratio is not theirs.
+        tag = " paired" if comparison.method == "paired rounds" else ""
         rows.append((name, format(comparison.baseline_median, fmt), format(comparison.candidate_median, fmt),
-                     f"x{comparison.ratio:.3f}", interval, str(comparison.outcome)))
+                     f"x{comparison.ratio:.3f}{tag}", interval, str(comparison.outcome)))
 
     cmp_row("throughput tok/s", report.throughput, ",.1f")
     cmp_row("batch TTFT ms", report.ttft, ",.1f")
@@ -62,13 +66,33 @@ def metric_rows(report: VerifyReport) -> list[tuple[str, str, str, str, str, str
     rows.append(("compiles", str(b.compiles), str(t.compiles), "-", "-", ""))
     removed = report.removed_time_per_step_us
     if removed is not None:
-        rows.append(("removed ms/step", f"{removed / 1000:,.3f}", "0", "-", "-", "gone"))
+        # Op time summed over the threads that ran the ops: on XLA:CPU more than the wall step can hold.
+        rows.append(("removed op ms/step", f"{removed / 1000:,.3f}", "0", "-", "-",
+                     "gone (summed over threads, > step)" if report.removed_exceeds_step else "gone"))
     for o in report.removed_ops:
         if o.status == "narrowed" and o.time_per_step_us and o.treatment_time_per_step_us is not None:
             rows.append(("argmax ms/step", f"{o.time_per_step_us / 1000:,.3f}",
                          f"{o.treatment_time_per_step_us / 1000:,.3f}",
                          f"x{_ratio(o.treatment_time_per_step_us, o.time_per_step_us):.3f}", "-", "narrowed"))
     return rows
+
+
+def statistic_lines(report: VerifyReport) -> list[str]:
+    """One line per paired comparison: the medians the table shows and the statistic its verdict uses,
+    each labelled (``decode step ms: medians 639.1 -> 585.6 (x0.916); verdict on the paired
+    trimmed-mean ratio x0.994, 95% CI [...]: no change``), so the two cannot read as one figure."""
+    out = []
+    for name, c, fmt in (("decode step ms", report.step_time, ",.1f"), ("throughput tok/s", report.throughput, ",.1f")):
+        if c is None or c.method != "paired rounds":
+            continue
+        medians = f"medians {format(c.baseline_median, fmt)} -> {format(c.candidate_median, fmt)}"
+        if c.baseline_median:
+            medians += f" (x{c.candidate_median / c.baseline_median:.3f})"
+        out.append(f"{name}: {medians}; verdict on the {c.ratio_text()}: {c.outcome}")
+    if report.removed_exceeds_step:
+        out.append("removed op ms/step: the removed ops' times summed over the threads that ran them, not wall "
+                   "time; more than the profiled step of the baseline")
+    return out
 
 
 def to_markdown(report: VerifyReport) -> str:
@@ -98,13 +122,19 @@ def to_markdown(report: VerifyReport) -> str:
               "|---|---:|---:|---:|---|---|"]
     for row in metric_rows(report):
         lines.append("| " + " | ".join(_md(x) for x in row) + " |")
+    # Figures and words of our own (no name from a capture): written as they are.
+    lines += ["", *(f"- {x}" for x in statistic_lines(report))] if statistic_lines(report) else []
     if report.removed_ops:
         lines += ["", "Wasteful ops in the baseline's trace (hlo-doctor rules) and in the treatment's:", "",
                   "| rule | op | shape | baseline time/step | treatment time/step | in treatment |",
                   "|---|---|---|---:|---:|---|"]
         for o in report.removed_ops:
-            lines.append(f"| {o.code} | {o.module}/{o.op} | `{fmt_shape(o.shape)}` | {fmt_ms(o.time_per_step_us)} | "
+            lines.append(f"| {_md(o.code)} | {md_cell_code(f'{o.module}/{o.op}')} | {md_cell_code(fmt_shape(o.shape))} | {fmt_ms(o.time_per_step_us)} | "
                          f"{fmt_ms(o.treatment_time_per_step_us) if o.status != 'gone' else '0 (gone)'} | {o.status} |")
+    peaks = peak_changes(report.baseline_hlo, report.treatment_hlo)
+    if peaks:
+        lines += ["", "Peak device memory per program (the captures' buffer assignments):", ""]
+        lines += [f"- {_md(p)}" for p in peaks]
     for note in report.notes:
         lines += ["", f"Note: {note}"]
     if report.fix_diff:
@@ -130,7 +160,23 @@ def _stopping(report: VerifyReport) -> str:
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|")
+    return md_cell(text)
+
+
+def peak_changes(baseline: HloEvidence | None, treatment: HloEvidence | None) -> list[str]:
+    """One line per program of either side's steps: its peak on each side and the change (from the
+    sides' captured buffer assignments); empty when neither side has them."""
+    base = dict(baseline.peaks) if baseline is not None else {}
+    treat = dict(treatment.peaks) if treatment is not None else {}
+    lines = []
+    for module in sorted(set(base) | set(treat), key=lambda m: -max(base.get(m, 0), treat.get(m, 0))):
+        b, t = base.get(module), treat.get(module)
+        change = fmt_bytes(t - b) if b is not None and t is not None else ("gone" if t is None else "new")
+        if b is not None and t is not None and t > b:
+            change = "+" + change
+        lines.append(f"peak memory {module}: {fmt_bytes(b) if b is not None else '-'} -> "
+                     f"{fmt_bytes(t) if t is not None else '-'} ({change})")
+    return lines
 
 
 def to_terminal(report: VerifyReport) -> RenderableType:
@@ -154,11 +200,13 @@ def to_terminal(report: VerifyReport) -> RenderableType:
     for row in metric_rows(report):
         table.add_row(*(Text(cell) for cell in row))
     parts.append(table)
+    parts += [Text(f"  {line}") for line in statistic_lines(report)]
     if report.stopping is not None:
         parts.append(Text(f"  {_stopping(report)}", style="dim"))
     for op in report.removed_ops:
         now = "" if op.status == "gone" else f" ({fmt_ms(op.treatment_time_per_step_us)}/step)"
         parts.append(Text(f"  {op.code} {op.module}/{op.op} {fmt_shape(op.shape)}: {fmt_ms(op.time_per_step_us)}/step in "
                           f"baseline, {op.status} in treatment{now}", style="dim"))
+    parts += [Text(f"  {line}", style="dim") for line in peak_changes(report.baseline_hlo, report.treatment_hlo)]
     parts += [Text(f"note: {note}", style="dim") for note in report.notes]
     return Group(*parts)

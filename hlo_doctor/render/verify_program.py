@@ -11,8 +11,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from hlo_doctor.core.escape.markdown import md_cell
+from hlo_doctor.core.escape.xml import xml_lines, xml_text
 from hlo_doctor.core.format import fmt_ms
 from hlo_doctor.hlo.shape import fmt_shape
+from hlo_doctor.render.verify import peak_changes
 from hlo_doctor.statistics import SampleComparison
 from hlo_doctor.verify.program.results import ProgramReport
 
@@ -70,17 +73,23 @@ def metric_rows(report: ProgramReport) -> list[tuple[str, str, str, str, str, st
     rows: list[tuple[str, str, str, str, str, str]] = []
     for name, c in (("step ms", report.step_time), ("round ms", report.round_time)):
         if c is not None:
-            rows.append((name, f"{c.baseline_median:,.3f}", f"{c.candidate_median:,.3f}", f"x{c.ratio:.3f}",
+            # Medians in the baseline and treatment cells; a paired comparison's ratio is not theirs.
+            tag = " paired" if c.method == "paired rounds" else ""
+            rows.append((name, f"{c.baseline_median:,.3f}", f"{c.candidate_median:,.3f}", f"x{c.ratio:.3f}{tag}",
                          _interval(c), str(c.outcome)))
     rows.append(("compiles", str(report.baseline.compiles), str(report.treatment.compiles), "-", "-", ""))
     removed = report.removed_time_per_step_us
     if removed is not None:
-        rows.append(("removed ms/step", f"{removed / 1000:,.3f}", "0", "-", "-", f"{len(report.removed_ops)} op(s) gone"))
+        # Op time summed over the threads that ran the ops: on XLA:CPU it can exceed the wall step.
+        step = report.step_time.baseline_median if report.step_time is not None else None
+        over = " (summed over threads, > step)" if step is not None and removed / 1000 > step else ""
+        rows.append(("removed op ms/step", f"{removed / 1000:,.3f}", "0", "-", "-",
+                     f"{len(report.removed_ops)} op(s) gone{over}"))
     return rows
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|")
+    return md_cell(text)
 
 
 def to_markdown(report: ProgramReport) -> str:
@@ -108,6 +117,7 @@ def to_markdown(report: ProgramReport) -> str:
                          f"{fmt_ms(o.time_per_step_us)} |")
         if len(report.removed_ops) > REMOVED_ROWS:
             lines.append(f"\n{len(report.removed_ops) - REMOVED_ROWS} more in verify.json.")
+    lines += [f"\n- {_md(p)}" for p in peak_changes(report.baseline_hlo, report.treatment_hlo)]
     lines += [f"\nNote: {note}" for note in report.notes]
     if report.fix_diff:
         lines += ["", "<details><summary>What the fix changed (in a copy)</summary>", "", "```diff",
@@ -123,17 +133,17 @@ def to_junit(report: ProgramReport, *, timestamp: datetime | None = None) -> str
     props = ET.SubElement(suite, "properties")
     for name, value in (("baseline", report.settings.baseline), ("treatment", report.settings.treatment or ""),
                         ("fix", report.settings.fix or ""), ("outputs", report.outputs)):
-        ET.SubElement(props, "property", name=name, value=value)
+        ET.SubElement(props, "property", name=name, value=xml_text(value))
     failures = 0
     for c in report.checks:
         seconds = (report.treatment.median_step_ms or 0.0) / 1e3 if c.number == 4 else 0.0
-        case = ET.SubElement(suite, "testcase", name=f"{c.number} {c.name}", classname="verify.program",
+        case = ET.SubElement(suite, "testcase", name=xml_text(f"{c.number} {c.name}"), classname="verify.program",
                              time=f"{seconds:.6f}")
         if not c.passed:
             failures += 1
             message = f"{c.figure}: {c.detail}" if c.detail else c.figure
-            ET.SubElement(case, "failure", message=message, type="verify").text = message
-        ET.SubElement(case, "system-out").text = f"{c.figure}" + (f"\n{c.detail}" if c.detail else "")
+            ET.SubElement(case, "failure", message=xml_text(message), type="verify").text = xml_lines(message)
+        ET.SubElement(case, "system-out").text = xml_lines(f"{c.figure}" + (f"\n{c.detail}" if c.detail else ""))
     suite.set("tests", str(len(report.checks)))
     suite.set("failures", str(failures))
     suite.set("time", f"{report.elapsed_s:.3f}")
@@ -168,5 +178,6 @@ def to_terminal(report: ProgramReport) -> RenderableType:
     for op in report.removed_ops[:REMOVED_ROWS]:
         parts.append(Text(f"  gone: {op.module}/{op.op} {fmt_shape(op.shape)}: {fmt_ms(op.time_per_step_us)}/step"
                           + (f" ({op.code})" if op.code else ""), style="dim"))
+    parts += [Text(f"  {line}", style="dim") for line in peak_changes(report.baseline_hlo, report.treatment_hlo)]
     parts += [Text(f"note: {note}", style="dim") for note in report.notes]
     return Group(*parts)

@@ -8,6 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from hlo_doctor.core.escape.markdown import md_cell
 from hlo_doctor.verify.tpu_inference.results import TargetReport
 
 __all__ = ["JSON_SCHEMA", "to_json", "to_markdown", "to_terminal"]
@@ -38,7 +39,7 @@ def to_markdown(report: TargetReport) -> str:
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|")
+    return md_cell(text)
 
 
 def to_terminal(report: TargetReport) -> RenderableType:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.regular import open_regular
 from hlo_doctor.trace.columns import Vocabulary
 from hlo_doctor.trace.conventions import COMPILE_MARKERS, EXECUTE_MARKER
 from hlo_doctor.trace.json_decode import (
@@ -50,6 +51,11 @@ INFO_KEYS = ("hlo_op", "hlo_module", "long_name", "program_id", "module")
 op's ``source`` and ``source_stack`` are kept once per tuple (:attr:`EventFile.sources`)."""
 _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _WINDOW = 1 << 16  # bytes decoded to text for one value read on its own (grown while it runs past)
+MAX_EVENT_BYTES = 64 << 20
+"""The longest event (or other value) a trace JSON may hold. Real events are a few hundred bytes (an op's
+whole Python stack: a few KiB); a longer one is an input error, so that one event with a 4 GiB name in
+a small ``.json.gz`` is refused after reading 64 MiB of it instead of filling the memory (and each
+search for the next event's start scans at most this much)."""
 _NO_INFO = (None,) * len(INFO_KEYS)
 _INF, _NAN = math.inf, math.nan
 _UNREAD = object()
@@ -95,11 +101,16 @@ class EventFile:
     def _bad(self, what: str) -> InputError:
         return InputError(f"{self.origin}: {what}", HINT)
 
+    def _too_long(self) -> InputError:
+        return self._bad(f"an event or value longer than {MAX_EVENT_BYTES >> 20} MiB (real events are a few "
+                         "KiB): not a trace this tool reads")
+
     def read(self) -> EventFile:
         try:
-            with self.path.open("rb") as raw:
-                gz = raw.read(2) == b"\x1f\x8b"
-            fh: BinaryIO = open_gzip(self.path) if gz else self.path.open("rb")
+            raw = open_regular(self.path, HINT)  # a FIFO planted as a trace would block forever
+            gz = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            fh: BinaryIO = open_gzip(raw) if gz else raw
             with fh:
                 self._parse(fh)
         except GZIP_ERRORS as exc:
@@ -159,6 +170,8 @@ class EventFile:
         more of the file read, while the value runs past it)."""
         size = _WINDOW
         while True:
+            if size > 4 * MAX_EVENT_BYTES or len(self.buf) - self.pos > MAX_EVENT_BYTES + _CHUNK:
+                raise self._too_long()
             try:
                 value, self.pos = decode_value(self.buf, self.pos, size, eof=self.eof)
                 return value
@@ -214,6 +227,8 @@ class EventFile:
                 except (ValueError, RecursionError):
                     no_batch_until = cut
             if batch is None:
+                if cut <= self.pos and len(self.buf) - self.pos > MAX_EVENT_BYTES:
+                    raise self._too_long()
                 if cut <= self.pos and self.pos > no_batch_until and self._more():
                     continue  # the one event left is cut off by the chunk's end: read on first
                 batch = [from_value(self._value())]

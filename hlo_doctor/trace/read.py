@@ -13,40 +13,34 @@ from pathlib import Path
 
 import numpy as np
 
-from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.errors import InputError, NoOpsError
 from hlo_doctor.trace.columns import OpColumns
 from hlo_doctor.trace.compiles import annotate_compiles
 from hlo_doctor.trace.conventions import device_plane_backend, read_host_plane
 from hlo_doctor.trace.device import DevicePlaneReader
+from hlo_doctor.trace.locate import XPLANE_SUFFIX, locate_capture
 from hlo_doctor.trace.model import CompileEvent, ModuleProto, OpEvents, StepMark, Trace
 from hlo_doctor.trace.peaks import DevicePeaks, peaks_from_plane
 from hlo_doctor.trace.stream import XSpaceFile
 from hlo_doctor.trace.xspace import METADATA_PLANE, XPlane, metadata_plane_modules, stat_items, stat_names
 
-XPLANE_SUFFIX = ".xplane.pb"
-
 
 def find_xplanes(path: Path) -> list[Path]:
-    """The xplane files of one capture: ``path`` itself, or the newest run under ``plugins/profile``.
-
-    A directory may be an hlo-doctor run directory, a TensorBoard/xprof log directory (several runs:
-    the newest by name wins, as xprof names them by time) or one run folder holding one file per host.
+    """The xplane files of one capture: ``path`` itself, or the host files of the one capture in the
+    folder (:func:`~hlo_doctor.trace.locate.locate_capture`: a doctor or verify folder's baseline; a
+    folder with several captures and no baseline is refused, naming them).
     """
-    if not path.exists():
-        raise InputError(f"{path}: no such file or directory",
-                         "pass a run directory from 'hlo-doctor profile' or an .xplane.pb file")
     if path.is_file():
         return [path]
-    direct = sorted(path.glob(f"*{XPLANE_SUFFIX}"))
-    if direct:
-        return direct
-    runs = sorted({p.parent for p in path.glob(f"**/plugins/profile/*/*{XPLANE_SUFFIX}")},
-                  key=lambda p: (p.name, str(p)))
-    if not runs:
-        raise InputError(f"{path}: no plugins/profile/<run>/*{XPLANE_SUFFIX} inside",
+    where = locate_capture(path)
+    if where.kind not in ("run", "xplane"):
+        raise InputError(f"{path}: no .xplane.pb inside (it holds {_KIND_WORDS.get(where.kind, where.kind)})",
                          "pass a run directory from 'hlo-doctor profile', an xprof/TensorBoard log "
                          "directory or an .xplane.pb file")
-    return sorted(runs[-1].glob(f"*{XPLANE_SUFFIX}"))
+    return list(where.files)
+
+
+_KIND_WORDS = {"export": "an op-stats export", "hlo": "HLO text only", "trace-json": "a trace JSON"}
 
 
 def host_of(path: Path | str) -> str:
@@ -187,7 +181,7 @@ def combine_hosts(reads: list[HostRead], ops: OpEvents) -> Trace:
     """
     if not sum(r.ops for r in reads):
         where = ", ".join(r.path for r in reads)
-        raise InputError(f"{where}: the trace has no HLO op events",
+        raise NoOpsError(f"{where}: the trace has no HLO op events",
                          "profile a window in which compiled JAX code runs (block on the results "
                          "inside the traced steps)")
     named: dict[int, str] = {}

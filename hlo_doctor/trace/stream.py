@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,16 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.regular import open_regular
+from hlo_doctor.trace.wire import (
+    EventColumns,
+    Unread,
+    check_framed,
+    decode_events,
+    framed,
+    packed,
+    varint_sizes,
+)
 from hlo_doctor.trace.xspace import XLINE, XLINE_SPLIT, XPLANE_HEAD
 
 CHUNK_BYTES = 4 << 20
@@ -49,14 +60,6 @@ def _varint(buf: bytes | memoryview, i: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise ValueError("varint longer than 64 bits")
-
-
-def _varint_sizes(values: np.ndarray) -> np.ndarray:
-    """Bytes of the varint of each value."""
-    sizes = np.ones(len(values), np.int64)
-    for k in range(1, 10):
-        sizes += values >= (1 << (7 * k))
-    return sizes
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +192,11 @@ class LineRef:
         return int(self._whole().duration_ps if self._head.duration_ps == 0 else self._head.duration_ps)
 
     @property
+    def wire_bytes(self) -> int:
+        """The line's size in the file (its events' bytes, mostly)."""
+        return self._length
+
+    @property
     def events(self) -> Iterator[Any]:
         """The line's ``XEvent`` messages in order; each iteration reads them again from disk."""
         # chain: one Python step per chunk, not per event (a line holds up to millions of events).
@@ -213,12 +221,42 @@ class LineRef:
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
             yield _parse(XLINE, source.read_at(self._offset + a, b - a), source, where).events
 
+    def event_columns(self, off_id: int, dur_id: int, op_ids: dict[int, str],
+                      snames: dict[int, str]) -> Iterator[EventColumns]:
+        """The line's events as columns, a chunk of about :data:`CHUNK_BYTES` at a time, decoded from
+        their wire bytes (:mod:`hlo_doctor.trace.wire`); :class:`~hlo_doctor.trace.wire.Unread` where
+        the protobuf runtime must read them instead (nothing is yielded after it)."""
+        source, where = self._source, f"line {self.name}"
+        if self._length <= CHUNK_BYTES:
+            raw = _parse(XLINE_SPLIT, source.read_at(self._offset, self._length), source, where).raw_events
+            sizes = np.fromiter(map(len, raw), np.int64, len(raw))
+            starts, ends = packed(sizes)
+            yield decode_events(b"".join(raw), starts, ends, off_id, dur_id, op_ids, snames)
+            return
+        data = source.read_at(self._offset, self._length)
+        split = _parse(XLINE_SPLIT, data, source, where)
+        sizes = np.fromiter(map(len, split.raw_events), np.int64, len(split.raw_events))
+        del split
+        bounds = self._chunks(data, sizes)
+        del data
+        if bounds is None:
+            raise Unread("events interleaved with other fields")
+        _, all_ends = framed(self._events_at, sizes)
+        cut = np.searchsorted(all_ends, np.asarray(bounds[1:-1], np.int64), side="right")
+        firsts = [0, *cut.tolist(), len(sizes)]
+        for (a, b), (k0, k1) in zip(zip(bounds[:-1], bounds[1:], strict=True),
+                                    zip(firsts[:-1], firsts[1:], strict=True), strict=True):
+            chunk = source.read_at(self._offset + a, b - a)
+            starts, ends = framed(0, sizes[k0:k1])
+            check_framed(chunk, starts, ends, _EVENT_TAG)
+            yield decode_events(chunk, starts, ends, off_id, dur_id, op_ids, snames, base=k0)
+
     def _chunks(self, data: bytes, sizes: np.ndarray) -> list[int] | None:
         """Offsets (in the line) that cut its events into chunks of about :data:`CHUNK_BYTES`; None
         when the events are not one run of fields (each cut is checked against the data)."""
         if not len(sizes):
             return [self._events_at, self._events_at]
-        ends = self._events_at + np.cumsum(sizes + 1 + _varint_sizes(sizes))
+        ends = self._events_at + np.cumsum(sizes + 1 + varint_sizes(sizes))
         starts = np.r_[self._events_at, ends[:-1]]
         picks = np.unique(np.searchsorted(ends, np.arange(self._events_at + CHUNK_BYTES, int(ends[-1]),
                                                           CHUNK_BYTES)))
@@ -281,8 +319,8 @@ class XSpaceFile:
             f, size = io.BytesIO(source), len(source)
         else:
             try:
-                f = source.open("rb")
-                size = source.stat().st_size
+                f = open_regular(source)  # a FIFO planted as an xplane would block forever
+                size = os.fstat(f.fileno()).st_size
             except OSError as exc:
                 raise InputError(f"{self.origin}: cannot read ({exc.strerror})",
                                  "check the path and permissions") from exc

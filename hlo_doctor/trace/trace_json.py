@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.errors import NoOpsError
 from hlo_doctor.trace.columns import OpColumns
 from hlo_doctor.trace.compiles import annotate_compiles
 from hlo_doctor.trace.conventions import COMPILE_MARKERS, device_plane_backend, split_module, split_op_text
@@ -343,7 +343,7 @@ class _Builder:
     def trace(self, paths: Sequence[Path]) -> Trace:
         """The :class:`Trace` of the files added; :class:`InputError` when they hold no op events."""
         if not len(self.cols):
-            raise InputError(f"{', '.join(str(p) for p in paths)}: no HLO op events (no XLA Ops events on a "
+            raise NoOpsError(f"{', '.join(str(p) for p in paths)}: no HLO op events (no XLA Ops events on a "
                              "device, no events with an hlo_op arg)",
                              "pass the trace of a window in which compiled JAX code ran; xprof's streaming "
                              "export (trace_viewer@) drops the args: export with trace_viewer")

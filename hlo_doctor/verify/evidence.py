@@ -21,7 +21,12 @@ def hlo_evidence(run_dir: Path, *, select: Sequence[str] = HLO_RULES) -> HloEvid
 
     ctx = load_context(run_dir)
     diagnosis = diagnose(ctx, load_rulebook(), select=select)
+    peaks: dict[str, int] = {}
+    for p in ctx.memory.step_programs if ctx.memory is not None else ():
+        if not p.error:
+            peaks[p.module] = max(peaks.get(p.module, 0), p.peak_bytes)
     return HloEvidence(
         run_dir=str(run_dir), findings=diagnosis.findings, rules_run=diagnosis.rules_run,
         argmax_reads=argmax_reads(ctx), step_time_us=diagnosis.step_time_us, argmax_times=argmax_times(ctx),
+        peaks=tuple(sorted(peaks.items(), key=lambda kv: -kv[1])),
     )

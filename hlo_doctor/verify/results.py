@@ -66,12 +66,16 @@ class HloEvidence:
     """Non-empty when the capture or the diagnosis failed (the check then fails with this reason)."""
     argmax_times: tuple[tuple[str, float], ...] = ()
     """(module, time per step in us) of the entry op holding each argmax, from the op stats."""
+    peaks: tuple[tuple[str, int], ...] = ()
+    """(module, peak bytes) of each program of the capture's steps (the largest of a module's
+    compiles), from the buffer assignments the backend compiled: what the side holds at once."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_dir": self.run_dir, "findings": [f.to_dict() for f in self.findings],
             "rules_run": list(self.rules_run), "argmax_reads": list(self.argmax_reads),
             "argmax_times_us": dict(self.argmax_times), "step_time_us": self.step_time_us, "error": self.error,
+            "peak_bytes": dict(self.peaks),
         }
 
 

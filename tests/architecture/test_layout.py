@@ -50,7 +50,8 @@ def stage_graph() -> dict[str, set[str]]:
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(PACKAGE)
         stage = rel.parts[0].removesuffix(".py")
-        if stage in ("__init__", "engine") or path.name.endswith("_pb2.py"):
+        # ``python -m hlo_doctor`` (__main__) is an entry point like the console script: it imports the CLI.
+        if stage in ("__init__", "__main__", "engine") or path.name.endswith("_pb2.py"):
             continue
         graph[stage]
         for module in _imports(path):

@@ -32,19 +32,23 @@ def test_diagnose_piped_is_one_line_per_finding() -> None:
     assert r.exit_code == 0
     lines = r.stderr.splitlines()
     # The engine trace's sources are this checkout's engine files: relative paths, ruff-style.
-    assert "hlo_doctor/engine/runner.py:135: HD003 [high] program jit_convert_element_type" in r.stderr
+    assert "hlo_doctor/engine/runner.py:148: HD003 [high] program jit_convert_element_type" in r.stderr
+    # The first line says which file was read (relative to the working folder).
+    (xplane,) = ENGINE.glob("plugins/profile/*/*.xplane.pb")
+    assert lines[0] == f"capture: {os.path.relpath(xplane)}"
     summary = next(i for i, line in enumerate(lines) if line.endswith("is recoverable"))
-    assert summary >= 2 and all(line.startswith(("hlo_doctor/engine/", "HD0")) for line in lines[:summary])
+    assert summary >= 3 and all(line.startswith(("hlo_doctor/engine/", "HD0")) for line in lines[1:summary])
     # After the summary: the fix's net promise where a what-if run priced its cost on this machine
-    # (the capture's jax is this one's), then the note on compiler-inserted ops (no source line).
-    assert all(line.startswith(("cpu: ", "fix bf16-greedy-sampler: ")) for line in lines[summary + 1:])
-    assert lines[-1].startswith("cpu: ")
+    # (the capture's jax is this one's), the note on compiler-inserted ops (no source line), and what
+    # the what-if measured here or reused.
+    assert all(line.startswith(("cpu: ", "fix bf16-greedy-sampler: ", "what-if: ")) for line in lines[summary + 1:])
+    assert lines[-1].startswith(("cpu: ", "what-if: "))
 
 
 def test_diagnose_github_annotations_by_default_under_actions() -> None:
     r = _run(["diagnose", str(ENGINE)], env={"GITHUB_ACTIONS": "true"})
     annotations = r.stdout.splitlines()
-    assert annotations[0].startswith("::error file=hlo_doctor/engine/runner.py,line=135,title=HD003")
+    assert annotations[0].startswith("::error file=hlo_doctor/engine/runner.py,line=148,title=HD003")
     assert annotations[-1].startswith("::notice title=hlo-doctor diagnose::") and "findings" in annotations[-1]
     # Seed trace: sources of a machine this checkout does not mirror: annotations without a file.
     seed = _run(["diagnose", str(SEED), "--format", "github"]).stdout
@@ -115,9 +119,11 @@ def test_every_help_has_an_example(command: tuple[str, ...]) -> None:
     assert r.exit_code == 0 and re.search(r"Examples:\n\s+hlo-doctor ", r.stdout)
 
 
-def test_plain_progress_one_line_per_stage_change() -> None:
+def _plain_lines(calls: list[tuple[float, str, int, int]], interval_s: float = 15.0) -> list[str]:
+    """The lines :func:`plain_progress` prints for ``(time, stage, done, total)`` updates, on a clock
+    that reads each update's time (0.0 at the start); the timer thread is off."""
     lines: list[str] = []
-    ticks = iter([0.0, 1.5, 2.5, 3.0, 9.5])  # read at the start and at each line
+    now = [0.0]
     from hlo_doctor.cli import progress as mod
 
     def record(text: str, **_: object) -> None:
@@ -126,16 +132,52 @@ def test_plain_progress_one_line_per_stage_change() -> None:
     original = mod.console.print
     mod.console.print = record  # type: ignore[method-assign]
     try:
-        with plain_progress({"warmup": "warm-up"}, clock=lambda: next(ticks)) as update:
-            update("warmup", 0, 3)
-            update("warmup", 1, 3)
-            update("warmup", 3, 3)
-            update("capture", 0, 10)
-            update("capture", 10, 10)
+        with plain_progress({"warmup": "warm-up"}, clock=lambda: now[0], interval_s=interval_s,
+                            timer=False) as update:
+            for t, stage, done, total in calls:
+                now[0] = t
+                update(stage, done, total)
     finally:
         mod.console.print = original  # type: ignore[method-assign]
+    return lines
+
+
+def test_plain_progress_one_line_per_stage_change() -> None:
+    lines = _plain_lines([(1.5, "warmup", 0, 3), (2.0, "warmup", 1, 3), (2.5, "warmup", 3, 3),
+                          (3.0, "capture", 0, 10), (9.5, "capture", 10, 10)])
     assert lines == ["[    1.5s] warm-up 0/3", "[    2.5s] warm-up 3/3 done", "[    3.0s] capture 0/10",
                      "[    9.5s] capture 10/10 done"]
+
+
+def test_plain_progress_says_what_is_left_every_interval() -> None:
+    # 12 rounds of 20 s: a line at most every 15 s (here at each round past the interval), with the
+    # time left at the pace so far; a stage run again after it finished starts over.
+    calls = [(0.0, "rounds", 0, 12)] + [(20.0 * k, "rounds", k, 12) for k in range(1, 13)]
+    lines = _plain_lines([*calls, (250.0, "warmup", 0, 2), (251.0, "warmup", 2, 2), (252.0, "warmup", 0, 2)])
+    assert lines[0] == "[    0.0s] rounds 0/12"
+    assert lines[1] == "[   20.0s] rounds 1/12, ~4 min left"     # 11 rounds at 20 s: 220 s
+    assert lines[9] == "[  180.0s] rounds 9/12, ~60 s left"
+    assert lines[11] == "[  220.0s] rounds 11/12, ~20 s left"
+    assert lines[12] == "[  240.0s] rounds 12/12 done"
+    assert lines[13:] == ["[  250.0s] warm-up 0/2", "[  251.0s] warm-up 2/2 done", "[  252.0s] warm-up 0/2"]
+    # Updates closer together than the interval print nothing between the start and the end.
+    fast = _plain_lines([(0.0, "rounds", 0, 4), (5.0, "rounds", 1, 4), (10.0, "rounds", 2, 4), (16.0, "rounds", 3, 4),
+                         (18.0, "rounds", 4, 4)])
+    assert fast == ["[    0.0s] rounds 0/4", "[   16.0s] rounds 3/4, ~5 s left", "[   18.0s] rounds 4/4 done"]
+
+
+def test_progress_interval_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hlo_doctor.cli.progress import INTERVAL_ENV, progress_interval
+    from hlo_doctor.core.errors import InputError
+
+    monkeypatch.delenv(INTERVAL_ENV, raising=False)
+    assert progress_interval() == 15.0
+    monkeypatch.setenv(INTERVAL_ENV, "2.5")
+    assert progress_interval() == 2.5
+    for bad in ("0", "-1", "soon", "nan"):
+        monkeypatch.setenv(INTERVAL_ENV, bad)
+        with pytest.raises(InputError, match=INTERVAL_ENV):
+            progress_interval()
 
 
 @pytest.mark.parametrize(("env", "coloured"), [({"FORCE_COLOR": "1"}, True),
@@ -155,8 +197,8 @@ def test_gate_annotations_under_github_actions() -> None:
     assert r.exit_code == 1
     lines = r.stdout.splitlines()
     assert lines[0].startswith("::error file=hlo_doctor/engine/compilation_manager.py,line=103,title=hlo-doctor gate%3A new-op::")
-    assert lines[-1] == "::notice title=hlo-doctor gate::FAIL: 2 regressions"
-    assert "hlo-doctor gate: FAIL: 2 regressions" in r.stderr  # the table is still in the log
+    assert lines[-1] == "::notice title=hlo-doctor gate::FAIL: 4 regressions"  # 2 new ops, 2 peaks
+    assert "hlo-doctor gate: FAIL: 4 regressions" in r.stderr  # the table is still in the log
 
 
 def test_a_what_if_run_prints_nothing_of_xlas_own(tmp_path: Path) -> None:

@@ -70,6 +70,8 @@ def test_table_format_to_a_file_is_plain_text(tmp_path: Path) -> None:
     code, out, err = _gate(FIXED, ORIGINAL_A, "--output", target, "--rows", "3")
     assert code == 1 and out == ""
     text = target.read_text()
-    assert text.startswith("hlo-doctor gate: FAIL: 2 regressions\n")
+    # two new ops (time) and two programs whose peak grew (memory)
+    assert text.startswith("hlo-doctor gate: FAIL: 4 regressions\n")
     assert "FAIL [new-op] new aliasing copy copy f32[64,256000]{1,0} in jit_sample" in text
+    assert "FAIL [peak-memory] jit_sample peak 31.3 MiB -> 125.0 MiB" in text
     assert "\x1b[" not in text  # no terminal colour codes in a file

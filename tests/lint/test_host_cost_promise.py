@@ -49,9 +49,15 @@ def _host_by_line(ctx: Context) -> dict[str, float]:
     return out
 
 
-def _named_lines(findings: list[Finding]) -> set[str]:
-    """The findings' first frames as the breakdown names a line (``runner.py:135 _sample_from_logits``)."""
-    return {f"{os.path.basename(f.stack[0][0])}:{f.stack[0][1]} {f.stack[0][2]}" for f in findings if f.stack}
+def _named_lines(findings: list[Finding]) -> set[tuple[str, str]]:
+    """The findings' first frames as (file, function): the breakdown names a line by the tracer's
+    frame (``runner.py:135 _sample_from_logits``, the function's first line), a finding by its call's."""
+    return {(os.path.basename(f.stack[0][0]), f.stack[0][2]) for f in findings if f.stack}
+
+
+def _frame_of(where: str) -> tuple[str, str]:
+    head, _, function = where.partition(" ")
+    return head.rpartition(":")[0] or head, function
 
 
 def _measured_saving(original: Context, fixed: Context, findings: list[Finding]) -> float:
@@ -59,7 +65,7 @@ def _measured_saving(original: Context, fixed: Context, findings: list[Finding])
     assert original.breakdown is not None and fixed.breakdown is not None
     before, after = _host_by_line(original), _host_by_line(fixed)
     named = _named_lines(findings)
-    untouched = sum(after[w] - before[w] for w in set(before) & set(after) if w and w not in named)
+    untouched = sum(after[w] - before[w] for w in set(before) & set(after) if w and _frame_of(w) not in named)
     return original.breakdown.wall_us - fixed.breakdown.wall_us + untouched
 
 
@@ -90,14 +96,14 @@ def test_engine_fix_changes_the_step_by_less_than_the_noise_of_the_lines_it_leav
 def test_hd003_names_the_line_that_runs_the_eager_op_each_step() -> None:
     f = _one("gpu_h200_original", "HD003")
     # The program's HLO keeps the warm-up's stack; the Python tracer names the step's caller.
-    assert f.source.endswith("hlo_doctor/engine/runner.py:135")
-    assert f.stack[0][1:] == (135, "_sample_from_logits")
+    assert f.source.endswith("hlo_doctor/engine/runner.py:148")
+    assert f.stack[0][1:] == (148, "_sample_from_logits")  # the astype, not the def at 135
     assert f.stack[1][2] == "CompilationManager._precompile_logits_cast"
-    assert ("an eager astype called each step from _sample_from_logits (hlo_doctor/engine/runner.py:135; "
+    assert ("an eager astype called each step from _sample_from_logits (hlo_doctor/engine/runner.py:148; "
             "first traced at hlo_doctor/engine/compilation_manager.py:103)") in f.message
     assert "/srv/" not in f.message and f.fix == FIX
     h4 = _one("gpu_h200_original", "HD004")
-    assert "called each step from _sample_from_logits (hlo_doctor/engine/runner.py:135" in h4.message
+    assert "called each step from _sample_from_logits (hlo_doctor/engine/runner.py:148" in h4.message
     assert "/srv/" not in h4.message
 
 

@@ -37,7 +37,7 @@ from hlo_doctor.lint.host_cost import call_cost  # noqa: E402
 from hlo_doctor.lint.promise import fix_cost  # noqa: E402
 from hlo_doctor.lint.runner import total_recoverable  # noqa: E402
 from hlo_doctor.lint.runtime_gaps import runtime_gaps  # noqa: E402
-from hlo_doctor.lint.whatif import narrow_read, refusal  # noqa: E402
+from hlo_doctor.lint.whatif import Refused, narrow_read, refusal  # noqa: E402
 from hlo_doctor.trace import find_xplanes  # noqa: E402
 
 _PROGRAM = '''\
@@ -163,9 +163,11 @@ def test_what_if_runs_only_where_asked_and_where_it_stands_for_the_capture(ctx: 
     older = refusal(replace(asked, versions=(("jax_version", "0.4.1"), ("jaxlib_version", "0.4.1"))))
     assert "0.4.1" in older and jax.__version__ in older
     assert refusal(replace(asked, versions=())) == "the capture names no jax version"
-    # What it cannot build it does not guess.
-    assert narrow_read("top-k", (4, 64), (1,), "f32", "bf16") is None
-    assert narrow_read("argmax", (4, 64, 8), (1, 2), "f32", "bf16") is None
+    # What it cannot build it does not guess: it says why, in one line.
+    for refused in (narrow_read("top-k", (4, 64), (1,), "f32", "bf16"),
+                    narrow_read("argmax", (4, 64, 8), (1, 2), "f32", "bf16"),
+                    narrow_read("argmax", (1 << 16, 1 << 16), (1,), "f32", "bf16")):
+        assert isinstance(refused, Refused) and refused.reason and "\n" not in refused.reason
 
 
 def test_hd004_is_priced_by_the_what_if_and_the_fix_promise_nets_its_cost(ctx: Context) -> None:
@@ -177,7 +179,8 @@ def test_hd004_is_priced_by_the_what_if_and_the_fix_promise_nets_its_cost(ctx: C
     extra = dict(hd004.extra)
     ratio = extra["what_if_ratio"]
     timing = ctx.op_timing(hd004.module, hd004.op)
-    assert timing is not None and ratio > 0 and "median of" in extra["what_if"]
+    assert timing is not None and ratio > 0 and extra["measured"] in extra["what_if"]
+    assert extra["measured"].startswith("measured here ") and f"{extra['measured_reps']} runs each" in extra["measured"]
     if ratio < 1.0:  # the narrow read is faster here: that share of the op's time is recovered
         assert hd004.recoverable_us == pytest.approx(timing.time_per_step_us * (1.0 - ratio), rel=2e-3)
         assert "fix_cost_us" not in extra
@@ -188,8 +191,12 @@ def test_hd004_is_priced_by_the_what_if_and_the_fix_promise_nets_its_cost(ctx: C
     (promise,) = [p for p in result.fixes if p.fix == hd004.fix]
     mine = [f for f in result.findings if f.fix == hd004.fix]
     assert promise.recoverable_us == pytest.approx(total_recoverable(mine))
-    assert promise.net_us == pytest.approx(total_recoverable(mine) - fix_cost(mine))
-    assert ("fixes" in result.to_dict()) and (bool(result.fixes_line()) == (promise.cost_us > 0))
+    assert promise.model_us == pytest.approx(total_recoverable(mine) - fix_cost(mine))
+    # The promise is the model's figure unless a replay of the capture's programs measured it here.
+    m = promise.replay
+    assert promise.net_us == (promise.model_us if m is None else m.promise_us if m.significant else 0.0)
+    assert ("fixes" in result.to_dict()) and bool(result.fixes_line())
+    assert m is not None or extra["measured"] in result.fixes_line()
 
 
 def test_the_reports_page_tabulates_each_fixs_promise(ctx: Context) -> None:
@@ -198,12 +205,14 @@ def test_the_reports_page_tabulates_each_fixs_promise(ctx: Context) -> None:
 
     doc = diagnose(replace(ctx, what_if=True), load_rulebook()).to_dict()
     tables = [i for i in ops_section(None, doc).items if isinstance(i, Table) and i.id == "table-fixes"]
-    costly = [p for p in doc["fixes"] if p["cost_us"] > 0]
-    # The table is there exactly when a what-if priced a cost, with every figure of the JSON.
-    assert len(tables) == (1 if costly else 0)
+    priced = [p for p in doc["fixes"] if p["cost_us"] > 0 or p["measured"]]
+    # The table is there exactly when a what-if priced the fix, with every figure of the JSON and
+    # what was measured here (when, runs, interval).
+    assert len(tables) == (1 if priced else 0)
     if tables:
-        assert [[c.value for c in r] for r in tables[0].rows] == [
-            [p["fix"], p["findings"], p["recoverable_us"], p["cost_us"], p["net_us"]] for p in doc["fixes"]]
+        assert [[c.value for c in r][:5] + [r[6].value, r[7].value] for r in tables[0].rows] == [
+            [p["fix"], p["findings"], p["recoverable_us"], p["cost_us"], p["net_us"], p["verdict"],
+             "; ".join(p["measured"]) or None] for p in doc["fixes"]]
     plain = [i for i in ops_section(None, diagnose(ctx, load_rulebook()).to_dict()).items
              if isinstance(i, Table) and i.id == "table-fixes"]
     assert plain == []

@@ -178,16 +178,23 @@ def test_profile_target_that_does_not_import(tmp_path: Path) -> None:
         _assert_no_run_left(out)
 
 
-def test_profile_target_without_hlo_ops(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("func", "needle"), [
+    ("step", "no compiled JAX op ran in its 2 traced step(s) - profile a function that runs jitted"),
+    ("step_none", "returned None in each of its 2 traced step(s), and no compiled JAX op ran inside them - "
+                  "return the arrays the step computes"),
+])
+def test_profile_target_without_hlo_ops(tmp_path: Path, func: str, needle: str) -> None:
     # A process of its own: in this one, work that earlier tests dispatched asynchronously can still
     # be running on XLA's thread pool while the trace is on, and its ops would land in the capture.
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "hlo_doctor.cli", "profile", f"{PROGRAMS / 'no_ops_step.py'}:step",
+    proc = subprocess.run([sys.executable, "-m", "hlo_doctor.cli", "profile", f"{PROGRAMS / 'no_ops_step.py'}:{func}",
                            "--out", str(out), "--steps", "2", "--warmup", "0"],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "no HLO op events" in errors[0], proc.stderr
+    assert len(errors) == 1 and needle in errors[0], proc.stderr
+    # Said of the target: not of the trace file in the staged folder, which is gone.
+    assert ".partial-" not in errors[0] and "xplane.pb" not in errors[0], errors[0]
     _assert_no_run_left(out)
 
 
@@ -216,7 +223,7 @@ def test_stats_bad_inputs(sampler_run: tuple[Path, dict], tmp_path: Path) -> Non
     (tmp_path / "noplanes.xplane.pb").write_bytes(b"\x22\x04host")
     _assert_one_line_error(_invoke("stats", str(tmp_path / "noplanes.xplane.pb")), "holds no planes")
     (tmp_path / "dir").mkdir()
-    _assert_one_line_error(_invoke("stats", str(tmp_path / "dir")), "no plugins/profile")
+    _assert_one_line_error(_invoke("stats", str(tmp_path / "dir")), "no trace inside (no .xplane.pb")
     (tmp_path / "bad.json").write_text("{}")
     _assert_one_line_error(_invoke("stats", str(tmp_path / "bad.json")), "not an hlo-doctor opstats export")
 

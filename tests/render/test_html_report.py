@@ -46,9 +46,12 @@ def test_without_the_report_extra_report_says_which_extra_in_one_line(tmp_path: 
     code = ("import sys; sys.modules['vl_convert'] = None; from hlo_doctor.cli import main; "
             f"main(['report', {str(DATA)!r}, '-o', {str(tmp_path / 'r.html')!r}])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2, done.stderr
-    lines = [x for x in done.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and "pip install 'hlo-doctor[report]'" in lines[0], done.stderr
+    # A plain install writes the page with its tables and says, in one line, what draws the charts.
+    assert done.returncode == 0, done.stderr
+    said = [x for x in done.stderr.splitlines() if "pip install 'hlo-doctor[report]'" in x]
+    assert len(said) == 1 and said[0].startswith("charts not drawn (tables only)"), done.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert page.count("<table") >= 1 and "chart not drawn: pip install 'hlo-doctor[report]'" in html.unescape(page)
 
 
 def test_without_the_extra_a_folder_page_keeps_its_tables_and_names_the_extra() -> None:

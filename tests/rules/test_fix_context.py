@@ -128,7 +128,7 @@ def test_hd003_names_the_eager_call_first_traced() -> None:
     (f,) = [f for f in result.findings if f.code == "HD003"]
     # The line that runs it each step (the Python tracer's frame), and where the cached program was
     # first traced (the warm-up's line in its HLO).
-    assert "an eager astype called each step from _sample_from_logits (hlo_doctor/engine/runner.py:135; first " \
+    assert "an eager astype called each step from _sample_from_logits (hlo_doctor/engine/runner.py:148; first " \
            "traced at hlo_doctor/engine/compilation_manager.py:103): move it inside the jitted consumer" in f.message
     assert f.fix == "bf16-greedy-sampler"
 

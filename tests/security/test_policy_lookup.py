@@ -22,7 +22,7 @@ from hlo_doctor.gate.policy import find_policy_file
 REPO = Path(__file__).resolve().parents[2]
 FIXED = REPO / "sample_traces" / "engine_b64_fixed"
 ORIGINAL = REPO / "sample_traces" / "engine_b64_original_a"  # two new ops fail the default policy
-LAX = "[tool.hlo-doctor.gate]\nfail_on_new = []\nmax_step_regression_pct = 1000\n"
+LAX = "[tool.hlo-doctor.gate]\nfail_on_new = []\nmax_step_regression_pct = 1000\npeak_floor_bytes = 1099511627776\n"
 
 
 def gate(cwd: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:

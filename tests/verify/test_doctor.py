@@ -43,13 +43,35 @@ def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:
     (promise,) = [p for p in diagnosis["fixes"] if p["fix"] == "bf16-greedy-sampler"]
     assert est["promised_ms"] == promise["net_us"] / 1e3
     decode = verify["step"]["decode_step_ms"]
-    assert est["measured_decode_step_ms"] == decode["baseline"] - decode["treatment"]
-    assert est["promise_over_decode_step"] == est["promised_ms"] / est["measured_decode_step_ms"]
+    # The table's medians and the verdict's statistic, each labelled.
+    assert decode["medians_ratio"] == decode["treatment"] / decode["baseline"]
+    assert decode["ratio"] == verify["step_time"]["ratio"] and "trimmed means" in decode["ratio_of"]
+    if decode["significant"]:
+        assert est["measured_decode_step_ms"] == decode["baseline"] - decode["treatment"]
+        assert est["promise_over_decode_step"] == est["promised_ms"] / est["measured_decode_step_ms"]
+    else:  # a saving the paired rounds do not show is never "measured"
+        assert est["measured_decode_step_ms"] is None and est["promise_over_decode_step"] is None
+        assert est["decode_step"].startswith("no significant change (paired trimmed-mean ratio x")
+        assert f"the decode step: {est['decode_step']}" in result.stderr
+        assert "verify measured" not in result.stderr or "of the decode step" not in result.stderr
+    assert "verdict on the paired trimmed-mean ratio x" in result.stderr + (out / "verify.md").read_text()
     assert f"| promised (diagnose, from the baseline's capture) | {est['promised_ms']:,.1f} | - |" in report
     assert "estimate: diagnose promised " in result.stderr
     # The engine's own tree is never written.
     assert {p.name: p.read_bytes() for p in ENGINE.glob("*.py")} == before
     assert "doctor:" in result.stderr
+
+    # The folder is read as its baseline profile (not the treatment's capture under verify/), and
+    # every command says so first.
+    (xplane,) = (out / "profile").glob("plugins/profile/*/*.xplane.pb")
+    line = f"capture: {xplane} (the baseline profile of the doctor folder {out})"
+    again_diag = CliRunner().invoke(main, ["diagnose", str(out), "--no-what-if", "--format", "json"])
+    assert again_diag.exit_code == 0 and again_diag.stderr.splitlines()[0] == line
+    assert {"HD002", "HD003"} <= {f["code"] for f in json.loads(again_diag.stdout)["findings"]}
+    table = CliRunner().invoke(main, ["stats", str(out), "--top", "1"])
+    assert table.exit_code == 0 and table.stderr.splitlines()[:2] == [line, f"op stats {out / 'profile'}"]
+    treatment = CliRunner().invoke(main, ["diagnose", str(out / "verify")])
+    assert treatment.exit_code == 2 and "treatment-run" in treatment.stderr and "none of them its baseline" in treatment.stderr
 
     # A second run into the same folder replaces the earlier run's artifacts (and only those).
     (out / "keep.txt").write_text("mine")

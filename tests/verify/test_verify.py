@@ -115,6 +115,19 @@ def test_reports_render(fix_report: VerifyReport) -> None:
     assert "| profiled step ms |" in md and "| decode step ms |" in md
     assert doc["stopping"]["text"].startswith(("decided at round 5 (budget 0.001 s,", "budget spent at round 5 (budget 0.001 s,"))
     assert doc["step_time"]["method"] == "paired rounds"
+    # The medians in the table and the verdict's paired ratio beside them, each labelled as what it is.
+    st = fix_report.step_time
+    decode = doc["step"]["decode_step_ms"]
+    assert decode["ratio"] == st.ratio and decode["medians_ratio"] == pytest.approx(
+        st.candidate_median / st.baseline_median)
+    assert f"x{st.ratio:.3f} paired" in md
+    assert (f"decode step ms: medians {st.baseline_median:,.1f} -> {st.candidate_median:,.1f} "
+            f"(x{st.candidate_median / st.baseline_median:.3f}); verdict on the paired trimmed-mean ratio "
+            f"x{st.ratio:.3f}") in md
+    # Removed op time is summed over threads: labelled so, and flagged when it exceeds the step.
+    assert "| removed op ms/step |" in md
+    assert doc["removed_time_is"].startswith("op time summed over the threads")
+    assert ("more than the wall step" in doc["removed_time_is"]) == fix_report.removed_exceeds_step
 
 
 def _assert_fails_for_the_right_reason(report: VerifyReport) -> None:

@@ -32,6 +32,16 @@ if TYPE_CHECKING:
 
 __all__ = ["FIX", "EagerWidening"]
 
+_WIDENING_WORDS = ("widen", "convert", "astype", "upcast", "cast", "float32", "f32", "float64", "f64")
+
+
+def _describes_widening(comment: str) -> bool:
+    """Whether a comment speaks of a widening (``# eager widening convert``, ``# upcast to f32``): it
+    goes with the widening's line instead of moving above code that no longer widens."""
+    text = comment.lower()
+    return any(word in text for word in _WIDENING_WORDS)
+
+
 EXACT = frozenset({("bf16", "f32"), ("f16", "f32"), ("bf16", "f64"), ("f16", "f64"), ("f32", "f64")})
 
 
@@ -133,21 +143,32 @@ class EagerWidening(Codemod):
     def _drop(self, code: Code, stmt: cst.BaseSmallStatement, w: Widening,
               names: list[cst.Name]) -> dict[cst.CSTNode, Change] | None:
         if not names:
-            return {w.call: w.value}
+            return self._in_place(code, stmt, w)
         assert isinstance(stmt, cst.Assign)
         target = stmt.targets[0].target
         assert isinstance(target, cst.Name)
         if get_full_name_for_node(w.value) == target.value:
-            return remove_line(code, stmt) or {w.call: w.value}
+            return remove_line(code, stmt, describes=_describes_widening) or self._in_place(code, stmt, w)
         if isinstance(w.value, cst.Name):
             scope = scope_of(code, stmt)
             last = max(code.position(n) for n in names)
             rebound = any(u.kind != "load" and code.end_position(stmt) <= u.position <= last
                           for u in name_uses(code, scope, w.value.value))
-            removal = remove_line(code, stmt)
+            removal = remove_line(code, stmt, describes=_describes_widening)
             if not rebound and removal is not None:
                 return {**removal, **{n: cst.Name(w.value.value) for n in names}}
-        return {w.call: w.value}
+        return self._in_place(code, stmt, w)
+
+    def _in_place(self, code: Code, stmt: cst.BaseSmallStatement, w: Widening) -> dict[cst.CSTNode, Change]:
+        """The widening call replaced by its value where it stands; a trailing comment of that line
+        that speaks of the widening (``# widen for the sampler``) goes with it."""
+        changes: dict[cst.CSTNode, Change] = {w.call: w.value}
+        line = code.parent(stmt)
+        if isinstance(line, cst.SimpleStatementLine) and line.trailing_whitespace.comment is not None \
+                and _describes_widening(line.trailing_whitespace.comment.value):
+            newline = line.trailing_whitespace.newline
+            changes[line] = lambda node: node.with_changes(trailing_whitespace=cst.TrailingWhitespace(newline=newline))
+        return changes
 
 
 FIX = EagerWidening()

@@ -83,6 +83,14 @@ INVALID = (
     SourceExample(code=_ONLY_ARGMAX, line=12, hint=_BF16,
                   fixed=_ONLY_ARGMAX.replace("    logits = logits.astype(jnp.float32)\n", ""),
                   note="the jitted reader only argmaxes: the widening goes (the comment stays)"),
+    SourceExample(code=_ONLY_ARGMAX.replace("    # The model's logits are bf16.\n",
+                                            "    # The model's logits are bf16.\n    # eager widening convert\n"),
+                  line=13, hint=_BF16, fixed=_ONLY_ARGMAX.replace("    logits = logits.astype(jnp.float32)\n", ""),
+                  note="a comment that describes the widening goes with it; the one about the input stays"),
+    SourceExample(code=_WIDENS_INSIDE.replace("logprobs(logits.astype(jnp.float32))\n",
+                                              "logprobs(logits.astype(jnp.float32))  # widen for the log-softmax\n"),
+                  line=12, fixed=_WIDENS_INSIDE.replace("logprobs(logits.astype(jnp.float32))", "logprobs(logits)"),
+                  note="a trailing comment on the widening goes with it where the call is replaced in place"),
     SourceExample(code=_RETURNS_INPUT, line=12, hint=_BF16, safe=False, fixed=_RETURNS_INPUT.replace(
         '    """Greedy: the token and the logits."""\n',
         '    """Greedy: the token and the logits."""\n    logits = logits.astype(jnp.float32)\n').replace(

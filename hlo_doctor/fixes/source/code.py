@@ -142,8 +142,14 @@ class Plan:
     imports: tuple[str, ...] = ()
 
 
-def remove_line(code: Code, stmt: cst.BaseSmallStatement) -> dict[cst.CSTNode, Change] | None:
-    """Changes removing the line of ``stmt`` (its comments go to the next line); None when it cannot go."""
+def remove_line(code: Code, stmt: cst.BaseSmallStatement, *,
+                describes: Callable[[str], bool] | None = None) -> dict[cst.CSTNode, Change] | None:
+    """Changes removing the line of ``stmt`` (its comments go to the next line); None when it cannot go.
+
+    ``describes``: whether a comment above the line speaks of what the line did (a ``# widen to f32``
+    over a removed widening); such comments go with the line: moved to the next line they would
+    describe code that no longer does it.
+    """
     line = code.parent(stmt)
     block = code.parent(line) if line is not None else None
     if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
@@ -153,10 +159,12 @@ def remove_line(code: Code, stmt: cst.BaseSmallStatement) -> dict[cst.CSTNode, C
         return None
     changes: dict[cst.CSTNode, Change] = {line: cst.RemovalSentinel.REMOVE}
     i = body.index(line)
-    comments = [ln for ln in line.leading_lines if ln.comment is not None]
+    moved = list(line.leading_lines)
+    if describes is not None:
+        moved = [ln for ln in moved if ln.comment is None or not describes(ln.comment.value)]
+    comments = [ln for ln in moved if ln.comment is not None]
     if comments and i + 1 < len(body):
         nxt = body[i + 1]
-        moved = list(line.leading_lines)
         changes[nxt] = lambda node: node.with_changes(leading_lines=[*moved, *getattr(node, "leading_lines", ())])
     return changes
 

@@ -96,6 +96,15 @@ def _relative(path: Path, root: Path) -> str:
         return str(path)
 
 
+def _under(path: Path, root: Path) -> bool:
+    """Whether ``path``, links resolved, is ``root`` or below it."""
+    try:
+        path.resolve().relative_to(root.resolve())
+    except (ValueError, OSError, RuntimeError):
+        return False
+    return True
+
+
 def _sites(findings: Iterable[Finding], root: Path, out: FromRun) -> list[_Site]:
     by_key: dict[tuple[str, Path, int], _Site] = {}
     for f in findings:
@@ -110,6 +119,13 @@ def _sites(findings: Iterable[Finding], root: Path, out: FromRun) -> list[_Site]
             out.outcomes.append(Outcome(f.code, f.op, f.fix, "", "no-fix", f"{f.fix} no longer applies to its code"))
             continue
         path, line = site
+        path = path if path.is_absolute() else root / path
+        if not _under(path, root):
+            # The diagnosis is an artifact from elsewhere: whatever its fix site says, only files under
+            # the source root are ever written.
+            out.outcomes.append(Outcome(f.code, f.op, f.fix, str(path), "refused",
+                                        f"the fix site {path} is outside the source root {root.resolve()}"))
+            continue
         entry = catalog_entry(f.fix)
         hint = load_source_fix(f.fix).hint(f) if entry.scope == "file" else Hint()
         key = (f.fix, path.resolve(), line)

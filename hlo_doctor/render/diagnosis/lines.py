@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hlo_doctor.core.format import fmt_path, fmt_us, split_source
+from hlo_doctor.core.escape.terminal import term
+from hlo_doctor.core.format import fmt_path, fmt_us, recoverable_sum, split_source
 from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.render.github import annotation
@@ -40,7 +41,9 @@ def _what(f: Finding) -> str:
     bits = [x for x in (op, fmt_shape(f.shape)) if x]
     if f.time_per_step_us is not None:
         bits.append(f"{fmt_us(f.time_per_step_us)}/step")
-    return f" ({' '.join(bits)})" if bits else ""
+    what = f" ({' '.join(bits)})" if bits else ""
+    # The recoverable time with what it is made of: the same sum as every other view prints.
+    return what + (f"; recoverable {recoverable_sum(f)}" if f.parts else "")
 
 
 def to_concise(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
@@ -61,7 +64,9 @@ def to_concise(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
         lines.append(diagnosis.stage_line)
     if diagnosis.compile_line():
         lines.append(diagnosis.compile_line())
-    return "\n".join(lines) + "\n"
+    # One line each whatever the names hold: a newline or an escape sequence in a path, a module or an
+    # op name is shown, so no line of this output starts where a capture says.
+    return "\n".join(term(x) for x in lines) + "\n"
 
 
 def _level(severity: Severity) -> str:

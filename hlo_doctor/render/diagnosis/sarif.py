@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from hlo_doctor import __version__
-from hlo_doctor.core.format import fmt_path, split_source
+from hlo_doctor.core.format import fmt_path, recoverable_sum, split_source
 from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.hlo.frames import framework_of, module_of
 from hlo_doctor.render.locations import map_source
@@ -95,7 +95,7 @@ def fingerprint(f: Finding) -> str:
 def _result(f: Finding, rule_index: int, root: Path) -> dict[str, Any]:
     res: dict[str, Any] = {
         "ruleId": f.code, "ruleIndex": rule_index, "level": sarif_level(f.severity),
-        "message": {"text": f.message},
+        "message": {"text": f.message + (f" (recoverable {recoverable_sum(f)})" if f.parts else "")},
     }
     location: dict[str, Any] = {}
     logical: list[dict[str, Any]] = []
@@ -122,8 +122,9 @@ def _result(f: Finding, rule_index: int, root: Path) -> dict[str, Any]:
     props = {k: v for k, v in (
         ("shape", f.shape), ("program_id", f.program_id), ("time_per_step_us", f.time_per_step_us),
         ("pct_of_step", f.pct_of_step), ("bytes_accessed", f.bytes_accessed),
-        ("recoverable_us", f.recoverable_us), ("fix", f.fix), ("source", f.source), ("evidence", list(f.evidence)),
-    ) if v not in (None, "", [])}
+        ("recoverable_us", f.recoverable_us), ("recoverable_parts_us", dict(f.parts)),
+        ("recoverable", recoverable_sum(f) if f.parts else ""), ("fix", f.fix), ("source", f.source), ("evidence", list(f.evidence)),
+    ) if v not in (None, "", [], {})}
     if props:
         res["properties"] = props
     return res

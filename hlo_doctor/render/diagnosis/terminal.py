@@ -9,7 +9,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from hlo_doctor.core.format import fmt_pct, fmt_source, fmt_us
+from hlo_doctor.core.escape.terminal import term
+from hlo_doctor.core.format import fmt_pct, fmt_source, fmt_us, recoverable_sum
 from hlo_doctor.core.model import Severity
 from hlo_doctor.hlo.shape import fmt_shape
 
@@ -23,7 +24,8 @@ _STYLE = {Severity.ERROR: "bold red", Severity.HIGH: "red", Severity.MEDIUM: "ye
 def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType:
     """A rich renderable: findings table, then (with ``details``) message, evidence and fix per finding."""
     parts: list[RenderableType] = []
-    head = Text(f"hlo-doctor diagnose {diagnosis.origin}", style="bold")
+    # term(): names, paths and messages come from the capture; a newline in one must not start a line.
+    head = Text(f"hlo-doctor diagnose {term(diagnosis.origin)}", style="bold")
     meta = [diagnosis.kind] + ([diagnosis.backend] if diagnosis.backend else [])
     if diagnosis.num_steps:
         meta.append(f"{diagnosis.num_steps} steps")
@@ -43,38 +45,40 @@ def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType
         for f in diagnosis.findings:
             table.add_row(
                 # Text, not str: names and paths come from the user's program and are never markup.
-                Text(f.code), Text(str(f.severity), style=_STYLE.get(f.severity, "")), Text(f.module), Text(f.op),
-                Text(fmt_shape(f.shape)), fmt_us(f.time_per_step_us), fmt_pct(f.pct_of_step), fmt_us(f.recoverable_us),
-                Text(fmt_source(f.source)),
+                Text(term(f.code)), Text(str(f.severity), style=_STYLE.get(f.severity, "")), Text(term(f.module)),
+                Text(term(f.op)), Text(term(fmt_shape(f.shape))), fmt_us(f.time_per_step_us), fmt_pct(f.pct_of_step),
+                fmt_us(f.recoverable_us), Text(term(fmt_source(f.source))),
             )
         parts.append(table)
         if details:
             for f in diagnosis.findings:
                 line = Text()
-                line.append(f"{f.code} ", style=_STYLE.get(f.severity, "bold"))
-                line.append(f"{f.name}", style="bold")
+                line.append(f"{term(f.code)} ", style=_STYLE.get(f.severity, "bold"))
+                line.append(term(f.name), style="bold")
                 if f.op:
-                    line.append(f"  {f.module}/{f.op}", style="dim")
+                    line.append(f"  {term(f.module)}/{term(f.op)}", style="dim")
                 parts.append(line)
-                parts.append(Text("  " + f.message))
+                parts.append(Text("  " + term(f.message)))
+                if f.parts:
+                    parts.append(Text(f"  recoverable {recoverable_sum(f)}", style="bold"))
                 for ev in f.evidence[:4]:
-                    parts.append(Text("    " + ev, style="dim", no_wrap=True, overflow="ellipsis"))
+                    parts.append(Text("    " + term(ev), style="dim", no_wrap=True, overflow="ellipsis"))
                 if f.source:
-                    parts.append(Text(f"  at {fmt_source(f.source)}", style="dim"))
+                    parts.append(Text(f"  at {term(fmt_source(f.source))}", style="dim"))
                 if f.fix:
                     how = dict(f.extra).get("fix_command") or f"hlo-doctor apply-fix {f.fix} --target PATH"
-                    parts.append(Text(f"  fixable: {how}", style="green"))
+                    parts.append(Text(f"  fixable: {term(how)}", style="green"))
     if diagnosis.rules_skipped:
-        parts.append(Text("skipped: " + "; ".join(f"{c} ({r})" for c, r in diagnosis.rules_skipped),
+        parts.append(Text("skipped: " + term("; ".join(f"{c} ({r})" for c, r in diagnosis.rules_skipped)),
                           style="dim"))
     style = "bold green" if not diagnosis.findings else "bold"
-    parts.append(Text(diagnosis.summary_line(), style=style))
+    parts.append(Text(term(diagnosis.summary_line()), style=style))
     if diagnosis.fixes_line():
-        parts.append(Text(diagnosis.fixes_line(), style="bold"))
+        parts.append(Text(term(diagnosis.fixes_line()), style="bold"))
     if diagnosis.compiler_inserted_line():
-        parts.append(Text(diagnosis.compiler_inserted_line(), style="dim"))
+        parts.append(Text(term(diagnosis.compiler_inserted_line()), style="dim"))
     if diagnosis.stage_line:
-        parts.append(Text(diagnosis.stage_line, style="dim"))
+        parts.append(Text(term(diagnosis.stage_line), style="dim"))
     if diagnosis.compile_line():
-        parts.append(Text(diagnosis.compile_line(), style="dim"))
+        parts.append(Text(term(diagnosis.compile_line()), style="dim"))
     return Group(*parts)

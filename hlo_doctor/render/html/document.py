@@ -9,12 +9,12 @@ chart is followed by the table of its numbers; each number cell keeps the unroun
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Iterable
 from typing import Any
 
 from hlo_doctor import __version__
+from hlo_doctor.core.escape.html import html_text
 from hlo_doctor.render.html import assets, vega
 from hlo_doctor.render.html.model import Cell, Chart, Note, Page, Section, Table
 
@@ -22,7 +22,8 @@ __all__ = ["to_html"]
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    # Names from a capture: escaped, and their control and bidi characters shown.
+    return html_text(text)
 
 
 def _script_json(value: Any) -> str:
@@ -93,7 +94,8 @@ def to_html(page: Page, *, charts: bool | None = None) -> str:
     draw = vega.available() if charts is None else charts
     toc = "".join(f'<a href="#{_e(s.id)}">{_e(s.title)}</a>' for s in page.sections)
     verdict = (f'<p class="verdict tone-{_e(page.tone)}">{_e(page.verdict)}</p>' if page.verdict else "")
-    runtime = f"<script>{vega.bundle()}</script>" if draw and page.charts else ""
+    scripts = [vega.bundle(), assets.SCRIPT] if draw and page.charts else [assets.SCRIPT]
+    runtime = f"<script>{scripts[0]}</script>" if len(scripts) == 2 else ""
     drawn_by = f"; charts drawn by {vega.versions()}, inlined" if draw and page.charts else ""
     body = "\n".join(_section(s, draw) for s in page.sections)
     return f"""<!doctype html>
@@ -102,7 +104,7 @@ def to_html(page: Page, *, charts: bool | None = None) -> str:
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="color-scheme" content="light dark">
-<meta http-equiv="Content-Security-Policy" content="{_e(assets.CSP)}">
+<meta http-equiv="Content-Security-Policy" content="{_e(assets.csp(scripts))}">
 <meta name="generator" content="hlo-doctor {_e(__version__)}">
 <title>{_e(page.title)}</title>
 <style>{assets.STYLE}</style>

@@ -38,6 +38,12 @@ def regression_limits(doc: Mapping[str, Any]) -> tuple[float, float]:
     return limit, math.exp(noise) if noise > 0 else limit
 
 
+def _judgement(o: Mapping[str, Any]) -> str:
+    """The judgement with why it is undecided (``within noise (medians +128.4%; too few samples ...)``)."""
+    why = o.get("why")
+    return f"{o.get('judgement', '')} ({why})" if why else str(o.get("judgement", ""))
+
+
 def _mark(judgement: str) -> str:
     if "fails" in judgement or judgement == "regressed":
         return "regressed"
@@ -70,14 +76,17 @@ def _change_chart(doc: Mapping[str, Any], judged: Sequence[Mapping[str, Any]]) -
     spec = charts.ratio_intervals(rows, bands, label="op", value_title="candidate / baseline (log scale)",
                                   color_field="mark", color_names=_MARKS, description=alt,
                                   band_names=_ZONES, band_colors=_ZONE_COLORS)
-    columns = (Column("op"), Column("baseline (us/step)", True, "baseline_us"),
-               Column("candidate (us/step)", True, "candidate_us"), Column("ratio", True, "comparison.ratio"),
-               Column("change %", True, "comparison.change_pct"), Column("CI low", True, "comparison.ci_low"),
+    # The times are means per step; the ratio and change are the judgement's (per-step medians, or the
+    # means without samples): each column says which.
+    columns = (Column("op"), Column("baseline mean (us/step)", True, "baseline_us"),
+               Column("candidate mean (us/step)", True, "candidate_us"),
+               Column("judged ratio", True, "comparison.ratio"),
+               Column("judged change %", True, "comparison.change_pct"), Column("CI low", True, "comparison.ci_low"),
                Column("CI high", True, "comparison.ci_high"), Column("judgement"))
     body = [[text_cell(op_name(o)), num_cell(o.get("baseline_us"), ",.1f"), num_cell(o.get("candidate_us"), ",.1f"),
              num_cell(o["comparison"].get("ratio"), ".4f"), num_cell(o["comparison"].get("change_pct"), "+.1f"),
              num_cell(o["comparison"].get("ci_low"), ".4f"), num_cell(o["comparison"].get("ci_high"), ".4f"),
-             text_cell(o.get("judgement"))] for o in shown]
+             text_cell(_judgement(o))] for o in shown]
     note = f"regression limits: policy x{limit:.3f}" + (f", capture noise x{noise:.3f}" if noise > limit else "")
     return Chart("gate-change", "Per-op change against its threshold band", alt, spec,
                  table("table-gate-change", "Per-op change", columns, body, note))
@@ -106,7 +115,7 @@ def _new_gone_chart(ops: Sequence[Mapping[str, Any]]) -> Chart | None:
                Column("judgement"))
     body = [[text_cell(op_name(o)), text_cell(o.get("status")), num_cell(o.get("baseline_us"), ",.1f"),
              num_cell(o.get("candidate_us"), ",.1f"), num_cell(o.get("bytes_written"), ",d"),
-             text_cell(o.get("judgement"))] for o in moved]
+             text_cell(_judgement(o))] for o in moved]
     return Chart("gate-new-gone", "New and gone ops", alt, spec,
                  table("table-gate-new-gone", "New and gone ops", columns, body))
 
@@ -120,7 +129,7 @@ def _step_table(doc: Mapping[str, Any]) -> Table:
     body = [[text_cell(side), text_cell(d.get("label")), num_cell(d.get("num_steps"), "d"),
              num_cell(d.get("step_time_us"), ",.1f"), num_cell(d.get("op_time_us"), ",.1f")]
             for side, d in (("baseline", base), ("candidate", cand))]
-    note = (f"step (median): change {c['change_pct']:+.1f}%, {step.get('judgement', '')}"
+    note = (f"step (median): change {c['change_pct']:+.1f}%, {_judgement(step)}"
             if c.get("change_pct") is not None else f"step: {step.get('judgement', 'not judged')}")
     return table("table-gate-step", "The two captures", columns, body, note)
 

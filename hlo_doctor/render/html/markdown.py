@@ -7,6 +7,7 @@ a folder beside the Markdown that the links name relatively.
 
 from __future__ import annotations
 
+from hlo_doctor.core.escape.markdown import md_cell
 from hlo_doctor.render.html import vega
 from hlo_doctor.render.html.model import Cell, Chart, Note, Page, Table
 
@@ -16,7 +17,8 @@ IMAGE_FORMATS = ("svg", "png")
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    # Titles, labels and cells hold names from the capture: no markup, raw HTML or line break from them.
+    return md_cell(text)
 
 
 def _table(t: Table) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hlo_doctor.core.format import fmt_source
+from hlo_doctor.core.format import fmt_source, round_parts
+from hlo_doctor.core.model import PART_LABELS
 from hlo_doctor.hlo.shape import fmt_shape
 from hlo_doctor.render.html import charts
 from hlo_doctor.render.html.model import Chart, Column, Note, Section, Table, num_cell, table, text_cell
@@ -132,22 +133,48 @@ def findings_table(findings: Sequence[Mapping[str, Any]]) -> Table:
     """One row per finding: rule, severity, op, time and recoverable per step, source, fix."""
     columns = (Column("rule", False, "code"), Column("severity"), Column("module"), Column("op"), Column("shape"),
                Column("time/step (us)", True, "time_per_step_us"), Column("% of step", True, "pct_of_step"),
-               Column("recoverable (us)", True, "recoverable_us"), Column("source"), Column("fix"))
+               Column("recoverable (us)", True, "recoverable_us"), Column("made of (us)"), Column("source"),
+               Column("fix"))
     body = [[text_cell(f.get("code")), text_cell(f.get("severity")), text_cell(f.get("module")),
              text_cell(f.get("op")), text_cell(fmt_shape(str(f.get("shape") or ""))),
              num_cell(f.get("time_per_step_us"), ",.1f"), num_cell(f.get("pct_of_step"), ".2f"),
-             num_cell(f.get("recoverable_us"), ",.1f"), text_cell(fmt_source(str(f.get("source") or ""))),
-             text_cell(f.get("fix"))] for f in findings]
+             num_cell(f.get("recoverable_us"), ",.1f"), text_cell(_made_of(f)),
+             text_cell(fmt_source(str(f.get("source") or ""))), text_cell(f.get("fix"))] for f in findings]
     return table("table-findings", "Findings", columns, body)
 
 
+def _made_of(f: Mapping[str, Any]) -> str:
+    """The recoverable time's parts in us, written to add up to the recoverable column as printed."""
+    parts = f.get("parts")
+    total = f.get("recoverable_us")
+    if not isinstance(parts, Mapping) or not parts or not isinstance(total, (int, float)):
+        return ""
+    names = [str(k) for k in parts]
+    values = [float(v) if isinstance(v, (int, float)) else 0.0 for v in parts.values()]
+    shown = round_parts(values, float(total), 1)
+    return " + ".join(f"{PART_LABELS.get(n, n)} {t}" for n, t in zip(names, shown, strict=True))
+
+
 def fixes_table(fixes: Sequence[Mapping[str, Any]]) -> Table:
-    """Each offered fix: what its findings recover, what a what-if run says it costs here, the net."""
+    """Each offered fix: what its findings recover, what a what-if run says it costs here, the net with
+    the range the measurements allow, whether that is a saving, and what was measured here (when, runs,
+    interval)."""
     columns = (Column("fix"), Column("findings", True), Column("recovered (us/step)", True, "recoverable_us"),
-               Column("cost here (us/step)", True, "cost_us"), Column("net (us/step)", True, "net_us"))
+               Column("cost here (us/step)", True, "cost_us"), Column("net (us/step)", True, "net_us"),
+               Column("net range (us/step)", False, "net_range"), Column("promise", False, "verdict"),
+               Column("measured here", False, "measured"))
     body = [[text_cell(p.get("fix")), num_cell(p.get("findings"), "d"), num_cell(p.get("recoverable_us"), ",.1f"),
-             num_cell(p.get("cost_us"), ",.1f"), num_cell(p.get("net_us"), ",.1f")] for p in fixes]
+             num_cell(p.get("cost_us"), ",.1f"), num_cell(p.get("net_us"), ",.1f"), text_cell(_net_range(p)),
+             text_cell(p.get("verdict")), text_cell("; ".join(str(m) for m in p.get("measured") or []) or None)]
+            for p in fixes]
     return table("table-fixes", "What each fix promises per step", columns, body)
+
+
+def _net_range(p: Mapping[str, Any]) -> str | None:
+    low, high = p.get("net_low_us"), p.get("net_high_us")
+    if not isinstance(low, int | float) or not isinstance(high, int | float):
+        return None
+    return f"{low:,.1f} .. {high:,.1f}"
 
 
 def ops_section(stats: Mapping[str, Any] | None, diagnosis: Mapping[str, Any] | None) -> Section:
@@ -178,8 +205,9 @@ def ops_section(stats: Mapping[str, Any] | None, diagnosis: Mapping[str, Any] | 
         if findings:
             items.append(findings_table(findings))
         fixes = list(diagnosis.get("fixes") or [])
-        if any(float(p.get("cost_us") or 0.0) > 0 for p in fixes):
-            # Only where a what-if priced a cost: otherwise each fix's promise is its findings' sum.
+        if any(float(p.get("cost_us") or 0.0) > 0 or p.get("measured") for p in fixes):
+            # Only where a what-if priced a cost or measured a figure: otherwise each fix's promise is
+            # its findings' sum.
             items.append(fixes_table(fixes))
     if rows:
         items.append(op_table(rows))

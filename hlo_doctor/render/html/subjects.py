@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from hlo_doctor.core.errors import NotAvailableError
-from hlo_doctor.render.html import vega
 from hlo_doctor.render.html.document import to_html
 from hlo_doctor.render.html.pages import capture_page, doctor_page, gate_page, verify_page
 
@@ -17,26 +15,18 @@ if TYPE_CHECKING:
     from hlo_doctor.opstats.breakdown import StepBreakdown
     from hlo_doctor.opstats.schema import OpStats
 
-__all__ = ["COMPACT_FROM", "capture_doc", "capture_html", "doctor_html", "gate_to_html", "require_charts",
-           "verify_html"]
+__all__ = ["COMPACT_FROM", "capture_doc", "capture_html", "doctor_html", "gate_to_html", "verify_html"]
 
 COMPACT_FROM = 50_000
 """Per-step samples from which :func:`capture_doc` sums them before writing the page's document."""
 
 
-def require_charts(what: str) -> None:
-    """:class:`NotAvailableError` (exit 2, one line naming the extra) when vl-convert is missing."""
-    if not vega.available():
-        raise NotAvailableError(f"{what} draws charts with vl-convert-python, which is not installed",
-                                vega.INSTALL_HINT)
-
-
 def gate_to_html(result: GateResult) -> str:
-    """``gate --format html``: the gate's page, built from its JSON verdict."""
+    """``gate --format html``: the gate's page, built from its JSON verdict (tables only, each chart's
+    place naming the extra, when vl-convert is missing)."""
     from hlo_doctor.render.gate import to_json
 
-    require_charts("gate --format html")
-    return to_html(gate_page(json.loads(to_json(result))), charts=True)
+    return to_html(gate_page(json.loads(to_json(result))))
 
 
 def _doc(text: str | None) -> dict[str, Any] | None:

@@ -8,10 +8,16 @@ here, once per chart); the page draws them with vega-embed (about 0.9 MB inlined
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import os
+import stat
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from hlo_doctor.core.escape.text import visible
 
 __all__ = ["EXTRA", "INSTALL_HINT", "PAGE_CONFIG", "STATIC_CONFIG", "available", "bundle", "to_png", "to_svg",
            "to_vega", "versions"]
@@ -68,8 +74,23 @@ def _vlc() -> Any:
     return vl_convert
 
 
+def _shown(value: Any) -> Any:
+    """``value`` with every string's control, bidi and line-separator characters shown as escapes.
+
+    Labels are names from a capture, and Vega-Lite writes a ``sort`` list into an expression that
+    Vega's parser reads as JavaScript, where U+2028 ends a string literal ("Unexpected token").
+    """
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, dict):
+        return {k: _shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    return value
+
+
 def _with_config(spec: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    return {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", **spec, "config": config}
+    return {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", **_shown(spec), "config": config}
 
 
 def to_vega(spec: dict[str, Any]) -> dict[str, Any]:
@@ -94,28 +115,66 @@ def _cache_file() -> Path:
     return Path(root) / "hlo-doctor" / f"vega-embed-vl-convert-{version}.js"
 
 
+BUNDLE_SHA256 = {
+    "1.9.0": "3425bd951a44d478d0505c6b5d1e8d57656b6e9a4da7bfe88a718ce61d76e572",
+}
+"""The SHA-256 of the script :func:`bundle` makes, per vl-convert release (shipped with the package):
+the copy in the cache folder is inlined only when it has this hash."""
+
+
+def _trusted(cache: Path, text: bytes, version: str) -> bool:
+    """Whether the cached script may be inlined: its hash is the one shipped for this release; for a
+    release with none shipped, the file and its folder belong to this user and nobody else can write
+    them (as ssh checks its keys)."""
+    known = BUNDLE_SHA256.get(version)
+    if known is not None:
+        return hashlib.sha256(text).hexdigest() == known
+    try:
+        for path in (cache, cache.parent):
+            st = os.lstat(path)
+            if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or stat.S_ISLNK(st.st_mode):
+                return False
+    except OSError:
+        return False
+    return True
+
+
 @functools.cache
 def bundle() -> str:
     """Vega and vega-embed as one script (no imports, no network): it defines ``window.vegaEmbed``.
 
     Bundling takes vl-convert a second or more, so the script is kept in the user's cache folder,
-    one file per vl-convert release; a cache that cannot be read or written is skipped.
+    one file per vl-convert release, and inlined from there only when it is the script vl-convert
+    makes (:func:`_trusted`: a file planted there would run in every page); a cache that cannot be
+    read, written or trusted is made again. The new copy is written to a temporary file of an
+    unpredictable name, created exclusively, then renamed over it.
     """
     cache = _cache_file()
+    version = str(getattr(_vlc(), "__version__", "unknown"))
     try:
-        return cache.read_text(encoding="utf-8")
+        with open(cache, "rb") as f:
+            cached = f.read()
+        if _trusted(cache, cached, version):
+            return cached.decode("utf-8")
     except (OSError, UnicodeDecodeError):
         pass
     js = str(_vlc().javascript_bundle())
     # A page must never ask for anything: drop source-map comments a browser's tools would fetch.
     js = "\n".join(line for line in js.splitlines() if not line.lstrip().startswith("//# sourceMappingURL"))
+    tmp: str | None = None
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
-        tmp.write_text(js, encoding="utf-8")
-        tmp.replace(cache)
+        cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=f".{cache.name}.", suffix=".tmp", dir=cache.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(js.encode("utf-8"))
+        os.replace(tmp, cache)
+        tmp = None
     except OSError:
         pass
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     return js
 
 

@@ -137,15 +137,30 @@ class VerifyReport:
                                  "profiled_steps": self.settings.profile_steps},
             "decode_step_ms": {"baseline": step.baseline_median if step else None,
                                "treatment": step.candidate_median if step else None,
+                               "medians_ratio": step.candidate_median / step.baseline_median
+                               if step and step.baseline_median else None,
+                               # The verdict's statistic is not the medians' ratio: say which it is.
                                "ratio": step.ratio if step else None,
+                               "ratio_of": "the paired rounds' trimmed means (the verdict's statistic)",
+                               "ci": [step.ci_low, step.ci_high] if step else None,
+                               "outcome": str(step.outcome) if step else None,
+                               "significant": bool(step and step.significant),
                                "source": "median of every decode step of the measured rounds, no profiler"},
         }
 
     @property
     def removed_time_per_step_us(self) -> float | None:
-        """Time per step (baseline trace) of the wasteful ops the treatment no longer runs."""
+        """Op time per step (baseline trace) of the wasteful ops the treatment no longer runs: the ops'
+        times summed, over every thread that ran them, so on XLA:CPU (ops of several threads at once)
+        it can exceed the wall step (:attr:`removed_exceeds_step`)."""
         times = [o.time_per_step_us for o in self.removed_ops if o.removed and o.time_per_step_us is not None]
         return float(sum(times)) if times else None
+
+    @property
+    def removed_exceeds_step(self) -> bool:
+        """The removed ops' summed op time is more than the baseline's profiled (wall) step."""
+        removed, (base, _) = self.removed_time_per_step_us, self.profiled_step_us
+        return removed is not None and base is not None and removed > base
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -159,6 +174,8 @@ class VerifyReport:
             "batch_ttft": self.ttft.to_dict() if self.ttft else None,
             "removed_ops": [o.to_dict() for o in self.removed_ops],
             "removed_time_per_step_us": self.removed_time_per_step_us,
+            "removed_time_is": "op time summed over the threads that ran the ops" + (
+                ", more than the wall step" if self.removed_exceeds_step else ""),
             "baseline": self.baseline.to_dict(),
             "treatment": self.treatment.to_dict(),
             "treatment_hlo": self.treatment_hlo.to_dict() if self.treatment_hlo else None,

@@ -91,7 +91,9 @@ class ProgramReport:
 
     @property
     def removed_time_per_step_us(self) -> float | None:
-        """Time per step (baseline's capture) of the ops the treatment no longer runs."""
+        """Op time per step (baseline's capture) of the ops the treatment no longer runs, summed over
+        the threads that ran them: on XLA:CPU (ops of several threads at once) it can exceed the wall
+        step, and the table says so."""
         times = [o.time_per_step_us for o in self.removed_ops if o.time_per_step_us is not None]
         return float(sum(times)) if self.removed_ops else None
 

@@ -1,0 +1,227 @@
+"""A captured program as StableHLO this machine can compile again, and the edits a fix makes to it.
+
+A capture's ``HloModuleProto`` is the module XLA optimized: fused, laid out, scheduled. jaxlib turns
+it into MLIR (``hlo_to_stablehlo``), but a fusion kept as ``mhlo.fusion`` can crash XLA:CPU's
+emitters when compiled a second time, and a layout ``mhlo.bitcast`` names layouts the StableHLO
+tensors no longer carry. So each fusion's body is inlined where it was called and each bitcast
+becomes the reshape it is on row-major tensors: XLA then fuses the program again as it did the
+first time (the same fusions come back in the compiled module), and the edits below work on plain
+ops. Runs in the replay's child process only (:mod:`.child`): it imports jax.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MONOTONE_UNARY = frozenset({"stablehlo.exponential", "stablehlo.logistic", "stablehlo.tanh", "stablehlo.log",
+                            "stablehlo.exponential_minus_one", "stablehlo.log_plus_one"})
+"""Maps that keep every row's order (an argmax over their result is the argmax over their input)."""
+ROW_BINARY = frozenset({"stablehlo.subtract", "stablehlo.add", "stablehlo.divide", "stablehlo.multiply"})
+"""With one side a broadcast value per row (softmax's max and sum), these keep a row's order too."""
+
+
+def module_text(module_proto: bytes) -> str:
+    """StableHLO text of a serialized ``HloModuleProto``, fusions inlined, bitcasts as reshapes."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib import _jax
+    from jax._src.lib.mlir import ir
+
+    with mlir.make_ir_context():
+        module = ir.Module.parse(_jax.mlir.hlo_to_stablehlo(module_proto))
+        _inline_fusions(module)
+        _bitcasts_as_reshapes(module)
+        return str(module)
+
+
+def _ops(op: Any, name: str) -> list[Any]:
+    """Every operation called ``name`` nested anywhere in ``op``, outermost first."""
+    found: list[Any] = []
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                child = child.operation
+                if child.name == name:
+                    found.append(child)
+                found.extend(_ops(child, name))
+    return found
+
+
+def _inline_fusions(module: Any) -> None:
+    # A fusion nested in a fusion's body is moved out with that body: repeat until none is left.
+    while fusions := _ops(module.operation, "mhlo.fusion"):
+        for fusion in fusions:
+            body = fusion.regions[0].blocks[0]
+            for arg, operand in zip(body.arguments, fusion.operands, strict=True):
+                arg.replace_all_uses_with(operand)
+            ops = [o.operation for o in body.operations]
+            for op in ops[:-1]:
+                op.move_before(fusion)
+            for result, value in zip(fusion.results, ops[-1].operands, strict=True):
+                result.replace_all_uses_with(value)
+            fusion.erase()
+
+
+def _bitcasts_as_reshapes(module: Any) -> None:
+    from jax._src.lib.mlir import ir
+
+    for bitcast in _ops(module.operation, "mhlo.bitcast"):
+        with ir.InsertionPoint(bitcast), bitcast.location:
+            reshape = ir.Operation.create("stablehlo.reshape", results=[bitcast.results[0].type],
+                                          operands=[bitcast.operands[0]])
+        bitcast.results[0].replace_all_uses_with(reshape.results[0])
+        bitcast.erase()
+
+
+def _main(module: Any) -> Any:
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and str(op.attributes["sym_name"]).strip('"') == "main":
+            return op
+    raise ValueError("the module has no main function")
+
+
+def narrow_parameter(text: str, number: int, narrow: str) -> str:
+    """``text`` with parameter ``number`` taken in ``narrow`` (an MLIR element type: ``bf16``) and
+    converted to its old type inside the program, where XLA can fuse the convert into its readers."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    with mlir.make_ir_context():
+        module = ir.Module.parse(text)
+        main = _main(module)
+        block = main.regions[0].blocks[0]
+        arg = block.arguments[number]
+        wide = arg.type
+        shaped = ir.RankedTensorType(wide)
+        narrow_type = ir.RankedTensorType.get(shaped.shape, ir.Type.parse(narrow), loc=main.location)
+        arg.set_type(narrow_type)
+        with ir.InsertionPoint.at_block_begin(block), main.location:
+            convert = ir.Operation.create("stablehlo.convert", results=[wide], operands=[arg])
+        arg.replace_all_uses_except(convert.results[0], convert)
+        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        inputs = [narrow_type if i == number else t for i, t in enumerate(ftype.inputs)]
+        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, ftype.results))
+        return str(module)
+
+
+def alias_output(text: str, number: int, outputs: tuple[int, ...]) -> str:
+    """``text`` returning parameter ``number`` itself at ``outputs`` (its copy dropped), the parameter
+    donated to the first of them: the output is the input's buffer and no copy runs."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    with mlir.make_ir_context():
+        module = ir.Module.parse(text)
+        main = _main(module)
+        arg = main.regions[0].blocks[0].arguments[number]
+        ret = [o.operation for o in main.regions[0].blocks[0].operations][-1]
+        for index in outputs:
+            ret.operands[index] = arg
+        # A narrowed parameter returned itself changes that output's type with it.
+        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        results = [arg.type if i in outputs else t for i, t in enumerate(ftype.results)]
+        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(ftype.inputs, results))
+        aliases = str(module.operation.attributes["mhlo.input_output_alias"]) \
+            if "mhlo.input_output_alias" in module.operation.attributes else "[]"
+        entry = (f'{{alias = {{kind = "may_alias", parameter_index = array<i64>, parameter_number = {number} : i64}}, '
+                 f"output_index = array<i64: {outputs[0]}>}}")
+        merged = entry if aliases.strip() == "[]" else aliases.strip()[1:-1] + ", " + entry
+        module.operation.attributes["mhlo.input_output_alias"] = ir.Attribute.parse(f"[{merged}]")
+        return str(module)
+
+
+def drop_monotone_maps(text: str) -> tuple[str, int]:
+    """``text`` with every argmax/argmin/max/min in main fed the value before the order-keeping maps
+    that precede it (softmax, an exp in the LM head's fusion); the maps' other users keep them.
+    Returns the text and how many reductions were rewired (0: nothing to drop)."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    rewired = 0
+    with mlir.make_ir_context():
+        module = ir.Module.parse(text)
+        for reduce in _ops(_main(module), "stablehlo.reduce"):
+            if not _is_selection(reduce):
+                continue
+            value = reduce.operands[0]
+            source = _before_maps(value)
+            if source is not None and str(source.type) == str(value.type):
+                reduce.operands[0] = source
+                rewired += 1
+        return str(module), rewired
+
+
+def _before_maps(value: Any) -> Any | None:
+    """The value a chain of order-keeping maps ending in ``value`` starts from; None without one."""
+    from jax._src.lib.mlir import ir
+
+    seen = False
+    while isinstance(value.owner, (ir.Operation, ir.OpView)):
+        op = value.owner.operation
+        if op.name in MONOTONE_UNARY:
+            value = op.operands[0]
+        elif op.name in ROW_BINARY and len(op.operands) == 2:
+            a, b = op.operands
+            if _is_row_value(b):
+                value = a
+            elif _is_row_value(a) and op.name in ("stablehlo.add", "stablehlo.multiply"):
+                value = b
+            else:
+                break
+        else:
+            break
+        seen = True
+    return value if seen else None
+
+
+def _is_selection(reduce: Any) -> bool:
+    """A reduce that selects (argmax, argmin, max, min), not one that sums: its body compares or
+    takes a maximum/minimum and adds nothing."""
+    names = {op.operation.name for op in reduce.regions[0].blocks[0].operations}
+    return bool(names & {"stablehlo.compare", "stablehlo.maximum", "stablehlo.minimum"}) \
+        and not names & {"stablehlo.add", "stablehlo.multiply"}
+
+
+def _is_row_value(value: Any) -> bool:
+    """A broadcast (of a per-row value or a constant) or a constant: the same across a row."""
+    from jax._src.lib.mlir import ir
+
+    owner = value.owner
+    if not isinstance(owner, (ir.Operation, ir.OpView)):
+        return False
+    return owner.operation.name in ("stablehlo.broadcast_in_dim", "stablehlo.constant", "stablehlo.broadcast")
+
+
+def narrow_reads(text: str, number: int) -> tuple[str, int]:
+    """``text`` (already through :func:`narrow_parameter`) with the selections that read the widened
+    parameter reading the narrow one itself, compared in its dtype (what "reduce the bf16 tensor"
+    does). A selection whose value output is used keeps the widened read. Returns the text and how
+    many selections now read the narrow tensor."""
+    lines = text.split("\n")
+    convert = re.compile(rf"^\s*(%[\w.]+) = stablehlo\.convert %arg{number} : \(tensor<(?:\d+x)*(\w+)>\) -> "
+                         r"tensor<(?:\d+x)*(\w+)>")
+    found = next(((i, m) for i, line in enumerate(lines) if (m := convert.match(line))), None)
+    if found is None:
+        return text, 0
+    _, m = found
+    widened, narrow, wide = m.group(1), m.group(2), m.group(3)
+    rewired = 0
+    i = 0
+    while i < len(lines):
+        head = re.match(rf"^(\s*)(%[\w.]+):2 = stablehlo\.reduce\({re.escape(widened)} init: (%[\w.]+)\)", lines[i])
+        end = i + 1
+        while head and end < len(lines) and lines[end].strip() != "}":
+            end += 1
+        if not head or end >= len(lines) or re.search(rf"{re.escape(head.group(2))}#0\b", "\n".join(lines[end:])) \
+                or "stablehlo.compare" not in "\n".join(lines[i:end]):
+            i += 1
+            continue
+        indent, result, init = head.groups()
+        block = "\n".join(lines[i:end + 1]).replace(f"x{wide}>", f"x{narrow}>").replace(f"<{wide}>", f"<{narrow}>")
+        block = block.replace(f"({widened} init: {init})", f"(%arg{number} init: {init}_narrow{rewired})", 1)
+        cast = f"{indent}{init}_narrow{rewired} = stablehlo.convert {init} : (tensor<{wide}>) -> tensor<{narrow}>"
+        lines[i:end + 1] = [cast, *block.split("\n")]
+        rewired += 1
+        i = end + 2
+    return "\n".join(lines), rewired

@@ -1,0 +1,279 @@
+"""Measure a fix's promise by replaying the capture's own programs, with and without its change.
+
+Only where the answer stands for the capture's: its backend is XLA:CPU and it names this process's
+jax and jaxlib (``whatif.refusal``: the same compiler builds the same loops). The programs are the
+capture's ``HloModuleProto``\\ s, read from its xplane; :mod:`.plan` says which and how each side
+changes them; :mod:`.child` compiles and times them in a process of its own, alternated.
+
+The figure: the pairs' median saving per step here (an iteration runs each program as often as it
+ran per step in the capture) and its interval (:mod:`.timing`). The promise is that saving as a
+fraction of side A's time here, applied to side A's programs' time in the capture: the capture's
+pace stays the unit (its machine, its load, the profiler's overhead), which this machine's time
+cannot stand for. Both figures are kept; the line says which is the promise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hlo_doctor.core.format import fmt_duration
+from hlo_doctor.core.model import Finding
+from hlo_doctor.lint.context import Context
+from hlo_doctor.lint.measurement import Measurement, paired_ratio
+from hlo_doctor.lint.replay.plan import ReplayPlan, module_key, plan, proto_name
+from hlo_doctor.lint.replay.spec import ReplaySpec
+from hlo_doctor.lint.replay.timing import PairedTiming
+from hlo_doctor.lint.whatif import refusal
+
+if TYPE_CHECKING:
+    from hlo_doctor.lint.store import MeasurementStore
+
+SECONDS = 3.0
+"""Time the child spends timing the pairs (at least :data:`.spec.ReplaySpec.min_pairs` are kept)."""
+TIMEOUT_S = 180.0
+"""The child's whole run (importing jax, compiling both sides, timing) before it is stopped."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayMeasurement:
+    """One fix replayed: both sides here, per step (us), and the promise applied to the capture."""
+
+    fix: str
+    a_us: float
+    b_us: float
+    saving_us: float
+    interval_us: tuple[float, float]
+    pairs: int
+    capture_us: float
+    """Side A's programs' time per step in the capture."""
+    programs: tuple[str, ...]
+    removed: tuple[str, ...]
+    """What side B's compiled programs no longer run (``copy``, ``exponential``, a whole program)."""
+    covered: tuple[str, ...]
+    modelled: tuple[str, ...]
+    """Findings the replay does not stand for (rule codes); their model figures add to the promise."""
+    modelled_us: float
+    jax_version: str
+
+    @property
+    def fraction(self) -> float:
+        """The saving as a share of side A here (negative: the change is slower)."""
+        return self.saving_us / self.a_us if self.a_us > 0 else math.nan
+
+    @property
+    def promise_us(self) -> float:
+        """The saving applied to the capture's time of the same programs, plus modelled findings."""
+        return self.fraction * self.capture_us + self.modelled_us
+
+    @property
+    def promise_interval_us(self) -> tuple[float, float]:
+        lo, hi = self.interval_us
+        scale = self.capture_us / self.a_us if self.a_us > 0 else math.nan
+        return (lo * scale + self.modelled_us, hi * scale + self.modelled_us)
+
+    @property
+    def slower(self) -> bool:
+        """The change measured slower here: its whole interval below zero."""
+        return self.interval_us[1] < 0
+
+    @property
+    def significant(self) -> bool:
+        lo, hi = self.interval_us
+        return lo > 0 or hi < 0
+
+    def line(self) -> str:
+        """``measured by replaying jit_sample(7), jit_convert_element_type(3) here: ...``."""
+        lo, hi = self.promise_interval_us
+        head = (f"measured by replaying {', '.join(self.programs)} on this machine (jax {self.jax_version}, "
+                f"{self.pairs} alternated pairs): {fmt_duration(self.a_us)} -> {fmt_duration(self.b_us)} per step here")
+        if self.slower:
+            verdict = f"the change is slower here by {fmt_duration(-self.saving_us)}: no saving promised"
+        elif not self.significant:
+            verdict = "no significant change here"
+        else:
+            verdict = f"saves {100.0 * self.fraction:.0f}% of those programs"
+        scaled = (f"; at the capture's pace {fmt_duration(self.capture_us)} of them -> "
+                  f"~{_signed(self.promise_us)} [{_signed(lo)}, {_signed(hi)}]")
+        model = (f"; {', '.join(self.modelled)} stay modelled (~{fmt_duration(self.modelled_us)})"
+                 if self.modelled else "")
+        return f"{head}; {verdict}{scaled}{model}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"fix": self.fix, "basis": "measured (replay)", "here_a_us": self.a_us, "here_b_us": self.b_us,
+                "here_saving_us": self.saving_us, "here_interval_us": list(self.interval_us), "pairs": self.pairs,
+                "capture_us": self.capture_us, "fraction": self.fraction, "promise_us": self.promise_us,
+                "promise_interval_us": list(self.promise_interval_us), "programs": list(self.programs),
+                "removed": list(self.removed), "covered": list(self.covered), "modelled": list(self.modelled),
+                "modelled_us": self.modelled_us, "jax": self.jax_version}
+
+
+def _signed(us: float) -> str:
+    """``-15.5 ms`` / ``3.2 ms``: a saving that may be negative (slower)."""
+    return f"-{fmt_duration(-us)}" if us < 0 else fmt_duration(us)
+
+
+def replay_refusal(ctx: Context) -> str:
+    """Why no replay runs for ``ctx`` ("" when one may): the what-if's conditions, and an xplane."""
+    why = refusal(ctx)
+    if why:
+        return why
+    if ctx.kind not in ("run", "xplane"):
+        return f"the input is {ctx.kind or 'not a capture'}, not an xplane with the programs' HLO protos"
+    return ""
+
+
+def measure_fix(ctx: Context, fix: str, findings: Sequence[Finding], *, seconds: float = SECONDS,
+                timeout_s: float = TIMEOUT_S) -> ReplayMeasurement | str:
+    """Replay ``fix`` (its ``findings``) on this machine, or the one-line reason it cannot be."""
+    why = replay_refusal(ctx)
+    if why:
+        return why
+    # The same findings are the same change whatever the fix is called: replayed once.
+    changed = tuple(sorted((f.code, f.module, f.program_id or 0, f.op) for f in findings))
+    key = (ctx.origin, changed)
+    if key not in _MEMO:
+        store = ctx.measurements
+        store_key = "replay of " + "; ".join(f"{c} {m}({p}) {o}" for c, m, p, o in changed)
+        stored = store.lookup(KIND, store_key) if store is not None else None
+        try:
+            if stored is not None:
+                _MEMO[key] = _from_stored(ctx, fix, findings, stored)
+            else:
+                made = _measure(ctx, fix, findings, seconds, timeout_s)
+                _MEMO[key] = made
+                if store is not None and not isinstance(made, str):
+                    store.record(_to_stored(store_key, _DOCS[key_of(made)], store))
+        except Exception as exc:  # noqa: BLE001 - a replay that fails leaves the model, said in one line
+            _MEMO[key] = f"the replay failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    got = _MEMO[key]
+    return got if isinstance(got, str) else dataclasses.replace(got, fix=fix)
+
+
+KIND = "replay/fix"
+"""The store's kind for a fix replayed from the capture's programs."""
+_DOCS: dict[int, dict[str, object]] = {}
+"""The child's answer behind each measurement made in this process (what the store keeps of it)."""
+
+
+def key_of(m: ReplayMeasurement) -> int:
+    return id(m)
+
+
+def _to_stored(store_key: str, doc: dict[str, object], store: MeasurementStore) -> Measurement:
+    """The child's timings as a stored measurement (side B over side A, paired), its compiled op counts
+    kept as sides of their own (``ops a0 copy``: one value, the count), so that a later diagnosis of
+    the same capture rebuilds the same figure without replaying."""
+    m = paired_ratio(KIND, store_key, ("a", doc["a_us"]), ("b", doc["b_us"]),  # type: ignore[arg-type]
+                     store.identity())
+    sides: dict[str, list[dict[str, int]]] = {side: list(doc[f"{side}_ops"]) for side in ("a", "b")}  # type: ignore[call-overload]
+    ops = tuple((f"ops {side}{i} {op}", (float(n),)) for side, tables in sides.items()
+                for i, counts in enumerate(tables) for op, n in sorted(counts.items()))
+    return dataclasses.replace(m, samples=(*m.samples, *ops))
+
+
+def _from_stored(ctx: Context, fix: str, findings: Sequence[Finding], m: Measurement) -> ReplayMeasurement | str:
+    p = plan(ctx, findings)
+    if isinstance(p, str):
+        return p
+    a_ops: list[dict[str, int]] = [{} for _ in p.a]
+    b_ops: list[dict[str, int]] = [{} for _ in p.b]
+    for name, values in m.samples:
+        if not name.startswith("ops ") or not values:
+            continue
+        _, where, op = name.split(" ", 2)
+        side, i = where[0], int(where[1:])
+        table = a_ops if side == "a" else b_ops
+        if 0 <= i < len(table):
+            table[i][op] = int(values[0])
+    doc = {"a_us": list(m.side("a")), "b_us": list(m.side("b")), "a_ops": a_ops, "b_ops": b_ops,
+           "jax": m.identity.jax}
+    return _measurement(fix, p, doc)
+
+
+_MEMO: dict[tuple[object, ...], ReplayMeasurement | str] = {}
+"""Replays done in this process (a report that diagnoses one capture for several views replays once)."""
+
+
+def _measure(ctx: Context, fix: str, findings: Sequence[Finding], seconds: float,
+             timeout_s: float) -> ReplayMeasurement | str:
+    p = plan(ctx, findings)
+    if isinstance(p, str):
+        return p
+    protos = _protos(ctx, p)
+    if isinstance(protos, str):
+        return protos
+    with tempfile.TemporaryDirectory(prefix="hlo-doctor-replay-") as tmp:
+        folder = Path(tmp)
+        for name, data in protos.items():
+            (folder / name).write_bytes(data)
+        ReplaySpec(a=p.a, b=p.b, seconds=seconds).write(folder / "spec.json")
+        doc = _run_child(folder, timeout_s)
+    if not doc.get("ok"):
+        return f"the replay did not run: {doc.get('reason', 'no reason given')}"
+    got = _measurement(fix, p, doc)
+    _DOCS[key_of(got)] = doc
+    return got
+
+
+def _protos(ctx: Context, p: ReplayPlan) -> dict[str, bytes] | str:
+    from hlo_doctor.hlo.proto import module_proto_bytes
+    from hlo_doctor.trace.read import find_xplanes, read_module_protos
+
+    try:
+        found = read_module_protos(find_xplanes(Path(ctx.origin))[0])
+    except Exception as exc:  # noqa: BLE001 - a capture that cannot be read again: no replay, said why
+        return f"the capture's HLO protos could not be read: {exc}"
+    out: dict[str, bytes] = {}
+    for m in p.modules:
+        proto = next((x for x in found if x.name == m.name and x.program_id == m.program_id), None)
+        if proto is None:
+            return f"the capture holds no HLO proto of {module_key(m)}"
+        out[proto_name(m)] = module_proto_bytes(proto.hlo_proto)
+    return out
+
+
+def _run_child(folder: Path, timeout_s: float) -> dict[str, object]:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"))
+    out = folder / "out.json"
+    try:
+        done = subprocess.run([sys.executable, "-m", "hlo_doctor.lint.replay.child", str(folder / "spec.json"), str(out)],
+                              env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "reason": f"it ran past {timeout_s:.0f} s and was stopped"}
+    if not out.exists():
+        # An abort inside XLA (a CHECK) ends the process without a word on stdout: its last line says what.
+        tail = [line for line in done.stderr.splitlines() if line.strip() and not line.lstrip().startswith("@")]
+        reason = tail[0][:200] if tail and "Check failed" in tail[0] else (tail[-1][:200] if tail else "")
+        return {"ok": False, "reason": f"the compiler stopped (exit {done.returncode}): {reason}"}
+    doc: dict[str, object] = json.loads(out.read_text(encoding="utf-8"))
+    return doc
+
+
+def _measurement(fix: str, p: ReplayPlan, doc: dict[str, object]) -> ReplayMeasurement:
+    t = PairedTiming(tuple(doc["a_us"]), tuple(doc["b_us"]))  # type: ignore[arg-type]
+    a_ops: list[dict[str, int]] = doc["a_ops"]  # type: ignore[assignment]
+    b_ops: list[dict[str, int]] = doc["b_ops"]  # type: ignore[assignment]
+    b_keys = [c.module for c in p.b]
+    removed: list[str] = [f"program {c.module}" for c in p.a if c.module not in b_keys]
+    for i, call in enumerate(p.a):
+        if call.module in b_keys:
+            after = b_ops[b_keys.index(call.module)]
+            removed += [f"{call.module} {op} x{n - after.get(op, 0)}" for op, n in sorted(a_ops[i].items())
+                        if op in ("copy", "exponential", "logistic", "tanh", "log", "divide", "convert")
+                        and n > after.get(op, 0)]
+    modelled_us = sum(f.recoverable_us or 0.0 for f in p.modelled)
+    return ReplayMeasurement(
+        fix=fix, a_us=t.a_median_us, b_us=t.b_median_us, saving_us=t.saving_us, interval_us=t.interval_us,
+        pairs=t.pairs, capture_us=p.capture_us, programs=tuple(c.module for c in p.a), removed=tuple(removed),
+        covered=tuple(sorted({f.code for f in p.covered})), modelled=tuple(sorted({f.code for f in p.modelled})),
+        modelled_us=modelled_us, jax_version=str(doc.get("jax", "")))

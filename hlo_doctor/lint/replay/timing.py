@@ -1,0 +1,71 @@
+"""The replay's statistic: paired differences of alternated runs, their median and its interval.
+
+Each pair times the original (A) and the changed program (B) back to back, in alternating order
+(AB, BA, AB...), so a load that drifts over the run falls on both sides of a pair. The saving is
+the median of the pairs' differences A - B, with a distribution-free interval of that median from
+the order statistics of the differences (the sign test's: ranks where the binomial(n, 1/2) tails
+hold ``alpha``/2 each): no assumption of a shape for the noise of a loaded machine.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PairedTiming:
+    """Alternated timings of two sides (us per iteration) and what their pairs say."""
+
+    a_us: tuple[float, ...]
+    b_us: tuple[float, ...]
+    confidence: float = 0.95
+
+    @property
+    def pairs(self) -> int:
+        return min(len(self.a_us), len(self.b_us))
+
+    @property
+    def a_median_us(self) -> float:
+        return statistics.median(self.a_us)
+
+    @property
+    def b_median_us(self) -> float:
+        return statistics.median(self.b_us)
+
+    @property
+    def differences(self) -> tuple[float, ...]:
+        return tuple(a - b for a, b in zip(self.a_us, self.b_us, strict=False))
+
+    @property
+    def saving_us(self) -> float:
+        """Median over pairs of A - B: what the change saves per iteration (negative: slower)."""
+        return statistics.median(self.differences)
+
+    @property
+    def interval_us(self) -> tuple[float, float]:
+        """The interval of :attr:`saving_us` at :attr:`confidence` (the whole range for few pairs)."""
+        return median_interval(self.differences, self.confidence)
+
+
+def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Order-statistic interval of the median of ``values`` (sign test): (lowest, highest) when
+    there are too few values for the confidence asked."""
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        return (math.nan, math.nan)
+    alpha = 1.0 - confidence
+    # The largest k with P(Binomial(n, 1/2) < k) <= alpha/2: the interval is [x_(k), x_(n-k+1)].
+    k, tail = 0, 0.0
+    while k < n:
+        p = math.comb(n, k) / 2.0 ** n
+        if tail + p > alpha / 2:
+            break
+        tail += p
+        k += 1
+    if k == 0:
+        return (xs[0], xs[-1])
+    return (xs[k - 1], xs[n - k])

@@ -1,0 +1,95 @@
+"""Every command output the README and docs/ show is what the tool prints now (the part that does not
+depend on timing): each marked example is run as ``make docs`` runs it (``benchmarks/generate_docs.py``)
+and compared; a change that alters an output fails here until ``make docs`` rewrites the block."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("generate_docs", REPO / "benchmarks" / "generate_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+GEN = _generator()
+# Its own working folders, so that a 'make docs' running meanwhile keeps its own.
+vars(GEN)["SCRATCH"] = REPO / "build" / "docs-test"
+EXAMPLES = [ex for doc in GEN.DOCS for ex in GEN.parse(doc)]
+# Examples that share a working folder run in document order (a profile, then the diagnose of it).
+GROUPS: dict[str, list] = {}
+for _ex in EXAMPLES:
+    GROUPS.setdefault(f"{_ex.doc.name}:{_ex.options.get('cwd') or 'default'}", []).append(_ex)
+
+
+def test_every_shown_output_is_marked() -> None:
+    assert len(EXAMPLES) >= 19
+    assert [u for doc in GEN.DOCS for u in GEN.unmarked(doc)] == []
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_shown_outputs_are_what_the_tool_prints(group: str) -> None:
+    fresh: set[str] = set()
+    diffs, skipped = [], []
+    for ex in GROUPS[group]:
+        if ex.options.get("check") == "none" or (ex.slow and not ex.options.get("small")):
+            skipped.append(ex.name)
+            continue
+        small = ex.slow
+        diff = GEN.difference(ex, GEN.render(ex, fresh, small=small), small=small)
+        if diff:
+            diffs.append(diff)
+    if not diffs and skipped and len(skipped) == len(GROUPS[group]):
+        pytest.skip("minutes of work, not run here (make docs rewrites them): " + "; ".join(skipped))
+    assert not diffs, "run 'make docs' (or fix the change) - the documented output differs:\n" + "\n\n".join(diffs)
+
+
+def test_the_comparison_masks_timing_and_keeps_the_rest() -> None:
+    documented = "HD003   high   jit_x   f32[64,32000]{1,0}     532 us     7.6%   sampler.py:11\n│ 1 │ 5,146.1 │"
+    assert GEN.masked(documented) == GEN.masked(
+        "HD003 high jit_x f32[64,32000]{1,0}  12,532 us  17.6%  sampler.py:11\n│ 1 │    146.0 │")
+    assert GEN.masked(documented) != GEN.masked(documented.replace("sampler.py:11", "sampler.py:12"))
+    assert GEN.masked(documented) != GEN.masked(documented.replace("HD003", "HD002"))
+    assert GEN.masked(documented) != GEN.masked(documented.replace("f32[64,32000]", "f32[64,32001]"))
+
+
+def test_a_verdict_measured_here_is_masked_and_the_sentence_kept() -> None:
+    # The two forms one capture's promise took on two machines: a saving here, none significant there.
+    saving = ("fix bf16-greedy-sampler: ~1.2 ms per step (~9% of the step), measured by replaying "
+              "jit_convert_element_type(78), jit_sample(124) on this machine (jax 0.10.2, 9 alternated pairs): "
+              "4.1 ms -> 3.0 ms per step here; saves 27% of those programs; at the capture's pace 4.4 ms of them "
+              "-> ~+1.2 ms [+0.9, +1.6 ms]")
+    none = ("fix bf16-greedy-sampler: no saving promised, none significant, measured by replaying "
+            "jit_convert_element_type(78), jit_sample(124) on this machine (jax 0.10.2, 5 alternated pairs): "
+            "4.1 ms -> 4.0 ms per step here; no significant change here; at the capture's pace 4.4 ms of them "
+            "-> ~+0.1 ms [-0.3, +0.4 ms]")
+    assert GEN.masked(saving) == GEN.masked(none)
+    # ...but which fix, which programs and what it was measured against still count.
+    assert GEN.masked(saving) != GEN.masked(saving.replace("jit_sample(124)", "jit_sample(125)"))
+    assert GEN.masked(saving) != GEN.masked(saving.replace("bf16-greedy-sampler", "donate-buffers"))
+    whatif = ("fix bf16-greedy-sampler: ~38.3 ms recovered by 3 findings, less ~22.3 ms it costs on this machine "
+              "(what-if run): net ~16.0 ms per step [12.1, 19.8 ms] (~14% of the step)")
+    costs = ("fix bf16-greedy-sampler: ~38.3 ms recovered by 3 findings, less ~40.3 ms it costs on this machine "
+             "(what-if run): may cost here, no saving promised: net -2.0 ms per step, anywhere in [-6.1, +1.8 ms]")
+    assert GEN.masked(whatif) == GEN.masked(costs)
+    assert GEN.masked(whatif) != GEN.masked(whatif.replace("3 findings", "2 findings"))
+
+
+def test_a_severity_measured_here_is_masked_on_a_finding_line() -> None:
+    row = "HD004   info   jit_sample   f32[64,32000]{1,0}   532 us   7.6%   sampler.py:12"
+    assert GEN.masked(row) == GEN.masked(row.replace("info", "medium"))
+    assert GEN.masked(row) != GEN.masked(row.replace("HD004", "HD003"))
+    assert GEN.masked(row) != GEN.masked(row.replace("sampler.py:12", "sampler.py:9"))
+    # A word of prose that is not a finding's line keeps its meaning.
+    assert GEN.masked("the high half") != GEN.masked("the low half")

@@ -1,0 +1,144 @@
+"""Replay: a fix's promise measured by compiling a real capture's own HLO protos here, both sides.
+
+Judged by XLA itself: the changed side's compiled module (XLA's own printer) no longer holds the op
+the change removes, and its outputs alias the donated parameter; the capture is recorded here with
+real JAX. A capture of another jax or backend is refused in one line and keeps its model figure.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from hlo_doctor.capture import capture_callable
+from hlo_doctor.cli import main
+from hlo_doctor.lint import diagnose, load_context, load_rulebook
+from hlo_doctor.lint.replay import measure_fix, median_interval, replay_refusal
+from hlo_doctor.lint.replay.child import main as child_main
+from hlo_doctor.lint.replay.child import opcodes
+from hlo_doctor.lint.replay.spec import Call, Parameter, ReplaySpec
+
+B, V = 8, 4096
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An eager astype of bf16 logits before a jitted argmax that also returns them (HD003, HD002, HD004)."""
+
+    @jax.jit
+    def sample(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return jnp.argmax(logits, axis=-1), logits
+
+    x = jax.random.normal(jax.random.key(0), (B, V), jnp.float32).astype(jnp.bfloat16)
+    run: Path = capture_callable(lambda: sample(x.astype(jnp.float32)), steps=4, warmup=1,
+                                 out_dir=tmp_path_factory.mktemp("replay") / "run", target="test:sample")
+    return run
+
+
+def test_a_real_captures_fix_is_measured_by_replaying_its_programs(capture: Path) -> None:
+    ctx = replace(load_context(capture), what_if=True)
+    assert replay_refusal(ctx) == ""
+    d = diagnose(ctx, load_rulebook())
+    promise = next(p for p in d.fixes if p.fix == "bf16-greedy-sampler")
+    m = promise.replay
+    assert m is not None, promise.unmeasured
+    assert promise.basis == "measured" and promise.net_us == (m.promise_us if m.significant else 0.0)
+    # Both sides ran, alternated: the convert program is gone from side B, and the sampler's copy
+    # of its parameter with it (returned aliased instead).
+    assert m.pairs >= 8 and m.a_us > 0 and m.b_us > 0
+    assert any(r.startswith("program jit_convert_element_type") for r in m.removed)
+    assert any(r.startswith("jit_sample") and " copy " in r for r in m.removed)
+    assert m.interval_us[0] <= m.saving_us <= m.interval_us[1]
+    assert {"HD002", "HD003"} <= set(m.covered)
+    doc = d.to_dict()["fixes"][0]
+    assert doc["basis"] == "measured" and doc["replay"]["programs"] == list(m.programs)
+    assert "measured by replaying" in d.fixes_line()
+
+
+def _proto(f: object, *args: jax.Array) -> bytes:
+    lowered = f.lower(*args)  # type: ignore[attr-defined]
+    return bytes(lowered.compile().runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto())
+
+
+def _child(tmp_path: Path, spec: ReplaySpec) -> dict[str, object]:
+    spec.write(tmp_path / "spec.json")
+    child_main([str(tmp_path / "spec.json"), str(tmp_path / "out.json")])
+    doc: dict[str, object] = json.loads((tmp_path / "out.json").read_text())
+    assert doc["ok"], doc
+    return doc
+
+
+def test_the_changed_programs_compiled_hlo_lacks_what_the_change_removes(tmp_path: Path) -> None:
+    wide = jnp.zeros((B, V), jnp.float32)
+    sample = jax.jit(lambda x: (jnp.argmax(x, -1), x))
+    softmax = jax.jit(lambda x: jnp.argmax(jax.nn.softmax(x), -1))
+    (tmp_path / "sample.pb").write_bytes(_proto(sample, wide))
+    (tmp_path / "softmax.pb").write_bytes(_proto(softmax, wide))
+    carried = (Parameter("f32", (B, V), (0, 1)),)
+    doc = _child(tmp_path, ReplaySpec(
+        a=(Call("sample", "sample.pb", carried), Call("softmax", "softmax.pb", (Parameter("f32", (B, V)),))),
+        b=(Call("sample", "sample.pb", carried, alias=((0, (1,)),), narrow=((0, "bf16"),)),
+           Call("softmax", "softmax.pb", (Parameter("f32", (B, V)),), drop_maps=True)),
+        seconds=0.2, min_pairs=4))
+    a_ops, b_ops = doc["a_ops"], doc["b_ops"]
+    assert isinstance(a_ops, list) and isinstance(b_ops, list)
+    # XLA compiled the copy into side A and none into side B, whose output aliases the parameter.
+    assert a_ops[0].get("copy", 0) >= 1 and b_ops[0].get("copy", 0) == 0
+    assert doc["b_aliased"] == [True, False]
+    # The softmax's exp ran on side A only; side B's argmax reads the logits themselves.
+    assert a_ops[1].get("exponential", 0) >= 1 and b_ops[1].get("exponential", 0) == 0
+    assert doc["b_rewired"] == [0, 1]
+    assert len(doc["a_us"]) == len(doc["b_us"]) >= 4  # type: ignore[arg-type]
+
+
+def test_a_narrowed_argmax_reads_the_narrow_parameter_itself(tmp_path: Path) -> None:
+    argmax = jax.jit(lambda x: jnp.argmax(x, -1))
+    (tmp_path / "argmax.pb").write_bytes(_proto(argmax, jnp.zeros((B, V), jnp.float32)))
+    wide = (Parameter("f32", (B, V)),)
+    doc = _child(tmp_path, ReplaySpec(
+        a=(Call("argmax", "argmax.pb", wide),),
+        b=(Call("argmax", "argmax.pb", wide, narrow=((0, "bf16"),)),
+           Call("argmax", "argmax.pb", wide, narrow=((0, "bf16"),), narrow_reads=(0,))),
+        seconds=0.2, min_pairs=4))
+    b_ops = doc["b_ops"]
+    assert isinstance(b_ops, list)
+    # Reading bf16 itself (HD004's change), the program XLA compiles is the one jax compiles for an
+    # argmax over bf16 (the judge: jax's own compile of the hand-fixed program); widened inside the
+    # program (HD003's change alone), it is not.
+    fixed = opcodes(argmax.lower(jnp.zeros((B, V), jnp.bfloat16)).compile().as_text())
+    assert b_ops[1] == fixed and b_ops[0] != fixed
+    assert doc["b_rewired"] == [0, 1]
+
+
+def test_a_capture_of_another_jax_or_backend_is_refused_in_one_line_and_stays_a_model(capture: Path) -> None:
+    ctx = replace(load_context(capture), what_if=True)
+    for other in (replace(ctx, versions=(("jax", "0.0.1"), ("jaxlib", "0.0.1"))), replace(ctx, backend="gpu")):
+        why = measure_fix(other, "bf16-greedy-sampler", [])
+        assert isinstance(why, str) and why and "\n" not in why
+        promise = next(p for p in diagnose(other, load_rulebook()).fixes if p.fix == "bf16-greedy-sampler")
+        assert promise.basis == "model" and promise.unmeasured == why
+        assert promise.net_us == promise.model_us and promise.model_range_us[0] <= promise.model_us
+    # The CLI on captures this machine cannot replay: the model line with the reason, exit 0 (never 3).
+    from click.testing import CliRunner
+
+    samples = Path(__file__).resolve().parents[2] / "sample_traces"
+    for sample, reason in (("gpu_h200_original", "the capture is from gpu"),
+                           ("engine_b64_original_a", "the capture ran jax 0.10.2")):
+        r = CliRunner().invoke(main, ["diagnose", str(samples / sample)], env={"GITHUB_ACTIONS": ""},
+                               catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        if sample.startswith("gpu") or jax.__version__ != "0.10.2":
+            assert f"a model (not measured: {reason}" in r.stderr
+        else:
+            assert "measured by replaying" in r.stderr
+
+
+def test_the_median_interval_is_the_sign_tests() -> None:
+    # n = 10: P(Binomial(10, 1/2) <= 1) = 0.0107 <= 0.025 < P(<= 2): ranks 2 and 9.
+    assert median_interval([float(i) for i in range(10, 0, -1)]) == (2.0, 9.0)
+    assert median_interval([3.0, 1.0]) == (1.0, 3.0)  # too few pairs: the whole range

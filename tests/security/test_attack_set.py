@@ -1,0 +1,40 @@
+"""The attack set: every hostile case of ``attack_set.CASES`` through the real CLI, as its own process.
+
+Each case builds its input in a fresh tmp dir; the judge is the same for all (exit 2 with one line, or
+a bounded result; never exit 3, a traceback, a signal, a run past the deadline) plus the case's own
+check of what it wrote (GitHub's workflow-command syntax, a Markdown parser, ``xml.dom.minidom``,
+``csv``, the folder a planted link aimed at).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from attack_set import CASES, SCHEDULER_CASES, Case, common_judge, fake_scheduler, run_case
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.surface}: {c.name}" for c in CASES])
+def test_case(case: Case, tmp_path: Path) -> None:
+    if case.surface == "cache" or "html" in case.name or case.name.startswith("report md"):
+        pytest.importorskip("vl_convert")
+    if "Parquet" in case.name:
+        pytest.importorskip("pyarrow")
+    args, check = case.build(tmp_path)
+    outcome = run_case(args, cwd=tmp_path, timeout=case.deadline_s)
+    common_judge(outcome)
+    check(outcome, tmp_path)
+
+
+@pytest.mark.parametrize("mode", SCHEDULER_CASES)
+def test_scheduler_case(mode: str, tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    from attack_set import RUN
+
+    with fake_scheduler(mode) as address:
+        start = time.monotonic()
+        outcome = run_case(["stats", str(RUN), "--scheduler", address], cwd=tmp_path, timeout=60)
+    common_judge(outcome)
+    assert outcome.rc == 2 and address in outcome.stderr
+    assert time.monotonic() - start < 35
