@@ -93,3 +93,21 @@ def test_a_severity_measured_here_is_masked_on_a_finding_line() -> None:
     assert GEN.masked(row) != GEN.masked(row.replace("sampler.py:12", "sampler.py:9"))
     # A word of prose that is not a finding's line keeps its meaning.
     assert GEN.masked("the high half") != GEN.masked("the low half")
+
+
+def test_a_line_shortened_where_a_verdict_ends_agrees_with_its_longer_cut() -> None:
+    # Two cuts at 120 columns of one line, as two machines printed it: the verdict before the cut was
+    # longer on the second, so the cut fell earlier.
+    here = ["3 findings", "fix bf16-greedy-sampler: ~51.2 ms per step (~12% of the step), measured by replaying "
+            "jit_convert_element_type(78), j ..."]
+    there = ["3 findings", "fix bf16-greedy-sampler: ~51.2 ms recovered by 3 findings, less ~9.9 ms it costs on this "
+             "machine (what-if), measured by replaying jit_con ..."]
+    a, b = GEN._shortened_alike(GEN.masked("\n".join(here)), GEN.masked("\n".join(there)))
+    assert a == b
+    # ...but another fix, another program before the cut, or another line elsewhere still differs.
+    for changed in (there[1].replace("bf16-greedy-sampler", "donate-buffers"),
+                    here[1].replace("jit_convert_element_type(78)", "jit_convert_element_type(79)")):
+        a, b = GEN._shortened_alike(GEN.masked("\n".join(here)), GEN.masked("\n".join([here[0], changed])))
+        assert a != b
+    a, b = GEN._shortened_alike(GEN.masked("\n".join(here)), GEN.masked("\n".join(["2 findings", there[1]])))
+    assert a != b

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
-from fix_programs import SEEDS, bits, count_findings, fixed_pair, same_outputs
+import pytest
+from fix_programs import PROGRAMS, SEEDS, bits, count_findings, fixed_pair, line_of, load_module, same_outputs
 from fix_programs import forget_modules as forget_modules  # autouse: imported copies dropped after each test
 
+from hlo_doctor.fixes import FixRefused
+from hlo_doctor.fixes.source.apply import apply_source_fix
 from hlo_doctor.fixes.source.base import Hint
 
 
@@ -74,3 +77,39 @@ def test_slice_before_matmul_on_a_prefill(tmp_path: Path) -> None:
     assert count_findings(tmp_path, "HD012", "after", lambda: after.prefill.lower(*args)) == 0
 
 
+
+
+def test_donate_state_on_module_level_state_rebound_from_the_result(tmp_path: Path) -> None:
+    # `_state = decode(_state)` then `return _state[2]`: every later read is of the new value.
+    before, after, result = fixed_pair(tmp_path, "module_state.py", "donate-state",
+                                       [("jax.lax.fori_loop", Hint(argument="state"))])
+    assert 'jax.jit(_decode, donate_argnames="state")' in result.diff and result.variant == "safe"
+    same_outputs(before, after)
+    for module, expected in ((before, 1), (after, 0)):
+        got = count_findings(tmp_path, "HD009", module.__name__, lambda m=module: m.decode.lower(m.init(0)))
+        assert got == expected, module.__name__
+    # The old cache is handed over, and the program still runs: no read after the call touches it.
+    after.reset(0)
+    old = after._state
+    after.step()
+    assert old[0].is_deleted() and not after._state[0].is_deleted()
+
+
+def test_donate_state_refuses_where_a_caller_keeps_a_returned_part(tmp_path: Path) -> None:
+    # The same loop with each call's token kept in a list while the next call runs: refused, with the
+    # line. Donated by hand, the program really does read a deleted array (what the refusal prevents).
+    text = (PROGRAMS / "module_state.py").read_text().replace("[int(step()) for", "[step() for").replace(
+        "*map(jnp.int32, tokens)", "*tokens")
+    path = tmp_path / "kept.py"
+    path.write_text(text)
+    result = apply_source_fix("donate-state", path, [(line_of(path, "jax.lax.fori_loop"), Hint(argument="state"))],
+                              unsafe=True)
+    assert isinstance(result, FixRefused), result
+    assert f"line {line_of(path, '[step() for')} keeps it while step() runs again" in result.reason
+    assert path.read_text() == text
+    donated = tmp_path / "donated.py"
+    donated.write_text(text.replace("jax.jit(_decode)", 'jax.jit(_decode, donate_argnames="state")'))
+    module = load_module(donated, "kept_donated_after")
+    with pytest.raises(RuntimeError, match="deleted"):
+        bits(module.outputs(0))
+    assert bits(load_module(path, "kept_before").outputs(0))  # as written, it runs

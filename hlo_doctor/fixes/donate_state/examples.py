@@ -81,7 +81,57 @@ def run(cache):
     return cache, state
 '''
 
+# A decode loop keeping its state at module level and rebinding it from the result: every later read of
+# ``_state`` reads the new value, so nothing reads a donated array.
+_MODULE_STATE = '''\
+import jax
+
+_state = (jax.numpy.zeros(4), jax.numpy.zeros((), jax.numpy.int32))
+
+
+def _decode(state):
+    cache, tok = state
+    return cache + 1, tok + 1
+
+
+decode = jax.jit(_decode)
+
+
+def step():
+    global _state
+    _state = decode(_state)
+    return _state[1]
+
+
+def last_token():
+    return int(_state[1])
+'''
+
+# The loop's caller: each call's token kept (``KEEP``) while the next call runs.
+_RUN_TOKENS = """
+
+def run(n):
+    return [KEEP for _ in range(n)]
+"""
+
 VALID = (
+    SourceExample(code=_MODULE_STATE + _RUN_TOKENS.replace("KEEP", "step()"), line=7, hint=Hint(argument="state"),
+                  reason="line 25 keeps it while step() runs again",
+                  note="module-level state rebound from the result, but the caller keeps each returned token, a part "
+                       "of the state the next call donates"),
+    SourceExample(code=_MODULE_STATE + "\n\n_first = _state\n\n\ndef first():\n    return _first[1]\n", line=7,
+                  hint=Hint(argument="state"), reason="_first (line 24) holds _state's value from before any call",
+                  note="module-level state rebound from the result, but a module-level alias of its first value is read"),
+    SourceExample(code=_MODULE_STATE + "\n\ndef report():\n    prev = _state\n    step()\n    return prev[1]\n",
+                  line=7, hint=Hint(argument="state"), reason="prev (line 25) holds _state across step()",
+                  note="module-level state rebound from the result, but another function holds the old value "
+                       "across the step and reads it"),
+    SourceExample(code=_MODULE_STATE.replace("_state = (jax.numpy.zeros(4), jax.numpy.zeros((), jax.numpy.int32))",
+                                             "INIT = (jax.numpy.zeros(4), jax.numpy.zeros((), jax.numpy.int32))\n"
+                                             "_state = INIT")
+                  + "\n\ndef reset():\n    global _state\n    _state = INIT\n", line=8, hint=Hint(argument="state"),
+                  reason="INIT (line 4) holds the arrays _state is bound from",
+                  note="module-level state starting from a constant that a reset reads again"),
     SourceExample(code=_CALLED.replace("        state = generate(state)\n",
                                        "        out = generate(state)\n        print(state.pos)\n"),
                   line=5, hint=Hint(argument="state"), reason="read after the call",
@@ -151,6 +201,15 @@ class CausalLM:
 '''
 
 INVALID = (
+    SourceExample(code=_MODULE_STATE, line=7, hint=Hint(argument="state"), safe=False,
+                  fixed=_MODULE_STATE.replace("jax.jit(_decode)", 'jax.jit(_decode, donate_argnames="state")'),
+                  note="module-level state rebound from the result; step() returns a part of it and its callers are "
+                       "outside the file: unsafe"),
+    SourceExample(code=_MODULE_STATE + _RUN_TOKENS.replace("KEEP", "int(step())"), line=7, hint=Hint(argument="state"),
+                  fixed=(_MODULE_STATE + _RUN_TOKENS.replace("KEEP", "int(step())")).replace(
+                      "jax.jit(_decode)", 'jax.jit(_decode, donate_argnames="state")'),
+                  note="module-level state rebound from the result (`_state = decode(_state)`), read after it only "
+                       "through the name, and each returned token read into an int at once: safe"),
     SourceExample(code=_KERAS_HUB, line=9, hint=Hint(argument="inputs"), safe=False, fixed=_KERAS_HUB.replace(
         'static_argnames=["stop_token_ids"])', 'static_argnames=["stop_token_ids"], donate_argnames="inputs")'),
         note="keras-hub's generate: inputs = convert(inputs) may be the caller's arrays, and the wrapper is "

@@ -6,8 +6,15 @@ and reading it raises. So a call may donate ``v`` when, in the function that mak
 - ``v`` is rebound from the call's own result (``state = step(state)``), or is never read after the
   call (and, in a loop, is bound again before the next iteration passes it);
 - no other name holds ``v`` or a part of it that is read after the call (``tokens = state.tokens``);
-- ``v`` is not passed twice to the call, read by a nested function or lambda, or a module-level
-  name (a global that other calls read again);
+- ``v`` is not passed twice to the call or read by a nested function or lambda;
+- a module-level ``v`` (a global) must be rebound from the call's result (``_state = step(_state)``):
+  every later read of the name then reads the new value, so only another name holding the old one can
+  read a deleted array: an alias bound in the calling scope before the call, a module-level name bound
+  from ``v`` (or that ``v`` was bound from, ``_state = INIT``, and read again), or a name in another
+  function held across a call of the calling function. Where the calling function returns a part of
+  ``v`` (``return _state[1]``), each of its calls in the file must let go of it before the next call (drop
+  it, or read it into a Python value there and then); with no call in the file, or a public global,
+  the donation is marked unsafe;
 - where ``v`` is a parameter of that function (or rebound from itself, ``v = convert(v)``, which
   may hand back the same array), the same holds, one level up, for every call of the function in
   the file; with no such call in the file the value comes from outside it, and the
@@ -94,6 +101,143 @@ def _aliases_read_after(code: Code, scope: cst.FunctionDef | cst.Module, name: s
     return ""
 
 
+def _global_held_elsewhere(code: Code, scope: cst.FunctionDef | cst.Module, name: str,
+                           stmt: cst.BaseSmallStatement | None) -> str:
+    """Another name, outside the calling scope, that holds the global ``name``'s value across a call
+    that donates it and is read after: "" when none (the rebinding statement ``stmt`` is not counted)."""
+    caller = scope.name.value if isinstance(scope, cst.FunctionDef) else None
+    for assign in code.all(cst.Assign, under=code.module):
+        if assign is stmt:
+            continue
+        where = scope_of(code, assign)
+        targets = [n for t in assign.targets for n in assigned_names(t.target)]
+        if name in targets:
+            # Another binding of the global (``_state = INIT``): a name it is bound from holds the same
+            # arrays, unless the value is made by a call (a fresh array, as a temporary is).
+            for source in sorted(_held_names(assign.value) - {name}):
+                reads = [u for u in name_uses(code, code.module, source) if u.kind == "load"
+                         and not code.position(assign) <= u.position < code.end_position(assign)]
+                if reads:
+                    return (f"{source} (line {code.line(assign)}) holds the arrays {name} is bound from and is read "
+                            f"at line {reads[0].line}: donating {name} deletes them")
+            continue
+        if where is scope or not _reads(code, assign.value, name):
+            continue
+        for alias in targets:
+            loads = [u for u in name_uses(code, where, alias) if u.kind == "load"
+                     and u.position >= code.end_position(assign)]
+            if isinstance(where, cst.Module):
+                # Bound once at import from the value the global had then: every later read is stale.
+                if loads:
+                    return (f"{alias} (line {code.line(assign)}) holds {name}'s value from before any call and "
+                            f"is read at line {loads[0].line}")
+                continue
+            # In another function: stale only if that function runs the donating call in between.
+            runs = [c for c in code.all(cst.Call, under=where) if caller is not None
+                    and _callee(c) == caller and code.position(c) > code.position(assign)]
+            late = [u for u in loads if runs and u.position > code.position(runs[0])]
+            if late:
+                return (f"{alias} (line {code.line(assign)}) holds {name} across {caller}() (line "
+                        f"{code.line(runs[0])}) and is read after it, at line {late[0].line}")
+    return ""
+
+
+# Reads that turn an array into a Python value (or print it) there and then: nothing keeps the array.
+_CONVERTERS = frozenset({"int", "float", "bool", "str", "print", "repr", "len"})
+_CONVERTING_METHODS = frozenset({"item", "tolist"})
+
+
+def _returns_part(code: Code, scope: cst.FunctionDef | cst.Module, name: str) -> int | None:
+    """The line of a ``return`` of ``scope`` handing back ``name`` or a part of it."""
+    if not isinstance(scope, cst.FunctionDef):
+        return None
+    for ret in code.all(cst.Return, under=scope):
+        if ret.value is not None and scope_of(code, ret) is scope and name in _held_names(ret.value):
+            return code.line(ret)
+    return None
+
+
+def _converted_here(code: Code, node: cst.CSTNode) -> bool:
+    """Whether the value of ``node`` is read into a Python value (or printed) by the expression around it."""
+    parent = code.parent(node)
+    if isinstance(parent, cst.Arg):
+        outer = code.parent(parent)
+        return isinstance(outer, cst.Call) and _callee(outer) in _CONVERTERS and isinstance(outer.func, cst.Name)
+    if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in _CONVERTING_METHODS:
+        return isinstance(code.parent(parent), cst.Call)
+    return False
+
+
+def _callers_drop_parts(code: Code, scope: cst.FunctionDef, name: str, returned: int) -> Verdict:
+    """Whether every call in the file of ``scope``'s function lets go of what it returns (a part of the
+    state) before the function runs again."""
+    fn = scope.name.value
+    what = f"{fn}() returns a part of {name} (line {returned}), which its next call donates"
+    site = _caller_site(code, scope)
+    calls = jit_calls(code, site)
+    if not calls.calls:
+        return Verdict(True, safe=False, reason=f"{what}; its callers are not in this file: none may keep it "
+                                                f"across the next call")
+    if calls.other:
+        line, use = calls.other[0]
+        return Verdict(True, safe=False, reason=f"{what}; {fn} is also used as a value (line {line}: {use}): its "
+                                                f"callers cannot all be checked")
+    for c in calls.calls:
+        call = c.call
+        stmt = code.statement_of(call)
+        if isinstance(stmt, cst.Expr) and stmt.value is call or _converted_here(code, call):
+            continue  # dropped, or read into a Python value there and then
+        outer = scope_of(code, call)
+        again = any(a is not call and code.position(a.call) > code.position(call) and scope_of(code, a.call) is outer
+                    for a in calls.calls)
+        repeated = bool(loops_around(code, call, outer)) or any(
+            isinstance(a, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp))
+            for a in code.ancestors(call) if a is not outer) or again
+        bound = (stmt.targets[0].target if isinstance(stmt, cst.Assign) and stmt.value is call
+                 and len(stmt.targets) == 1 else None)
+        if isinstance(bound, cst.Name):
+            loads = [u for u in name_uses(code, outer, bound.value) if u.kind == "load" and not u.nested
+                     and u.position > code.position(call)]
+            kept = next((u for u in loads if not _converted_here(code, u.node)), None)
+            if kept is None:
+                continue
+            if not repeated:
+                continue  # called once here: nothing donates what it holds
+            return Verdict(False, reason=f"{what}; line {code.line(call)} binds it to {bound.value}, read at line "
+                                         f"{kept.line} while {fn}() runs again")
+        if repeated:
+            return Verdict(False, reason=f"{what}; line {code.line(call)} keeps it while {fn}() runs again")
+        if isinstance(stmt, cst.Return):
+            return Verdict(True, safe=False, reason=f"{what}; line {code.line(call)} returns it to callers "
+                                                    f"outside this file")
+    return Verdict(True)
+
+
+def _held_names(value: cst.BaseExpression) -> set[str]:
+    """The names whose arrays ``value`` hands on as they are: a name, a part of one (an attribute, an
+    item), or one inside a tuple, list or dict; a call's or an operation's result is a new array."""
+    if isinstance(value, cst.Name):
+        return {value.value}
+    if isinstance(value, (cst.Attribute, cst.Subscript)):
+        return _held_names(value.value)
+    if isinstance(value, (cst.Tuple, cst.List)):
+        return set().union(*(_held_names(e.value) for e in value.elements))
+    if isinstance(value, cst.Dict):
+        return set().union(*(_held_names(e.value) for e in value.elements if isinstance(e, cst.DictElement)))
+    if isinstance(value, cst.IfExp):
+        return _held_names(value.body) | _held_names(value.orelse)
+    return set()
+
+
+def _callee(call: cst.Call) -> str:
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return ""
+
+
 def _reads(code: Code, node: cst.CSTNode, name: str) -> bool:
     """Whether ``node`` reads the variable ``name`` (not an attribute or a keyword of that name)."""
     for n in code.all(cst.Name, under=node):
@@ -155,9 +299,22 @@ def check_call(code: Code, site: JitSite, call: cst.Call, param: str, depth: int
             return Verdict(False, reason=f"{where}: {name} is a module-level name that {_fn_name(scope)} does not "
                                          f"rebind: donating deletes it for every later read"
                                          + (f" (read at line {', '.join(map(str, readers))})" if readers else ""))
-        if readers:
-            return Verdict(False, reason=f"{where}: {name} is a global read elsewhere, at line "
-                                         f"{', '.join(map(str, readers))}")
+        # Rebound from the result: every later read of the name reads the new value; only another name
+        # still holding the old one can read a deleted array.
+        held = (_aliases_read_after(code, scope, name, call, after)
+                or _global_held_elsewhere(code, scope, name, stmt))
+        if held:
+            return Verdict(False, reason=f"{where}: {held}")
+        returned = _returns_part(code, scope, name)
+        if returned is not None and isinstance(scope, cst.FunctionDef):
+            # What the function returns is a part of the state its next call donates: a caller that
+            # keeps it across that call reads a deleted array.
+            verdict = _callers_drop_parts(code, scope, name, returned)
+            if not verdict.ok or not verdict.safe:
+                return verdict
+        if not name.startswith("_"):
+            return Verdict(True, safe=False, reason=f"{where}: {name} is a public module-level name: code outside "
+                                                    f"this file may hold its old value")
         return Verdict(True)
     if not rebound:
         nxt = first_use_after(uses, after)
