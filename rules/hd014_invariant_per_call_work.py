@@ -10,10 +10,11 @@ from typing import Any
 from hlo_doctor.hlo import HloInstruction, HloModule
 from hlo_doctor.hlo.analysis import dtype_shape, key_instruction
 from hlo_doctor.hlo.frames import Frame, framework_of
-from hlo_doctor.hlo.group_work import draws_random, group_work, inside, uniform_constants
+from hlo_doctor.hlo.group_work import does_work, draws_random, group_work, inside, uniform_constants
 from hlo_doctor.hlo.invariance import InvariantGroup, dependence, invariant_groups
 from hlo_doctor.hlo.weights import WeightUse, weight_parameters
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, stage_of
+from hlo_doctor.lint.op_union import overlap_ratio
 from hlo_doctor.lint.parts import bounded
 
 # Below this the invariant value is a scalar, a norm's scale or a small mask, not work worth a line.
@@ -109,7 +110,12 @@ class InvariantPerCallWork(Rule):
         other, where work that changes reads the group's values. A group counts when it does more
         than move data (a convert, a transpose, arithmetic, random bits), its largest value is
         64 KiB or more and, with op stats, it takes 0.05% of the step or more; one finding per
-        program and kind of input (weights, constants), on its costliest group. A parameter is a
+        program, kind of input (weights, constants) and cause (the weights' dtype: a convert; their
+        layout: transposes only; other work), on its costliest group, at the line of the op doing
+        the work (the ``astype``, the ``moveaxis``). Ops do not join a group through a scalar (a
+        scan's counter read by the slices of two weights). Time: the ops doing the work (on weights
+        not the slices that only move them), on XLA:CPU scaled by their union over their sum (ops
+        run side by side on the runtime's threads). A parameter is a
         weight when it is an array, not donated (``input_output_alias``, ``buffer_donor``),
         reaches through data movement and converts only the right operand of a ``dot`` without
         batch dimensions (``x @ W``, flax/keras ``Dense``), the table of a ``gather`` copying
@@ -180,11 +186,11 @@ class InvariantPerCallWork(Rule):
             weights = weight_parameters(m)
             kept = [k for g in invariant_groups(m, dependence(m), set(weights))
                     if (k := _keep(ctx, m, g)) is not None]
-            for on_weights in (True, False):  # one finding per program and kind of input
+            for on_weights in (True, False):  # one finding per program, kind of input and cause
                 mine = sorted((k for k in kept if bool(k.group.parameters) == on_weights),
                               key=lambda k: -(k.time_us or sum(i.shape.nbytes for i in k.group.ops)))
-                if mine:
-                    yield _program_finding(self, ctx, m, mine, weights)
+                for cause in dict.fromkeys(_cause(k) for k in mine):
+                    yield _program_finding(self, ctx, m, [k for k in mine if _cause(k) == cause], weights)
         if ctx.has_opstats and ctx.num_steps:
             found = _eager_init(self, ctx)
             if found is not None:
@@ -198,6 +204,8 @@ class _Kept:
     group: InvariantGroup
     does: frozenset[str]
     time_us: float | None
+    timed: tuple[HloInstruction, ...] = ()
+    """The ops its time adds up (on weights, those doing the work)."""
 
 
 def _keep(ctx: Context, m: HloModule, g: InvariantGroup) -> _Kept | None:
@@ -207,11 +215,19 @@ def _keep(ctx: Context, m: HloModule, g: InvariantGroup) -> _Kept | None:
     if not does or not g.feeds_work or uniform_constants(m, g):
         return None  # moves data only, too small, a program of constants/weights alone, or one value
     if not ctx.has_opstats:
-        return _Kept(g, frozenset(does), None)
-    time = sum(t.time_per_step_us for i in g.timed if (t := ctx.op_timing(m, i.name)) is not None)
+        return _Kept(g, frozenset(does), None, _timed(m, g))
+    timed = _timed(m, g)
+    time = sum(t.time_per_step_us for i in timed if (t := ctx.op_timing(m, i.name)) is not None)
     if not time or (ctx.step_time_us and 100.0 * time / ctx.step_time_us < MIN_SHARE_PCT):
         return None
-    return _Kept(g, frozenset(does), time)
+    return _Kept(g, frozenset(does), time, timed)
+
+
+def _timed(m: HloModule, g: InvariantGroup) -> tuple[HloInstruction, ...]:
+    """The group's ops that a one-time preparation removes: on weights, the ops that only move them (a
+    loop's slice of a stacked weight) stay when the weights are stored as the program uses them, so
+    only those doing the work count; on constants, every op (the whole table goes)."""
+    return tuple(i for i in g.timed if does_work(m, i)) if g.parameters else tuple(g.timed)
 
 
 def _program_finding(rule: Rule, ctx: Context, m: HloModule, kept: list[_Kept],
@@ -223,6 +239,11 @@ def _program_finding(rule: Rule, ctx: Context, m: HloModule, kept: list[_Kept],
     uses = [weights[p] for p in g.parameters if p in weights]
     n_ops = sum(len(k.group.ops) for k in kept)
     time = sum(k.time_us or 0.0 for k in kept) if ctx.has_opstats else None
+    summed, ratio = time, None
+    if time is not None:
+        # Ops that run side by side (XLA:CPU's threads) take their union out of the step, not their sum.
+        ratio = overlap_ratio(ctx, m.name, [i.name for k in kept for i in k.timed])
+        time = time * ratio if ratio is not None else time
     cost = f"{n_ops} op{'s' if n_ops != 1 else ''}" + (f", {_ms(time)} per step" if time is not None else "")
     if uses:
         verbs = [_convert_verb(uses, g.anchor) if k == "convert" else "transposes"
@@ -234,7 +255,8 @@ def _program_finding(rule: Rule, ctx: Context, m: HloModule, kept: list[_Kept],
                    f"so this work is the same on every call")
         more = list(dict.fromkeys(_param_name(weights[p].parameter) for k in kept[1:] for p in k.group.parameters
                                   if p in weights and p not in g.parameters))
-        source_inst = next((i for i in g.ops if i.source), None) or key_instruction(m, uses[0].reader)
+        source_inst = (_work_source(m, g, _cause(top)) or next((i for i in g.ops if i.source), None)
+                       or key_instruction(m, uses[0].reader))
     else:
         rng = draws_random(m, (j for i in g.ops for j in inside(m, i)))
         message = (f"{g.anchor.name} ({dtype_shape(g.anchor.shape)}, {fmt_bytes(g.anchor.shape.nbytes)}) is computed "
@@ -254,8 +276,38 @@ def _program_finding(rule: Rule, ctx: Context, m: HloModule, kept: list[_Kept],
                ("parameters", sorted({p for k in kept for p in k.group.parameters})),
                ("parameter_names", [_param_name(weights[p].parameter) for k in kept for p in k.group.parameters
                                     if p in weights]),
-               ("loops", list(g.loops)), ("inputs", "weights" if uses else "constants"), ("groups", len(kept))),
+               ("loops", list(g.loops)), ("inputs", "weights" if uses else "constants"), ("groups", len(kept)),
+               ("cause", _cause(top)), ("timed_ops", [i.name for k in kept for i in k.timed]))
+        + ((("summed_op_us_per_step", round(summed or 0.0, 1)), ("overlap_ratio", round(ratio, 3)))
+           if ratio is not None else ()),
     )
+
+
+def _cause(k: _Kept) -> str:
+    """Which remedy the group's work calls for: the weights' stored dtype (a convert), their stored
+    layout (a transpose or re-layout only), or work computed from them or from constants."""
+    if not k.group.parameters:
+        return "constants"
+    if "convert" in k.does:
+        return "dtype"
+    return "layout" if k.does <= {"transpose"} else "compute"
+
+
+# The jax primitive each cause's line is written as (an op's ``op_name`` ends with it).
+_CAUSE_PRIMITIVES = {"dtype": ("convert", "convert_element_type"), "layout": ("transpose", "transpose")}
+
+
+def _work_source(m: HloModule, g: InvariantGroup, cause: str) -> HloInstruction | None:
+    """The op, with a line, that does the group's own work (the convert of a weight, its transpose),
+    looking inside fusions and at the data movement feeding them; the entry's first."""
+    if cause not in _CAUSE_PRIMITIVES:
+        return None
+    opcode, primitive = _CAUSE_PRIMITIVES[cause]
+    for op in g.ops:
+        for j in (op, *inside(m, op), *m.operands_of(op)):
+            if j.source and (j.opcode == opcode or (j.op_name or "").rsplit("/", 1)[-1] == primitive):
+                return j
+    return None
 
 
 def _ms(us: float) -> str:

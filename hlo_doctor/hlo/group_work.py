@@ -65,6 +65,18 @@ def inside(m: HloModule, inst: HloInstruction) -> tuple[HloInstruction, ...]:
     return body.instructions if body is not None else (inst,)
 
 
+def does_work(m: HloModule, inst: HloInstruction) -> bool:
+    """Whether ``inst`` does more than move data (:func:`group_work` of it alone is not empty): the
+    slice a loop takes of a stacked weight each iteration only moves it."""
+    if any(o not in _MOVES for o in fused_opcodes(m, inst)):
+        return True
+    for i in inside(m, inst):
+        ops = m.operands_of(i)
+        if i.opcode == "copy" and ops and ops[0].shape.minor_to_major != i.shape.minor_to_major:
+            return True
+    return False
+
+
 def group_work(m: HloModule, g: InvariantGroup, min_bytes: int = 0) -> frozenset[str]:
     """What a group's ops of ``min_bytes`` or more do beyond moving data: their opcodes other than
     data movement, plus ``transpose`` for a ``copy`` that changes the layout (a physical transpose).

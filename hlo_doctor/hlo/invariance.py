@@ -292,11 +292,17 @@ def _producers(m: HloModule, inst: HloInstruction) -> list[HloInstruction]:
     return out
 
 
+def _scalar(inst: HloInstruction) -> bool:
+    """A value of one element (a loop counter, a constant scale)."""
+    return not inst.shape.is_tuple and all(d == 1 for d in inst.shape.dims)
+
+
 def invariant_groups(m: HloModule, dep: Dependence, weights: set[int] | frozenset[int]) -> list[InvariantGroup]:
     """Groups of timed ops whose values depend only on constants and on the ``weights`` parameters.
 
     Two ops are in one group when one reads the other's value (through tuples, bitcasts and loop
-    state); the ops of a ``while`` that is itself invariant belong to the loop's group.
+    state), unless that value is a scalar read by an array (a loop counter the slices of two weights
+    read: two works, not one); the ops of a ``while`` that is itself invariant belong to the loop's group.
     """
     runner: dict[str, HloInstruction | None] = {}
     order: list[HloInstruction] = []
@@ -322,6 +328,8 @@ def invariant_groups(m: HloModule, dep: Dependence, weights: set[int] | frozense
         for p in _producers(m, inst):
             pk = (p.computation, p.name)
             if pk in inv and key in inv:
+                if _scalar(p) and not _scalar(inst):
+                    continue  # a loop counter or a scale read by work on two weights does not join them
                 parent[find(pk)] = find(key)
             elif pk in inv:
                 exits.add(pk)  # read by work that changes

@@ -203,3 +203,23 @@ def test_eager_generate_reruns_the_models_init(tmp_path: Path) -> None:
 def test_reference_engine_captures_have_no_finding(capture: str) -> None:
     # The engine widens its logits on every call: per-call data, not invariant work.
     assert run_rule(RULE, load_context(SAMPLE_TRACES / capture)) == []
+
+
+def test_two_causes_in_a_scan_over_layers_are_two_findings_with_their_own_lines(tmp_path: Path) -> None:
+    # The cast of the projections and the move of the stacked weights to the scan's axis share the
+    # scan's loop counter; they are two wastes with two remedies, each at the line that does it.
+    found = _profile_and_diagnose("step_scan", tmp_path / "run")["findings"]
+    by_cause = {f["extra"]["cause"]: f for f in found}
+    assert sorted(by_cause) == ["dtype", "layout"] and len(found) == 2
+    dtype, layout = by_cause["dtype"], by_cause["layout"]
+    cast, move = _line('proj = params["proj"].astype(jnp.bfloat16)'), _line('layers = jnp.moveaxis(params["wt"], 1, 0)')
+    assert dtype["source"].endswith(f":{cast}") and layout["source"].endswith(f":{move}")
+    assert dtype["extra"]["parameter_names"] == ["params['proj']"] and "converts" in dtype["message"]
+    assert layout["extra"]["parameter_names"] == ["params['wt']"] and "transposes" in layout["message"]
+    # Timed: the ops doing the work, not the scan's slices of the weights, which stay once they are
+    # stored as the scan uses them; on XLA:CPU scaled by the ops' union over their sum.
+    for f in found:
+        assert 0 < f["recoverable_us"] <= f["extra"]["summed_op_us_per_step"] + 0.1
+        assert 0 < f["extra"]["overlap_ratio"] <= 1
+        assert f["extra"]["timed_ops"] and not any(op.startswith("dynamic-slice") for op in f["extra"]["timed_ops"])
+    assert _profile_and_diagnose("step_scan_prepared", tmp_path / "prepared")["findings"] == []

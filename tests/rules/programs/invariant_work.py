@@ -9,6 +9,8 @@
 - ``step_init``: an eager ``generate()`` that runs the model's initialisation (random init of every
   weight and a forward pass, all discarded but a zero cache) on every call, as transformers' Flax
   ``init_cache`` does; ``step_init_once``: the cache built once.
+- ``step_scan``: a scan over stacked layers whose weights are cast and moved to the scan's axis on
+  every call (two causes); ``step_scan_prepared``: both stored as the scan uses them.
 """
 from __future__ import annotations
 
@@ -130,3 +132,45 @@ def step_init_once() -> jax.Array:
     if not _CACHE:
         _CACHE.append(MODEL.init_cache(B, N))
     return MODEL.generate(TOK, _CACHE[0])
+
+
+# A decoder that scans over stacked layers, as a library's scan-over-layers does: its f32 projections
+# cast to bf16 and its stacked weights moved to the scan's axis on every call (two causes, two remedies:
+# the stored dtype and the stored layout); ``step_scan_prepared`` gets them as the scan uses them.
+L, DS = 6, 256
+STACK = {"wt": jax.random.normal(jax.random.PRNGKey(4), (DS, L, DS), jnp.float32),
+         "proj": jax.random.normal(jax.random.PRNGKey(5), (L, DS, DS), jnp.float32)}
+# Prepared: moved once, and the projections computed with in their stored f32 (XLA:CPU widens bf16
+# weights to f32 for a dot on every call, so storing them as bf16 would move the convert, not remove it).
+STACK_PREPARED = {"wt": jnp.moveaxis(STACK["wt"], 1, 0), "proj": STACK["proj"]}
+XS = jax.random.normal(jax.random.PRNGKey(6), (B, DS), jnp.float32)
+
+
+def _scan_layers(layers: jax.Array, proj: jax.Array, x: jax.Array) -> jax.Array:
+    def body(h: jax.Array, lw: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, None]:
+        w, p = lw
+        h = jnp.tanh(h @ w)
+        return (h.astype(jnp.bfloat16) @ p).astype(jnp.float32), None
+
+    h, _ = jax.lax.scan(body, x, (layers, proj))
+    return jnp.argmax(h, -1)
+
+
+@jax.jit
+def scan_decode(params: Any, x: jax.Array) -> jax.Array:
+    layers = jnp.moveaxis(params["wt"], 1, 0)
+    proj = params["proj"].astype(jnp.bfloat16)
+    return _scan_layers(layers, proj, x)
+
+
+@jax.jit
+def scan_decode_prepared(params: Any, x: jax.Array) -> jax.Array:
+    return _scan_layers(params["wt"], params["proj"], x)
+
+
+def step_scan() -> jax.Array:
+    return scan_decode(STACK, XS)
+
+
+def step_scan_prepared() -> jax.Array:
+    return scan_decode_prepared(STACK_PREPARED, XS)
