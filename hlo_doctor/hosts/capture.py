@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.hlo import HloModule
-from hlo_doctor.hosts.local import InProcess, LocalPool, Result
+from hlo_doctor.hosts.local import HOST_TIMEOUT_S, InProcess, LocalPool, Result
 from hlo_doctor.hosts.merge import merge_dispatch, merge_parts
 from hlo_doctor.hosts.work import HostFailure, HostPart, HostTask
 from hlo_doctor.opstats.build import modules_from_protos
@@ -51,6 +51,8 @@ class PodOptions:
     """The address of a Dask scheduler to run the hosts' work on instead."""
     skip_bad_hosts: bool = False
     """Leave out a host file that cannot be read (and say so) instead of stopping."""
+    host_timeout_s: float = HOST_TIMEOUT_S
+    """How long one host file's read may take in a worker (local or Dask) before it counts as lost."""
 
 
 Run = Callable[[Sequence[HostTask]], Iterable[Result]]
@@ -65,7 +67,7 @@ command's own process then holds the table, not the file's events; a smaller one
 def _runner(options: PodOptions, hosts: int) -> InProcess | LocalPool:
     if options.jobs <= 1:
         return InProcess()
-    return LocalPool(min(options.jobs, hosts))
+    return LocalPool(min(options.jobs, hosts), timeout_s=options.host_timeout_s)
 
 
 def _is_xplane_capture(path: Path) -> bool:
@@ -99,7 +101,7 @@ def read_capture(path: str | Path, options: PodOptions, *,
     else:
         from hlo_doctor.hosts.cluster import DaskCluster
 
-        cluster = DaskCluster(options.scheduler)  # first: an unreachable scheduler stops it before any work
+        cluster = DaskCluster(options.scheduler, host_timeout_s=options.host_timeout_s)  # first: an unreachable scheduler stops it before any work
         try:
             parts, left_out, protos, modules = _read_pod(xplanes, cluster, options, dispatch)
         finally:

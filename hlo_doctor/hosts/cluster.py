@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -72,12 +73,18 @@ def _connect(distributed: Any, address: str, timeout_s: float) -> Any:
     return box["client"]
 
 
+_POLL_S = 0.05
+"""How often a wait for the cluster's next result looks again."""
+
+
 class DaskCluster:
     """A client of the Dask scheduler at ``address`` (``tcp://host:8786``)."""
 
-    def __init__(self, address: str, *, timeout_s: float = 20.0) -> None:
+    def __init__(self, address: str, *, timeout_s: float = 20.0, host_timeout_s: float = 600.0) -> None:
         distributed = _distributed()
         self.address = address
+        self.host_timeout_s = host_timeout_s
+        """How long one host's task may go unanswered before it counts as lost (``--host-timeout``)."""
         self._paths: list[str] = []
         self._futures: set[Any] = set()
         self._killed = distributed.KilledWorker
@@ -131,8 +138,30 @@ class DaskCluster:
 
         for _ in range(limit):
             submit_next()
-        for future in queue:
+        since = {future: time.monotonic() for future in index}
+        while index:
+            # The next result, or none in time: a task unanswered for --host-timeout is lost (its worker
+            # stopped, or none is left to run it), and named.
+            future = _next_within(queue, min(since.values()) + self.host_timeout_s)
+            if future is None:
+                oldest = min(since, key=since.__getitem__)
+                i, data = index.pop(oldest)
+                since.pop(oldest)
+                self.client.cancel([oldest])
+                self._futures.discard(oldest)
+                if data is not None:
+                    data.release()
+                workers = len(self.client.scheduler_info().get("workers", {}))
+                why = ("the cluster has no worker left" if not workers else
+                       f"{workers} worker(s) connected; one stopped or hung")
+                submit_next()
+                since.update({f: time.monotonic() for f in index if f not in since})
+                yield i, HostFailure(self._paths[i], f"no worker answered within {self.host_timeout_s:g} s "
+                                                     f"({why}; a larger file may need a longer --host-timeout)",
+                                     kind="died")
+                continue
             i, data = index.pop(future)
+            since.pop(future, None)
             try:
                 result = future.result()
             except self._killed as exc:
@@ -143,7 +172,18 @@ class DaskCluster:
                 if data is not None:
                     data.release()
             submit_next()
+            since.update({f: time.monotonic() for f in index if f not in since})
             yield i, result
+
+
+def _next_within(queue: Any, deadline: float) -> Any:
+    """The next finished future of ``queue`` (Dask's ``as_completed``), or None at ``deadline``
+    (``time.monotonic``)."""
+    while not queue.has_ready():
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(_POLL_S)
+    return next(queue)
 
 
 def read_shipped(task: HostTask, data: bytes) -> HostPart | HostFailure:

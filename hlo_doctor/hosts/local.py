@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -33,6 +34,10 @@ Result = tuple[int, HostPart | HostFailure]
 
 ATTEMPTS = 2
 """Workers a host may take down before it counts as failed: one retry."""
+
+HOST_TIMEOUT_S = 600.0
+"""How long a worker may read one host file before it counts as dead (stopped, hung): killed, and the
+host given to another once (``--host-timeout``)."""
 
 
 def cores_available() -> int:
@@ -57,6 +62,8 @@ class _Worker:
     proc: subprocess.Popen[bytes]
     log: IO[bytes]
     task: int | None = None
+    since: float = 0.0
+    """When it was given its task (``time.monotonic``)."""
 
     @property
     def answers(self) -> IO[bytes]:
@@ -69,6 +76,8 @@ class LocalPool:
     """Up to ``jobs`` worker processes, each reading one host file at a time."""
 
     jobs: int
+    timeout_s: float = HOST_TIMEOUT_S
+    """How long one host's read may take in a worker (see :data:`HOST_TIMEOUT_S`)."""
     _workers: list[_Worker] = field(default_factory=list)
     _tasks: Sequence[HostTask] = ()
     _pending: collections.deque[int] = field(default_factory=collections.deque)
@@ -126,32 +135,47 @@ class LocalPool:
 
     def results(self) -> Iterator[Result]:
         """Each task of :meth:`begin` with its result, as the workers finish them; the workers stop at the end."""
-        tasks, pending, deaths = self._tasks, self._pending, self._deaths
+        pending = self._pending
         try:
             while pending or any(w.task is not None for w in self._workers):
                 self._fill()
                 busy = {w.answers.fileno(): w for w in self._workers if w.task is not None}
                 if not busy:
                     continue
-                for fd in wait(list(busy)):
+                now = time.monotonic()
+                left = min(w.since for w in busy.values()) + self.timeout_s - now
+                ready = wait(list(busy), timeout=max(left, 0.0))
+                for fd in ready:
                     worker = busy[fd]  # type: ignore[index]
                     i = worker.task
                     assert i is not None
                     try:
                         result = receive(worker.answers)
                     except (EOFError, OSError):
-                        why = self._bury(worker)
-                        deaths[i] += 1
-                        if deaths[i] < ATTEMPTS:
-                            pending.appendleft(i)
-                        else:
-                            yield i, HostFailure(tasks[i].path, f"the worker reading it died twice ({why})",
-                                                 kind="died")
+                        yield from self._lost(i, f"died twice ({self._bury(worker)})")
                         continue
                     worker.task = None
                     yield i, result
+                # A worker that has not answered in time (stopped, hung) is killed, and its host retried.
+                now = time.monotonic()
+                for worker in [w for w in busy.values() if w.task is not None and w.answers.fileno() not in ready
+                               and now - w.since >= self.timeout_s]:
+                    i = worker.task
+                    assert i is not None
+                    worker.proc.kill()
+                    self._bury(worker)
+                    yield from self._lost(i, f"did not answer within {self.timeout_s:g} s, twice (stopped or "
+                                             f"hung; a larger file may need a longer --host-timeout)")
         finally:
             self.close()
+
+    def _lost(self, i: int, what: str) -> Iterator[Result]:
+        """Task ``i`` lost with its worker: given to another once, else that host's failure."""
+        self._deaths[i] += 1
+        if self._deaths[i] < ATTEMPTS:
+            self._pending.appendleft(i)
+            return
+        yield i, HostFailure(self._tasks[i].path, f"the worker reading it {what}", kind="died")
 
     def _give(self, worker: _Worker, i: int, tasks: Sequence[HostTask], pending: collections.deque[int]) -> None:
         assert worker.proc.stdin is not None
@@ -163,6 +187,7 @@ class LocalPool:
             pending.appendleft(i)
             return
         worker.task = i
+        worker.since = time.monotonic()
 
     def _bury(self, worker: _Worker) -> str:
         """Forget a dead worker; why it died (exit status, its last line on stderr)."""

@@ -39,15 +39,16 @@ def readers(path: Path, among: Iterable[int]) -> list[int]:
     return out
 
 
-def kill_reader(path: Path, roots: Iterable[int], *, not_pids: Iterable[int] = (), timeout_s: float = 120.0) -> int:
-    """Wait until a process started by ``roots`` (other than ``not_pids``) opens ``path``, SIGKILL it;
-    its pid."""
+def kill_reader(path: Path, roots: Iterable[int], *, not_pids: Iterable[int] = (), timeout_s: float = 120.0,
+                sig: int = signal.SIGKILL) -> int:
+    """Wait until a process started by ``roots`` (other than ``not_pids``) opens ``path``, send it
+    ``sig`` (SIGKILL; SIGSTOP freezes it); its pid."""
     roots, skip = list(roots), set(not_pids)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = [pid for pid in readers(path, descendants(roots)) if pid not in skip]
         if found:
-            os.kill(found[0], signal.SIGKILL)
+            os.kill(found[0], sig)
             return found[0]
         time.sleep(0.01)
     raise AssertionError(f"no process opened {path} within {timeout_s} s")

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,22 @@ def test_worker_killed_twice_on_one_host_names_it(large_logdir: Path) -> None:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")
     assert f"{host}: the worker reading it died twice (killed by signal 9)" in err
+
+
+def test_worker_stopped_mid_read_is_replaced_at_the_host_timeout(large_logdir: Path,
+                                                                 large_table: dict[str, Any]) -> None:
+    # A worker frozen (SIGSTOP) while it reads a host never answers: at --host-timeout it is killed
+    # and the host read again by another, and the table is whole.
+    proc = _start("stats", str(large_logdir), "--jobs", "2", "--format", "json", "--per-step",
+                  "--host-timeout", "20")
+    started = time.monotonic()
+    stopped = kill_reader(next(large_logdir.glob(f"plugins/profile/*/{LARGE_HOST}")), [proc.pid], sig=signal.SIGSTOP)
+    code, out, err = _finish(proc)
+    assert code == 0, err
+    assert 20 <= time.monotonic() - started < 200
+    assert_close(json.loads(out), large_table)
+    with pytest.raises(ProcessLookupError):
+        os.kill(stopped, 0)  # killed, not left frozen behind
 
 
 def test_dask_worker_killed_mid_read_is_retried(dask_cluster: Cluster, large_logdir: Path,
