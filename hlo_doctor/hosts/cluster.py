@@ -133,12 +133,13 @@ class DaskCluster:
             else:
                 data, future = None, self.client.submit(read_one, task, pure=False, key=key)
             index[future] = (i, data)
+            since[future] = time.monotonic()
             self._futures.add(future)
             queue.add(future)
 
+        since: dict[Any, float] = {}  # when each task in flight was submitted
         for _ in range(limit):
             submit_next()
-        since = {future: time.monotonic() for future in index}
         while index:
             # The next result, or none in time: a task unanswered for --host-timeout is lost (its worker
             # stopped, or none is left to run it), and named.
@@ -155,7 +156,6 @@ class DaskCluster:
                 why = ("the cluster has no worker left" if not workers else
                        f"{workers} worker(s) connected; one stopped or hung")
                 submit_next()
-                since.update({f: time.monotonic() for f in index if f not in since})
                 yield i, HostFailure(self._paths[i], f"no worker answered within {self.host_timeout_s:g} s "
                                                      f"({why}; a larger file may need a longer --host-timeout)",
                                      kind="died")
@@ -172,7 +172,6 @@ class DaskCluster:
                 if data is not None:
                     data.release()
             submit_next()
-            since.update({f: time.monotonic() for f in index if f not in since})
             yield i, result
 
 
