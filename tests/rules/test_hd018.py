@@ -1,0 +1,70 @@
+"""HD018 on a real decode step that scans over stacked layers with its KV cache as the scan's xs and ys.
+
+``programs/scan_cache.py`` holds the step (``jax.lax.scan`` over 4 layers, the cache a scanned input
+and output, donated) and the same step with the stacked cache in the scan's carry, updated in place;
+both give the same cache and output. Profiled and diagnosed on XLA:CPU through the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hlo_doctor.cli import main
+from hlo_doctor.hlo.scan_stacks import restacked_states
+from hlo_doctor.lint import load_context
+from hlo_doctor.lint.op_union import overlap_ratio
+
+PROGRAM = Path(__file__).parent / "programs" / "scan_cache.py"
+
+
+def _profile_and_diagnose(target: str, out: Path) -> dict:  # type: ignore[type-arg]
+    runner = CliRunner()
+    result = runner.invoke(main, ["profile", f"{PROGRAM}:{target}", "--steps", "3", "--warmup", "1",
+                                  "--out", str(out), "--format", "json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(main, ["diagnose", str(out), "--format", "json"], catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def _line(text: str) -> int:
+    return next(i for i, line in enumerate(PROGRAM.read_text().splitlines(), 1) if text in line)
+
+
+def test_hd018_one_finding_at_the_scan_sized_by_what_carrying_removes(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    doc = _profile_and_diagnose("step", run)
+    [found] = [f for f in doc["findings"] if f["code"] == "HD018"]
+    extra = found["extra"]
+    assert found["module"] == "jit__scan" and found["shape"].startswith("f32[4,4,256,64]")
+    assert found["source"].endswith(f"scan_cache.py:{_line('jax.lax.scan(body, x, (_W, cache))')}")
+    assert extra["update_source"].endswith(f"scan_cache.py:{_line('layer_cache = jax.lax.dynamic_update_slice')}")
+    assert extra["fill"] and extra["output_index"] != extra["input_index"]
+
+    ctx = load_context(run)
+    module = next(m for m in ctx.modules if m.name == "jit__scan")
+    [state] = restacked_states(module)
+    # What carrying the stack removes: the slice of the layer, its copy, the write of the whole layer,
+    # the fill before the loop; the write of the new position stays.
+    removed = {op.name for op in state.removed}
+    assert set(extra["ops"]) == removed
+    assert state.read.name in removed and state.writer.name in removed and state.fill is not None
+    assert any(op.opcode == "copy" for op in state.removed)
+    assert state.updates and not {u.name for u in state.updates} & removed
+    # Sized from those ops' own rows: their summed time scaled by their union over their sum.
+    times = [t.time_per_step_us for name in extra["timed_ops"] if (t := ctx.op_timing(module, name))]
+    ratio = overlap_ratio(ctx, module.name, extra["timed_ops"])
+    assert ratio is not None and extra["summed_op_us_per_step"] == pytest.approx(sum(times), abs=0.1)
+    assert found["recoverable_us"] == pytest.approx(sum(times) * ratio, rel=1e-3)
+    assert found["recoverable_us"] > found["time_per_step_us"]  # more than the write alone
+    # One cause, one finding: no loop-carried copy or rebuild reported on the same ops.
+    assert not [f for f in doc["findings"] if f["code"] in ("HD010", "HD013")]
+
+
+def test_hd018_silent_when_the_cache_is_carried(tmp_path: Path) -> None:
+    doc = _profile_and_diagnose("step_in_place", tmp_path / "run")
+    assert not [f for f in doc["findings"] if f["code"] in ("HD018", "HD010", "HD013")]
