@@ -77,7 +77,7 @@ def _producer(module: HloModule, value: HloInstruction) -> HloInstruction | None
     for _ in range(16):
         if cur is None or cur.opcode not in ("bitcast", "get-tuple-element", "copy"):
             return cur
-        cur = (module.operands_of(cur) or [None])[0]
+        cur = _first(module, cur)
     return cur
 
 
@@ -94,3 +94,9 @@ def _only_feeding(module: HloModule, value: HloInstruction, index: int) -> tuple
                 at or any(u.name in feeds for u in users)):
             feeds.add(inst.name)
     return tuple(i for i in module.entry.instructions if i.name in feeds and i.opcode not in _FREE)
+
+
+def _first(module: HloModule, inst: HloInstruction) -> HloInstruction | None:
+    """``inst``'s first operand, or None."""
+    ops = module.operands_of(inst)
+    return ops[0] if ops else None

@@ -157,7 +157,7 @@ def _element_of(module: HloModule, body: HloComputation, state: HloInstruction,
         if inst.opcode == "parameter" and inst.computation != body.name:
             nxt = _outer(module, inst)
         elif inst.opcode == "bitcast":
-            nxt = (module.operands_of(inst) or [None])[0]
+            nxt = _first(module, inst)
         elif inst.opcode == "get-tuple-element" and inst.operands[:1] == (state.name,):
             return int(inst.attribute("index", "-1") or -1)
         else:
@@ -185,7 +185,7 @@ def _read_from(module: HloModule, body: HloComputation, state: HloInstruction, v
         elif cur.opcode == "parameter":
             nxt = _outer(module, cur)
         elif cur.opcode in _MOVE or cur.opcode == "dynamic-update-slice":
-            nxt = (module.operands_of(cur) or [None])[0]
+            nxt = _first(module, cur)
         elif cur.opcode == "dynamic-slice":
             source = module.operands_of(cur)
             sizes = cur.attribute("dynamic_slice_sizes")
@@ -217,11 +217,11 @@ def _around(module: HloModule, loop: HloInstruction, k: int) -> tuple[HloInstruc
                                                                        HloInstruction | None]:
     """(the op filling element ``k`` of ``loop``'s state before it, a copy of it after the loop)."""
     fill = None
-    init = (module.operands_of(loop) or [None])[0]
+    init = _first(module, loop)
     if init is not None and init.opcode == "tuple" and k < len(init.operands):
         op = module.instruction(init.operands[k], init.computation)
         while op is not None and op.opcode == "copy":
-            op = (module.operands_of(op) or [None])[0]
+            op = _first(module, op)
         if op is not None and _fills(module, op):
             fill = op
     copy_out = None
@@ -237,3 +237,9 @@ def _fills(module: HloModule, op: HloInstruction) -> bool:
     insts = body.instructions if body is not None else (op,)
     return (any(i.opcode == "broadcast" for i in insts)
             and all(i.opcode in _FILL or i.opcode == "parameter" for i in insts))
+
+
+def _first(module: HloModule, inst: HloInstruction) -> HloInstruction | None:
+    """``inst``'s first operand, or None."""
+    ops = module.operands_of(inst)
+    return ops[0] if ops else None
