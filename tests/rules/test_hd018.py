@@ -3,10 +3,14 @@
 ``programs/scan_cache.py`` holds the step (``jax.lax.scan`` over 4 layers, the cache a scanned input
 and output, donated) and the same step with the stacked cache in the scan's carry, updated in place;
 both give the same cache and output. Profiled and diagnosed on XLA:CPU through the CLI.
+``programs/flax_scan_decoder.cpu_after_optimizations.txt.gz`` is XLA:CPU's optimized HLO of
+``benchmarks/field/flax_scan_decoder.py`` (flax 0.12.8's linen ``nn.scan`` over 4 layers, the cache a
+scanned variable collection; 64 positions, width 32), paths shortened to ``/src`` and ``/venv``.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -15,7 +19,7 @@ from click.testing import CliRunner
 
 from hlo_doctor.cli import main
 from hlo_doctor.hlo.scan_stacks import restacked_states
-from hlo_doctor.lint import load_context
+from hlo_doctor.lint import load_context, load_rulebook, run_rule
 from hlo_doctor.lint.op_union import overlap_ratio
 
 PROGRAM = Path(__file__).parent / "programs" / "scan_cache.py"
@@ -68,3 +72,19 @@ def test_hd018_one_finding_at_the_scan_sized_by_what_carrying_removes(tmp_path: 
 def test_hd018_silent_when_the_cache_is_carried(tmp_path: Path) -> None:
     doc = _profile_and_diagnose("step_in_place", tmp_path / "run")
     assert not [f for f in doc["findings"] if f["code"] in ("HD018", "HD010", "HD013")]
+
+
+def test_hd018_on_a_flax_nn_scan_decoder(tmp_path: Path) -> None:
+    name = "flax_scan_decoder.cpu_after_optimizations.txt"
+    path = tmp_path / name
+    path.write_bytes(gzip.decompress((PROGRAM.parent / f"{name}.gz").read_bytes()))
+    ctx = load_context(path)
+    book = load_rulebook()
+    [found] = run_rule(book.get("HD018"), ctx)  # type: ignore[arg-type]
+    extra = dict(found.extra)
+    assert found.shape.startswith("f32[4,4,64,32]")
+    # The line of the nn.scan call and of the cache update, not flax's own frames.
+    assert found.source.endswith("benchmarks/field/flax_scan_decoder.py:44")  # layers(name="layers")(x, t)
+    assert extra["update_source"].endswith("benchmarks/field/flax_scan_decoder.py:33")  # cache.value = ...
+    assert extra["fill"] and "copy.15" in extra["ops"]
+    assert not run_rule(book.get("HD013"), ctx) and not run_rule(book.get("HD010"), ctx)  # type: ignore[arg-type]
