@@ -1,4 +1,4 @@
-"""Judge of HD018 (and HD019) against an interleaved A/B timing of the same program with and without the waste.
+"""Judge of HD020 (and HD021) against an interleaved A/B timing of the same program with and without the waste.
 
 For each size: ``hlo-doctor profile FILE.py:BASE`` and ``diagnose --format json`` in subprocesses, the
 rule's recoverable time per step read from the finding, as a share of the captured step; then, in this process, BASE and REMEDY
@@ -6,7 +6,7 @@ alternated (AB BA ...) after warming both, and the saving taken as the median of
 differences. Prints one line per size: the claimed share of the step, the measured saving as a share of the
 baseline's median step, and their ratio (wall clock: read it beside the load it prints).
 
-    PYTHONPATH=. python benchmarks/scan_restack_judge.py [--rule HD018|HD018-flax|HD019] [--rounds 40]
+    PYTHONPATH=. python benchmarks/scan_restack_judge.py [--rule HD020|HD020-flax|HD021] [--rounds 40]
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import jax
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {
-    "HD018": (ROOT / "tests/rules/programs/scan_cache.py", "step", "step_in_place", "SCAN_CACHE_POSITIONS",
+    "HD020": (ROOT / "tests/rules/programs/scan_cache.py", "step", "step_in_place", "SCAN_CACHE_POSITIONS",
               ("256", "512", "1024"), {"SCAN_CACHE_WIDTH": "256"}),
     # flax's nn.scan (run with the field venv's python: benchmarks/field/README.md)
-    "HD018-flax": (ROOT / "benchmarks/field/flax_scan_decoder.py", "step", "step_carried", "FIELD_POSITIONS",
+    "HD020-flax": (ROOT / "benchmarks/field/flax_scan_decoder.py", "step", "step_carried", "FIELD_POSITIONS",
                    ("256", "512", "1024"), {"FIELD_WIDTH": "256"}),
-    "HD019": (ROOT / "tests/rules/programs/dead_output.py", "step", "step_without_logits", "DEAD_OUTPUT_VOCAB",
+    "HD021": (ROOT / "tests/rules/programs/dead_output.py", "step", "step_without_logits", "DEAD_OUTPUT_VOCAB",
               ("32000", "64000", "128000"), {}),
 }
 
@@ -68,7 +68,7 @@ def _measured(program: Path, base: str, remedy: str, rounds: int) -> tuple[float
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rule", default="HD018", choices=sorted(CASES))
+    parser.add_argument("--rule", default="HD020", choices=sorted(CASES))
     parser.add_argument("--rounds", type=int, default=40)
     args = parser.parse_args()
     program, base, remedy, knob, sizes, fixed = CASES[args.rule]

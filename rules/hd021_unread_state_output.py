@@ -1,4 +1,4 @@
-"""HD019: a program output passed back as state on every call that no program reads."""
+"""HD021: a program output passed back as state on every call that no program reads."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ class UnreadStateOutput(Rule):
         that is static under jit).
     """
 
-    code = "HD019"
+    code = "HD021"
     name = "output.unread-state"
     severity = Severity.MEDIUM
     requires = ("hlo", "opstats")
@@ -169,7 +169,7 @@ class UnreadStateOutput(Rule):
     )
     INVALID = (
         Example(hlo=(_DECODE,), opstats=_rows(), step_time_us=200.0, num_steps=4,
-                expect=("HD019 broadcast_subtract_fusion",),
+                expect=("HD021 broadcast_subtract_fusion",),
                 note="decode.py: log-probabilities in the state, read by no program (40 us of 200)"),
     )
 

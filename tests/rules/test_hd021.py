@@ -1,4 +1,4 @@
-"""HD019 on a real decode step that returns log-probabilities in its state that no later call reads.
+"""HD021 on a real decode step that returns log-probabilities in its state that no later call reads.
 
 ``programs/dead_output.py`` holds the step (the state donated and fed back; jit drops the unread
 argument) and the same step without the log-probabilities; both give the same tokens. Profiled and
@@ -35,10 +35,10 @@ def _line(text: str) -> int:
     return next(i for i, line in enumerate(PROGRAM.read_text().splitlines(), 1) if text in line)
 
 
-def test_hd019_the_unread_output_sized_by_the_ops_feeding_only_it(tmp_path: Path) -> None:
+def test_hd021_the_unread_output_sized_by_the_ops_feeding_only_it(tmp_path: Path) -> None:
     run = tmp_path / "run"
     doc = _profile_and_diagnose("step", run)
-    [found] = [f for f in doc["findings"] if f["code"] == "HD019"]
+    [found] = [f for f in doc["findings"] if f["code"] == "HD021"]
     assert found["module"] == "jit__decode" and found["shape"].startswith("f32[48,32000]")
     assert found["source"].endswith(f"dead_output.py:{_line('jax.nn.log_softmax')}")
 
@@ -57,6 +57,6 @@ def test_hd019_the_unread_output_sized_by_the_ops_feeding_only_it(tmp_path: Path
     assert found["recoverable_us"] == pytest.approx(sum(times) * ratio, rel=1e-3)
 
 
-def test_hd019_silent_without_the_output(tmp_path: Path) -> None:
+def test_hd021_silent_without_the_output(tmp_path: Path) -> None:
     doc = _profile_and_diagnose("step_without_logits", tmp_path / "run")
-    assert not [f for f in doc["findings"] if f["code"] == "HD019"]
+    assert not [f for f in doc["findings"] if f["code"] == "HD021"]

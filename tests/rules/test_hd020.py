@@ -1,4 +1,4 @@
-"""HD018 on a real decode step that scans over stacked layers with its KV cache as the scan's xs and ys.
+"""HD020 on a real decode step that scans over stacked layers with its KV cache as the scan's xs and ys.
 
 ``programs/scan_cache.py`` holds the step (``jax.lax.scan`` over 4 layers, the cache a scanned input
 and output, donated) and the same step with the stacked cache in the scan's carry, updated in place;
@@ -39,10 +39,10 @@ def _line(text: str) -> int:
     return next(i for i, line in enumerate(PROGRAM.read_text().splitlines(), 1) if text in line)
 
 
-def test_hd018_one_finding_at_the_scan_sized_by_what_carrying_removes(tmp_path: Path) -> None:
+def test_hd020_one_finding_at_the_scan_sized_by_what_carrying_removes(tmp_path: Path) -> None:
     run = tmp_path / "run"
     doc = _profile_and_diagnose("step", run)
-    [found] = [f for f in doc["findings"] if f["code"] == "HD018"]
+    [found] = [f for f in doc["findings"] if f["code"] == "HD020"]
     extra = found["extra"]
     assert found["module"] == "jit__scan" and found["shape"].startswith("f32[4,4,256,64]")
     assert found["source"].endswith(f"scan_cache.py:{_line('jax.lax.scan(body, x, (_W, cache))')}")
@@ -69,18 +69,18 @@ def test_hd018_one_finding_at_the_scan_sized_by_what_carrying_removes(tmp_path: 
     assert not [f for f in doc["findings"] if f["code"] in ("HD010", "HD013")]
 
 
-def test_hd018_silent_when_the_cache_is_carried(tmp_path: Path) -> None:
+def test_hd020_silent_when_the_cache_is_carried(tmp_path: Path) -> None:
     doc = _profile_and_diagnose("step_in_place", tmp_path / "run")
-    assert not [f for f in doc["findings"] if f["code"] in ("HD018", "HD010", "HD013")]
+    assert not [f for f in doc["findings"] if f["code"] in ("HD020", "HD010", "HD013")]
 
 
-def test_hd018_on_a_flax_nn_scan_decoder(tmp_path: Path) -> None:
+def test_hd020_on_a_flax_nn_scan_decoder(tmp_path: Path) -> None:
     name = "flax_scan_decoder.cpu_after_optimizations.txt"
     path = tmp_path / name
     path.write_bytes(gzip.decompress((PROGRAM.parent / f"{name}.gz").read_bytes()))
     ctx = load_context(path)
     book = load_rulebook()
-    [found] = run_rule(book.get("HD018"), ctx)  # type: ignore[arg-type]
+    [found] = run_rule(book.get("HD020"), ctx)  # type: ignore[arg-type]
     extra = dict(found.extra)
     assert found.shape.startswith("f32[4,4,64,32]")
     # The line of the nn.scan call and of the cache update, not flax's own frames.

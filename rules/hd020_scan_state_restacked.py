@@ -1,4 +1,4 @@
-"""HD018: per-layer state that a scan over stacked layers reads from its input stack and writes whole into a new one."""
+"""HD020: per-layer state that a scan over stacked layers reads from its input stack and writes whole into a new one."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ class ScanStateRestacked(Rule):
         (``donate_argnums``) so that the update reuses the caller's buffer.
     """
 
-    code = "HD018"
+    code = "HD020"
     name = "loop.scan-state-restacked"
     severity = Severity.MEDIUM
     requires = ("hlo",)
@@ -183,7 +183,7 @@ class ScanStateRestacked(Rule):
         Example(hlo=(_CARRIED,), note="decode.py: each layer written back into the stack it was read from"),
     )
     INVALID = (
-        Example(hlo=(_RESTACKED,), expect=("HD018 bitcast_dynamic-update-slice_fusion",),
+        Example(hlo=(_RESTACKED,), expect=("HD020 bitcast_dynamic-update-slice_fusion",),
                 note="decode.py: the cache as the scan's xs and ys"),
         Example(
             hlo=(_RESTACKED,),
@@ -196,7 +196,7 @@ class ScanStateRestacked(Rule):
                      {"module": "jit__scan", "op": "wrapped_broadcast", "occurrences": 4,
                       "time_per_step_us": 20.0, "category": "data-movement"},
                      {"module": "jit__scan", "op": "while.1", "occurrences": 4, "time_per_step_us": 150.0}),
-            step_time_us=200.0, num_steps=4, expect=("HD018 bitcast_dynamic-update-slice_fusion",),
+            step_time_us=200.0, num_steps=4, expect=("HD020 bitcast_dynamic-update-slice_fusion",),
             note="with op stats: 2 layers per step, 100 us of 200 in the slice, copy, write and fill",
         ),
     )
