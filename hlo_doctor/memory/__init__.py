@@ -12,6 +12,7 @@ op, shape and source line, and the heap over program order. Rules see it through
 from __future__ import annotations
 
 from hlo_doctor.memory.model import AllocationSummary, KvCache, MemoryReport, PeakBuffer, ProgramMemory
+from hlo_doctor.memory.whatif import live_range, peak_with, peak_with_resized
 from hlo_doctor.memory.read import (
     NO_ASSIGNMENTS,
     memory_from_protos,
@@ -22,5 +23,5 @@ from hlo_doctor.memory.read import (
 
 __all__ = [
     "NO_ASSIGNMENTS", "AllocationSummary", "KvCache", "MemoryReport", "PeakBuffer", "ProgramMemory", "memory_from_protos",
-    "memory_of_compiled", "read_memory", "runs_per_step",
+    "live_range", "memory_of_compiled", "peak_with", "peak_with_resized", "read_memory", "runs_per_step",
 ]
