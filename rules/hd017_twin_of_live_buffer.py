@@ -171,7 +171,7 @@ class TwinOfLiveBuffer(Rule):
                 self, m, inst,
                 f"{b.instruction} ({b.shape.split('{')[0]}, {fmt_bytes(b.size_bytes)}, temporary) is a {how} of "
                 f"{source.name}, live beside it at {m.name}'s peak: working on {source.name} "
-                f"{'directly' if inst.opcode == 'copy' else f'and widening the result'} frees {fmt_bytes(freed)} "
+                f"{'directly' if inst.opcode == 'copy' else 'and widening the result'} frees {fmt_bytes(freed)} "
                 f"of the {fmt_bytes(pm.peak_bytes)} peak{_buys(ctx, freed)}",
                 evidence=(source.raw, inst.raw),
                 extra=(("freed_bytes", freed), ("peak_bytes", pm.peak_bytes), ("twin_of", source.name)),

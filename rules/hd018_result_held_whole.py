@@ -7,7 +7,16 @@ from collections.abc import Iterator
 from hlo_doctor.hlo import HloInstruction, HloModule, fused_opcodes
 from hlo_doctor.hlo.analysis import callers
 from hlo_doctor.hlo.result_slices import PartialRead, is_matmul_op, partial_read
-from hlo_doctor.lint import Context, Example, Finding, ProgramMemory, Rule, Severity, fmt_bytes, peak_with_resized
+from hlo_doctor.lint import (
+    Context,
+    Example,
+    Finding,
+    ProgramMemory,
+    Rule,
+    Severity,
+    fmt_bytes,
+    peak_with_resized,
+)
 
 THRESHOLD = 0.5
 """Flag a result only when its uses keep less than this fraction of it (HD012's threshold)."""

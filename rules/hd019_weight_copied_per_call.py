@@ -7,7 +7,16 @@ from collections.abc import Iterator
 from hlo_doctor.hlo import HloInstruction, HloModule, fused_opcodes
 from hlo_doctor.hlo.result_slices import is_matmul_op
 from hlo_doctor.hlo.weights import weight_parameters
-from hlo_doctor.lint import Context, Example, Finding, ProgramMemory, Rule, Severity, fmt_bytes, peak_with_resized
+from hlo_doctor.lint import (
+    Context,
+    Example,
+    Finding,
+    ProgramMemory,
+    Rule,
+    Severity,
+    fmt_bytes,
+    peak_with_resized,
+)
 
 MIN_BYTES = 64 * 1024
 """Below this a weight's copy is noise next to the rest of the peak."""
