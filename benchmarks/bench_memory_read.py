@@ -16,9 +16,14 @@ Each round also checks that the program's peak equals xprof's ``peakHeapMib`` an
 gives the same peaks as the whole read. The median seconds and the ratio to xprof's are printed with
 the load average.
 
+``--stats XPLANE`` times instead ``hlo-doctor stats XPLANE --format json`` with and without
+``--memory``, each in its own process, alternated ``--repeat`` times (a large trace from
+``benchmarks/bench_device_trace.py --generate OUT SIZE_MB CORES``): what the memory section adds to
+a read of the whole trace.
+
 Usage::
 
-    python benchmarks/bench_memory_read.py [--run DIR] [--program LABEL] [--repeat 7]
+    python benchmarks/bench_memory_read.py [--run DIR] [--program LABEL] [--repeat 7] [--stats XPLANE]
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,7 +47,11 @@ def main() -> None:
     ap.add_argument("--run", type=Path, default=ROOT / "sample_traces" / "engine_b64_original_a")
     ap.add_argument("--program", default="jit_decode_forward(46)")
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--stats", type=Path, default=None, help="time 'stats' with and without --memory on this file")
     args = ap.parse_args()
+    if args.stats is not None:
+        _stats(args.stats, args.repeat)
+        return
 
     from xprof.convert import raw_to_tool_data
 
@@ -94,6 +105,23 @@ def main() -> None:
         print(f"  peaks equal: {args.program} {got['hlo-doctor one']:,} bytes (xprof's too); step view = whole read")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _stats(xplane: Path, repeat: int) -> None:
+    times: dict[str, list[float]] = {"stats": [], "stats --memory": []}
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as work:
+        for _ in range(repeat):
+            for name in times:
+                cmd = [sys.executable, "-m", "hlo_doctor", "stats", str(xplane), *name.split()[1:], "--format", "json",
+                       "-o", str(Path(work) / "out.json")]
+                t = time.perf_counter()
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                times[name].append(time.perf_counter() - t)
+    load = os.getloadavg()
+    print(f"{xplane.name} ({xplane.stat().st_size / 2**20:.0f} MiB): {repeat} alternated runs each; "
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    for name, ts in times.items():
+        print(f"  {name:16s} median {statistics.median(ts):7.2f} s  (min {min(ts):.2f}, max {max(ts):.2f})")
 
 
 if __name__ == "__main__":
