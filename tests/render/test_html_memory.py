@@ -108,3 +108,16 @@ def test_the_page_in_a_browser_shows_the_memory_json(browser: Any, memory_doc: t
         assert got == want, table_id
     heaps = [k for k in drawn if k.startswith("memory-heap-")]
     assert heaps and all(drawn[k]["drawn"] == "true" and drawn[k]["marks"] > 0 for k in heaps)
+
+
+def test_a_damaged_memory_json_is_one_line_exit_2(memory_doc: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    _, doc = memory_doc
+    step = next(i for i, p in enumerate(doc["programs"]) if len(p["heap"]) > 1)
+    for where, value in (("peak_bytes", "big"), ("heap", ["x", 1]), ("buffers_at_peak", {"a": 1})):
+        bad = json.loads(json.dumps(doc))
+        bad["programs"][step][where] = value
+        path = tmp_path / "memory.json"
+        path.write_text(json.dumps(bad))
+        result = CliRunner().invoke(main, ["report", str(path), "-o", str(tmp_path / "page.html")])
+        assert result.exit_code == 2, (where, result.output)
+        assert "Traceback" not in result.output and str(path) in result.output, where
