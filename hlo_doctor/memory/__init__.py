@@ -12,7 +12,6 @@ op, shape and source line, and the heap over program order. Rules see it through
 from __future__ import annotations
 
 from hlo_doctor.memory.model import AllocationSummary, KvCache, MemoryReport, PeakBuffer, ProgramMemory
-from hlo_doctor.memory.whatif import live_range, peak_with, peak_with_resized
 from hlo_doctor.memory.read import (
     NO_ASSIGNMENTS,
     memory_from_protos,
@@ -20,6 +19,7 @@ from hlo_doctor.memory.read import (
     read_memory,
     runs_per_step,
 )
+from hlo_doctor.memory.whatif import live_range, peak_with, peak_with_resized
 
 __all__ = [
     "NO_ASSIGNMENTS", "AllocationSummary", "KvCache", "MemoryReport", "PeakBuffer", "ProgramMemory", "memory_from_protos",
