@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from hlo_doctor.hlo import DTYPE_BITS, HloInstruction, HloModule, is_convert_only
 from hlo_doctor.hlo.analysis import is_exact_widening
+from hlo_doctor.hlo.result_slices import is_matmul_op
 from hlo_doctor.lint import (
     Context,
     Example,
@@ -14,11 +15,14 @@ from hlo_doctor.lint import (
     Rule,
     Severity,
     fmt_bytes,
+    peak_with,
     producing_convert_program,
 )
 
 # Below this a twin is noise next to the rest of the peak.
 MIN_BYTES = 64 * 1024
+# Ops XLA:CPU computes in f32 whatever the dtype it is given: a bf16/f16 operand it widens itself.
+_CPU_WIDENS = frozenset({"dot", "sort", "custom-call", "convolution"})
 
 _SAMPLE = """\
 HloModule jit_sample, entry_computation_layout={(f32[64,1024]{1,0})->(s32[64]{0}, f32[64,1024]{1,0})}
@@ -76,10 +80,14 @@ class TwinOfLiveBuffer(Rule):
         the input returned as a copy (the seed's greedy ``sample()`` returning its logits), or a
         widened result returned beside its narrow source. Also an argument that is the f32 twin of
         a narrower value, widened by a separate convert program before the call (an eager
-        ``astype``): the program holds the wide copy where the narrow one would do. Needs the
-        program's buffer assignment (an ``.xplane.pb``).
+        ``astype``): the program holds the wide copy where the narrow one would do. And a temporary
+        live at the peak that is such a copy or exact widening (integers too) of a buffer beside it:
+        int8 scores widened to int32 before a sort; not a bf16/f16 value XLA:CPU widens itself for a
+        dot, sort or custom call. Needs the program's buffer assignment (an ``.xplane.pb``).
     Why it costs:
-        Device memory: the twin adds its whole size to the peak, and its slot in the output tuple; a wide argument costs the difference to the narrow one in this program, and
+        Device memory: the twin adds its whole size to the peak, and its slot in the output tuple; a
+        temporary twin, what the heap replayed without it (its readers of its shape and width at the
+        narrow width) saves; a wide argument costs the difference to the narrow one in this program, and
         the step also holds the convert program's output meanwhile. Time: the copy or widening
         reads and writes every byte (HD002, HD003 report that half).
     Example:
@@ -87,7 +95,8 @@ class TwinOfLiveBuffer(Rule):
         both f32[64,256000] (62.5 MiB each) at the peak.
     Fix:
         Return only what the caller reads (the tokens), or donate the input it returns; pass the
-        narrow value and widen inside the program where a wide one is needed.
+        narrow value and widen inside the program where a wide one is needed; sort or select on
+        the narrow value and widen what is kept.
     """
 
     code = "HD017"
@@ -133,6 +142,40 @@ class TwinOfLiveBuffer(Rule):
                     extra=(("freed_bytes", freed), ("peak_bytes", pm.peak_bytes), ("twin_of", source.name)),
                 )
             yield from self._wide_arguments(ctx, m, pm)
+            yield from self._temporaries(ctx, m, pm, live)
+
+    def _temporaries(self, ctx: Context, m: HloModule, pm: ProgramMemory, live: set[str]) -> Iterator[Finding]:
+        cpu = ctx.memory is not None and ctx.memory.backend == "cpu"
+        for b in pm.buffers_at_peak:
+            if b.category != "temporary" or b.size_bytes < MIN_BYTES or "{" in b.instruction:
+                continue
+            inst = m.instruction(b.instruction)
+            if inst is None or inst.shape.is_tuple or inst.computation != m.entry_name:
+                continue
+            source = _twin_source(m, inst)
+            if source is None or source.name not in live or (cpu and _backend_widening(m, inst, source)):
+                continue
+            # Without the twin its readers work on the source: a copy is not made; a widening's readers
+            # of its shape and width (a sort) hold values of the narrow width, widened after.
+            bits = source.shape.element_bits, inst.shape.element_bits
+            narrow = 0 if inst.opcode == "copy" else b.size_bytes * bits[0] // bits[1]
+            changes = [(inst.name, b.size_bytes, narrow)]
+            if inst.opcode != "copy":
+                changes += [(u.name, u.shape.nbytes, u.shape.nbytes * bits[0] // bits[1]) for u in _wide_readers(m, inst)]
+            after = peak_with(pm, changes)
+            freed = pm.peak_bytes - after if after is not None else b.size_bytes - narrow
+            if freed < MIN_BYTES:
+                continue
+            how = "copy" if inst.opcode == "copy" else f"widening to {inst.dtype}"
+            yield ctx.finding(
+                self, m, inst,
+                f"{b.instruction} ({b.shape.split('{')[0]}, {fmt_bytes(b.size_bytes)}, temporary) is a {how} of "
+                f"{source.name}, live beside it at {m.name}'s peak: working on {source.name} "
+                f"{'directly' if inst.opcode == 'copy' else 'and widening the result'} frees {fmt_bytes(freed)} "
+                f"of the {fmt_bytes(pm.peak_bytes)} peak{_buys(ctx, freed)}",
+                evidence=(source.raw, inst.raw),
+                extra=(("freed_bytes", freed), ("peak_bytes", pm.peak_bytes), ("twin_of", source.name)),
+            )
 
     def _wide_arguments(self, ctx: Context, m: HloModule, pm: ProgramMemory) -> Iterator[Finding]:
         peak = pm.peak_bytes
@@ -164,6 +207,26 @@ def _buys(ctx: Context, freed: int) -> str:
     return f" ({note})" if note else ""
 
 
+def _wide_readers(m: HloModule, inst: HloInstruction) -> list[HloInstruction]:
+    """The level ops after ``inst`` that keep its shape and width (a sort of the widened value), up to
+    a few steps: each would hold the narrow value without the widening."""
+    out: list[HloInstruction] = []
+    frontier = [inst]
+    for _ in range(4):
+        frontier = [u for v in frontier for u in m.users_of(v) if not u.shape.is_tuple
+                    and u.shape.dims == inst.shape.dims and u.dtype == inst.dtype and u.computation == m.entry_name]
+        out.extend(frontier)
+    return list({u.name: u for u in out}.values())
+
+
+def _backend_widening(m: HloModule, inst: HloInstruction, source: HloInstruction) -> bool:
+    """A bf16/f16 value widened for readers XLA:CPU computes in f32 anyway: the backend's own."""
+    if inst.opcode == "copy" or source.dtype not in ("bf16", "f16"):
+        return False
+    users = m.users_of(inst)
+    return bool(users) and all(u.opcode in _CPU_WIDENS or is_matmul_op(m, u) for u in users)
+
+
 def _twin_source(m: HloModule, inst: HloInstruction) -> HloInstruction | None:
     """The buffer ``inst`` is a same-layout copy or an exact widening of; None otherwise."""
     ops = m.operands_of(inst)
@@ -172,9 +235,18 @@ def _twin_source(m: HloModule, inst: HloInstruction) -> HloInstruction | None:
     src = _through_plumbing(m, ops[0])
     if inst.opcode == "copy":
         return src if src.shape.layout == inst.shape.layout else None
-    if is_convert_only(m, inst) and is_exact_widening(src.dtype, inst.dtype):
+    if is_convert_only(m, inst) and (is_exact_widening(src.dtype, inst.dtype) or _int_widening(src.dtype, inst.dtype)):
         return src
     return None
+
+
+def _int_widening(src: str, dst: str) -> bool:
+    """An integer widened exactly: to a wider integer of the same signedness, or unsigned to a wider signed."""
+    if src[:1] not in ("s", "u") or dst[:1] not in ("s", "u") or not src[1:].isdigit() or not dst[1:].isdigit():
+        return False
+    if src[0] == "s" and dst[0] == "u":
+        return False
+    return int(dst[1:]) > int(src[1:])
 
 
 def _through_plumbing(m: HloModule, inst: HloInstruction) -> HloInstruction:

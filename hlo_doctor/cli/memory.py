@@ -33,17 +33,19 @@ def _steps_beside(path: Path) -> dict[tuple[str, int | None], float] | None:
     return runs_per_step(stats.table, int(stats.num_steps or 0)) or None
 
 
-def memory_report(path: Path):  # type: ignore[no-untyped-def]
-    """The :class:`~hlo_doctor.memory.MemoryReport` of a run directory, log directory or xplane."""
+def memory_report(path: Path, *, only: tuple[str, ...] = (), describe: str = "all"):  # type: ignore[no-untyped-def]
+    """The :class:`~hlo_doctor.memory.MemoryReport` of a run directory, log directory or xplane
+    (``only``, ``describe``: :func:`hlo_doctor.memory.read_memory`)."""
     from hlo_doctor.memory import read_memory
 
-    return read_memory(path, runs=_steps_beside(path))
+    return read_memory(path, runs=_steps_beside(path), only=only, describe=describe)
 
 
 @click.command("memory", epilog=examples(
     "hlo-doctor memory runs/decode                       # the programs of a step side by side",
     "hlo-doctor memory runs/decode --format json -o memory.json",
     "hlo-doctor memory run.xplane.pb --all --buffers 10",
+    "hlo-doctor memory runs/decode --program jit_sample     # one program (or name(id)), read alone",
 ))
 @click.argument("run", type=click.Path(path_type=Path, exists=True))
 @click.option("--format", "fmt", type=FormatChoice(["table", "json", "md", "csv"], {"markdown": "md"}),
@@ -54,9 +56,12 @@ def memory_report(path: Path):  # type: ignore[no-untyped-def]
               help="Also the programs that did not run in the captured steps (set-up, warm-up).")
 @click.option("--buffers", type=click.IntRange(min=0), default=5, show_default=True,
               help="Buffers shown per program (the largest live at its peak).")
+@click.option("--program", "programs", multiple=True, metavar="NAME",
+              help="Only this program (module name, or name(id) as listed); repeatable. The others are not read.")
 @output_option()
 @handle_errors
-def memory_cmd(run: Path, fmt: str, all_programs: bool, buffers: int, output: Path | None) -> None:
+def memory_cmd(run: Path, fmt: str, all_programs: bool, buffers: int, programs: tuple[str, ...],
+               output: Path | None) -> None:
     """Peak device memory of each program of RUN and what is live at it.
 
     From the buffer assignments XLA stores with each program's HLO in the capture: the peak (as
@@ -65,7 +70,10 @@ def memory_cmd(run: Path, fmt: str, all_programs: bool, buffers: int, output: Pa
     """
     from hlo_doctor.render import memory as render
 
-    report = memory_report(run)
+    # The table and Markdown views show the step's programs: only theirs are described (HLO parsed).
+    whole = fmt in ("json", "csv") or all_programs or bool(programs)
+    report = memory_report(run, only=programs, describe="all" if whole else "step")
+    all_programs = all_programs or bool(programs)
     if fmt == "json":
         write_output(render.to_json(report), output)
     elif fmt == "csv":

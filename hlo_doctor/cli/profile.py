@@ -371,7 +371,7 @@ def emit_memory(source: Path, stats: OpStats, fmt: str, output: Path | None) -> 
     from hlo_doctor.render import memory as render
 
     report = read_memory(source, runs=runs_per_step(stats.table, int(stats.num_steps or 0)),
-                         modules=stats.modules)
+                         modules=stats.modules, describe="all" if fmt in ("json", "csv") else "step")
     if fmt == "json":
         write_output(render.to_json(report), output)
     elif fmt == "csv":

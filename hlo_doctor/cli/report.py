@@ -34,11 +34,11 @@ if TYPE_CHECKING:
 __all__ = ["COMMANDS", "EXPECTED", "build_page", "report_cmd", "write_capture_report", "write_verify_report"]
 
 EXPECTED = ("a capture (run directory, xprof log directory, .xplane.pb, trace JSON or opstats.json), "
-            "a diagnosis JSON (diagnose --format json), a verify --out folder (verify.json), a doctor --out "
-            "folder (doctor.json) or a gate JSON (gate --format json)")
+            "a diagnosis JSON (diagnose --format json), a memory JSON (memory --format json), a verify --out "
+            "folder (verify.json), a doctor --out folder (doctor.json) or a gate JSON (gate --format json)")
 """What ``report`` reads, for its help and its error line."""
 
-_SCHEMAS = ("opstats", "diagnosis", "verify", "verify-target", "doctor", "gate")
+_SCHEMAS = ("opstats", "diagnosis", "memory", "verify", "verify-target", "doctor", "gate")
 
 
 def _charts_folder(folder: Path) -> Path:
@@ -129,8 +129,23 @@ def _diagnosis_of(stats: OpStats, path: Path) -> Diagnosis:
     return diagnose(ctx, load_rulebook())
 
 
-def _capture_docs(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(op stats JSON, diagnosis JSON) of a capture, from one read of it."""
+def _memory_doc(path: Path, stats: OpStats) -> dict[str, Any] | None:
+    """The memory JSON of a capture with buffer assignments (its xplanes' metadata planes, the modules
+    the op stats already parsed); None for one without (a trace JSON, a table export)."""
+    from hlo_doctor.memory import read_memory, runs_per_step
+    from hlo_doctor.render.memory import to_json
+
+    if path.name.endswith(".json") or (path.is_dir() and not any(path.rglob("*.xplane.pb"))):
+        return None
+    try:
+        report = read_memory(path, runs=runs_per_step(stats.table, int(stats.num_steps or 0)), modules=stats.modules)
+    except InputError:
+        return None
+    return dict(json.loads(to_json(report)))
+
+
+def _capture_docs(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+    """(op stats JSON, diagnosis JSON, memory JSON or None) of a capture, from one read of it."""
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
     from hlo_doctor.opstats import load_opstats
     from hlo_doctor.render.diagnosis import to_json as diagnosis_json
@@ -140,9 +155,9 @@ def _capture_docs(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if path.is_dir() and export.is_file() and not any(path.rglob("*.xplane.pb")):
         # A table export with the run's modules as *.hlo.txt beside it (the sample traces).
         return capture_doc(load_opstats(export)), json.loads(diagnosis_json(
-            diagnose(load_context(path), load_rulebook())))
+            diagnose(load_context(path), load_rulebook()))), None
     stats = load_opstats(path)
-    return capture_doc(stats), json.loads(diagnosis_json(_diagnosis_of(stats, path)))
+    return capture_doc(stats), json.loads(diagnosis_json(_diagnosis_of(stats, path))), _memory_doc(path, stats)
 
 
 def write_capture_report(run_dir: Path, stats: OpStats) -> Path:
@@ -152,7 +167,9 @@ def write_capture_report(run_dir: Path, stats: OpStats) -> Path:
     from hlo_doctor.render.html.subjects import capture_doc, capture_html
 
     target = run_dir / "report.html"
-    write_file_atomically(target, capture_html(capture_doc(stats), diagnosis_json(_diagnosis_of(stats, run_dir))))
+    memory = _memory_doc(run_dir, stats)
+    write_file_atomically(target, capture_html(capture_doc(stats), diagnosis_json(_diagnosis_of(stats, run_dir)),
+                                               json.dumps(memory) if memory is not None else None))
     return target
 
 
@@ -200,14 +217,14 @@ def build_page(path: Path) -> Any:
     """The :class:`~hlo_doctor.render.html.Page` of INPUT; :class:`InputError` naming what was expected."""
     try:
         return _build_page(path)
-    except (AttributeError, TypeError, KeyError, IndexError) as exc:
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
         # A nested field the kind's check does not cover, of the wrong shape: the artifact's fault.
         raise InputError(f"{path}: a document with a field of the wrong shape ({type(exc).__name__}: {exc})",
                          f"pass {EXPECTED} as hlo-doctor writes it") from None
 
 
 def _build_page(path: Path) -> Any:
-    from hlo_doctor.render.html import capture_page, diagnosis_page, gate_page, verify_page
+    from hlo_doctor.render.html import capture_page, diagnosis_page, gate_page, memory_page, verify_page
 
     if not path.exists():
         raise InputError(f"{path} does not exist", f"pass {EXPECTED}")
@@ -247,6 +264,8 @@ def _build_page(path: Path) -> Any:
     if kind == "diagnosis":
         stats, why = _stats_beside(doc, path)
         return diagnosis_page(doc, stats, why)
+    if kind == "memory":
+        return memory_page(doc)
     if kind in ("verify", "verify-target"):
         return verify_page(doc)
     if kind == "doctor":
@@ -275,9 +294,9 @@ def report_cmd(source: Path, output: Path | None, fmt: str, image_format: str) -
 
     \b
     SOURCE: a capture (run directory, xprof log directory, .xplane.pb, opstats.json), a diagnosis
-    JSON, a 'verify --out' folder, a 'doctor --out' folder, or a gate JSON verdict. The page is one
-    file that works offline and from file:// (light and dark, printable, sortable tables); every
-    charted figure is also in a table. The charts are drawn by the 'report' extra (vl-convert-python);
+    JSON, a memory JSON ('memory --format json'), a 'verify --out' folder, a 'doctor --out' folder,
+    or a gate JSON verdict. The page is one file that works offline and from file:// (light and
+    dark, printable, sortable tables); every charted figure is also in a table. The charts are drawn by the 'report' extra (vl-convert-python);
     without it the page holds every table and says, in each chart's place, what draws it.
 
     \b

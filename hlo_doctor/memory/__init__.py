@@ -19,8 +19,9 @@ from hlo_doctor.memory.read import (
     read_memory,
     runs_per_step,
 )
+from hlo_doctor.memory.whatif import live_range, peak_with, peak_with_resized
 
 __all__ = [
     "NO_ASSIGNMENTS", "AllocationSummary", "KvCache", "MemoryReport", "PeakBuffer", "ProgramMemory", "memory_from_protos",
-    "memory_of_compiled", "read_memory", "runs_per_step",
+    "live_range", "memory_of_compiled", "peak_with", "peak_with_resized", "read_memory", "runs_per_step",
 ]

@@ -3,7 +3,7 @@ alone) or a compiled jax program's, into a :class:`~hlo_doctor.memory.model.Memo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,13 +56,22 @@ def _ordered(programs: Iterable[ProgramMemory]) -> tuple[ProgramMemory, ...]:
                                                  p.program_id or 0)))
 
 
+def _wanted(only: Collection[str], name: str, label: str) -> bool:
+    return not only or name in only or label in only
+
+
 def memory_from_protos(protos: Sequence[ModuleProto], *, origin: str,
                        modules: Sequence[HloModule] = (), runs: Mapping[ProgramKey, float] | None = None,
-                       backend: str = "", device_kind: str = "") -> MemoryReport:
+                       backend: str = "", device_kind: str = "", only: Collection[str] = (),
+                       describe: str = "all") -> MemoryReport:
     """The memory of each module proto (the first of each (name, program id) over the hosts).
 
     ``modules`` are the same programs already parsed (a trace's op-stats stage parses them); the
-    others are parsed here. A module whose assignment cannot be read is kept with its error.
+    others are parsed here, where their buffers are described: ``describe`` ``all``, or ``step``
+    (only the programs that ran in the steps, when ``runs`` says which: the others keep their figures
+    and buffer names, without op, shape or line, and their HLO is not parsed). ``only`` (module
+    names or ``name(id)`` labels) reads those programs alone. A module whose assignment cannot be
+    read is kept with its error.
     """
     parsed = {(m.name, m.program_id): m for m in modules}
     seen: set[ProgramKey] = set()
@@ -75,6 +84,8 @@ def memory_from_protos(protos: Sequence[ModuleProto], *, origin: str,
             continue
         seen.add(key)
         label = f"{proto.name}({proto.program_id})" if proto.program_id is not None else proto.name
+        if not _wanted(only, proto.name, label):
+            continue
         try:
             assignment = assignment_from_hlo_proto(proto.hlo_proto, origin=label)
         except InputError as exc:
@@ -85,13 +96,14 @@ def memory_from_protos(protos: Sequence[ModuleProto], *, origin: str,
             missing.append(label)
             continue
         module = parsed.get(key)
-        if module is None:
+        rps = _runs(runs, proto.name, proto.program_id)
+        if module is None and (describe == "all" or runs is None or rps):
             try:
                 module = parse_module(module_text_from_proto(proto.hlo_proto, origin=label), origin=label)
             except (InputError, ValueError) as exc:
                 warnings.append(f"{label}: HLO not parsed ({exc}); buffers are named without shapes or lines")
         p = program_memory(assignment, module, name=proto.name, program_id=proto.program_id,
-                           host=proto.host, runs_per_step=_runs(runs, proto.name, proto.program_id))
+                           host=proto.host, runs_per_step=rps)
         if p.error:
             warnings.append(f"{label}: {p.error}")
         programs.append(p)
@@ -101,12 +113,14 @@ def memory_from_protos(protos: Sequence[ModuleProto], *, origin: str,
 
 
 def read_memory(path: str | Path, *, runs: Mapping[ProgramKey, float] | None = None,
-                modules: Sequence[HloModule] = ()) -> MemoryReport:
+                modules: Sequence[HloModule] = (), only: Collection[str] = (), describe: str = "all") -> MemoryReport:
     """The memory of every program of a capture: a run directory, a log directory or an ``.xplane.pb``.
 
     Reads only the metadata plane of each host file. ``runs`` (:func:`runs_per_step`) says which
-    programs ran in the capture's steps. Raises :class:`InputError` for a trace JSON (no buffer
-    assignments) and for a path holding no xplane.
+    programs ran in the capture's steps; ``only`` and ``describe`` (:func:`memory_from_protos`) read
+    fewer programs or describe fewer buffers (what a view shows). Raises :class:`InputError` for a
+    trace JSON (no buffer assignments) and for a path holding no xplane, and, with ``only``, when
+    no program is named so.
     """
     from hlo_doctor.trace.read import read_module_protos
 
@@ -117,7 +131,10 @@ def read_memory(path: str | Path, *, runs: Mapping[ProgramKey, float] | None = N
     protos: list[ModuleProto] = []
     for x in xplanes:
         protos.extend(read_module_protos(x))
-    report = memory_from_protos(protos, origin=str(p), modules=modules, runs=runs)
+    report = memory_from_protos(protos, origin=str(p), modules=modules, runs=runs, only=only, describe=describe)
+    if only and not report.programs and not report.missing:
+        known = ", ".join(sorted({x.name for x in protos})[:8])
+        raise InputError(f"{p}: no program named {', '.join(sorted(only))}", f"name one of: {known}")
     if not report.programs and not report.missing:
         raise InputError(f"{p}: the trace's metadata plane holds no HLO modules",
                          "capture with jax.profiler (the xplane keeps each program's HLO and buffer assignment)")

@@ -103,3 +103,30 @@ def test_diagnose_names_time_and_memory_in_one_finding_per_waste() -> None:
     convert = dict(next(f for f in diagnosis.findings if f.code == "HD003").extra)
     assert dict(convert["freed_bytes_by_program"]) == {"jit_convert_element_type": 64 * 256000 * 4,
                                                        "jit_sample": 64 * 256000 * 2}
+
+
+def test_the_step_view_describes_only_the_steps_programs_with_the_same_figures() -> None:
+    from hlo_doctor.cli.memory import _steps_beside
+
+    runs = _steps_beside(RUN)
+    whole, step = read_memory(RUN, runs=runs), read_memory(RUN, runs=runs, describe="step")
+    assert [p.to_dict(heap=True) for p in step.step_programs] == [p.to_dict(heap=True) for p in whole.step_programs]
+    rest = [p for p in step.programs if not p.runs_per_step]
+    assert rest and all(p.peak_bytes == whole.program(p.module, p.program_id).peak_bytes  # type: ignore[union-attr]
+                        for p in rest)
+    assert all(not b.shape for p in rest for b in p.buffers_at_peak)  # not parsed: names only
+    code, out, _ = _invoke(str(RUN), "--format", "md", "--buffers", "3")
+    from hlo_doctor.render.memory import to_markdown
+
+    assert code == 0 and out == to_markdown(replace(whole, origin=str(RUN)), buffers=3)
+
+
+def test_one_program_read_alone_and_a_name_that_is_not_there() -> None:
+    code, out, _ = _invoke(str(RUN), "--program", "jit_decode_forward(46)", "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    whole = read_memory(RUN).program("jit_decode_forward", 46)
+    assert [p["module"] for p in doc["programs"]] == ["jit_decode_forward"]
+    assert whole is not None and doc["programs"][0]["peak_bytes"] == whole.peak_bytes
+    code, _, err = _invoke(str(RUN), "--program", "jit_nothing")
+    assert code == 2 and "no program named jit_nothing" in err and "Traceback" not in err

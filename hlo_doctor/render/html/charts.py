@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CATEGORY_SCHEME", "STATUS_COLORS", "diverging_bars", "grouped_bars", "interval_strip", "overlaid_bars",
+__all__ = ["CATEGORY_SCHEME", "STATUS_COLORS", "diverging_bars", "grouped_bars", "heap_steps", "interval_strip",
+           "overlaid_bars",
            "ratio_intervals", "reference_bars", "stacked_bars", "unit_of"]
 
 CATEGORY_SCHEME = "tableau10"
@@ -249,4 +250,36 @@ def diverging_bars(values: Sequence[Mapping[str, Any]], *, label: str, value: st
             "tooltip": _tooltip((label, "nominal", "op"), (color, "nominal", "status"),
                                 (value, "quantitative", value_title), ("judgement", "nominal", "judgement")),
         },
+    }
+
+
+def heap_steps(values: Sequence[Mapping[str, Any]], *, x: str, x_title: str, y: str, y_title: str,
+               label: str, peak: Mapping[str, Any], peak_label: str, description: str) -> dict[str, Any]:
+    """A program's memory over program order as xprof's memory viewer draws it: a step line of ``y``
+    (its axis not from zero) per heap event ``x``, each point the memory before that event (its
+    instruction ``label`` in the tooltip), held from the event before; the peak marked by a rule and a
+    point at ``peak`` (the event that reached it and the peak), labelled ``peak_label``."""
+    marker = [{**peak, "text": peak_label}]
+    return {
+        "description": description, "width": _WIDTH, "height": 220,
+        "layer": [
+            {"data": {"values": list(values)}, "mark": {"type": "line", "interpolate": "step-before",
+                                                       "color": STATUS_COLORS["memory"], "point": True},
+             "encoding": {"x": {"field": x, "type": "quantitative", "title": x_title,
+                                "axis": {"tickMinStep": 1, "format": "d"}},
+                          # Not from zero: what lives for the whole program would flatten the heap's steps.
+                          "y": {"field": y, "type": "quantitative", "title": y_title, "scale": {"zero": False}},
+                          "tooltip": _tooltip((x, "quantitative", x_title), (label, "nominal", "instruction"),
+                                              (y, "quantitative", y_title))}},
+            {"data": {"values": marker}, "mark": {"type": "rule", "strokeDash": [6, 3], "strokeWidth": 2,
+                                                  "color": "#e45756"},
+             "encoding": {"x": {"field": x, "type": "quantitative"}}},
+            {"data": {"values": marker}, "mark": {"type": "point", "filled": True, "size": 80, "color": "#e45756"},
+             "encoding": {"x": {"field": x, "type": "quantitative"}, "y": {"field": y, "type": "quantitative"},
+                          "tooltip": _tooltip((x, "quantitative", x_title), (y, "quantitative", y_title))}},
+            {"data": {"values": marker}, "mark": {"type": "text", "align": "left", "baseline": "bottom", "dx": 6,
+                                                  "dy": -4, "color": "#e45756"},
+             "encoding": {"x": {"field": x, "type": "quantitative"}, "y": {"field": y, "type": "quantitative"},
+                          "text": {"field": "text"}}},
+        ],
     }

@@ -43,6 +43,13 @@ _SPECS: dict[str, dict[str, Any]] = {
                "baseline": "object?", "treatment": "object?", "settings": "object?", "notes": "list?",
                "elapsed_s": "time?"},
 }
+_SPECS["memory"] = {"origin": "text?", "backend": "text?", "device_memory_bytes": "int?", "warnings": "list?",
+                    "programs": {"module": "text", "program_id": "int?", "peak_bytes": "int", "heap_peak_bytes": "int?",
+                                 "argument_bytes": "int?", "output_bytes": "int?", "alias_bytes": "int?",
+                                 "temporary_bytes": "int?", "peak_position": "int?", "peak_instruction": "text?",
+                                 "runs_per_step": "number?", "heap": "list?", "heap_instructions": "list?",
+                                 "buffers_at_peak": {"size_bytes": "int", "category": "text?", "instruction": "text?",
+                                                     "shape": "text?", "source": "text?"}}}
 _SPECS["verify-target"] = {k: v for k, v in _SPECS["verify"].items() if k in ("passed", "verdict", "notes")}
 
 

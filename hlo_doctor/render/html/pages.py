@@ -1,6 +1,8 @@
 """The five kinds of page, each built from the JSON documents hlo-doctor writes:
 
-- a capture (``opstats`` JSON, and the diagnosis of it when there is one);
+- a capture (``opstats`` JSON, the diagnosis of it when there is one, and its programs' memory when
+  it holds buffer assignments);
+- a capture's memory (``memory --format json``);
 - a diagnosis (``diagnose --format json``; with its capture's op stats when they are at hand);
 - a verify report (``verify.json`` of ``verify --out``);
 - a doctor folder (``doctor.json`` with the folder's ``diagnose.json``, ``profile/opstats.json`` and
@@ -18,12 +20,13 @@ from typing import Any
 
 from hlo_doctor.core.format import fmt_us
 from hlo_doctor.render.html.gate import gate_sections
+from hlo_doctor.render.html.memory import memory_section
 from hlo_doctor.render.html.model import Note, Page, Section
 from hlo_doctor.render.html.ops import ops_section
 from hlo_doctor.render.html.step import step_section
 from hlo_doctor.render.html.verify import verify_sections
 
-__all__ = ["capture_page", "diagnosis_page", "doctor_page", "gate_page", "verify_page"]
+__all__ = ["capture_page", "diagnosis_page", "doctor_page", "gate_page", "memory_page", "verify_page"]
 
 Doc = Mapping[str, Any]
 
@@ -55,11 +58,26 @@ def _diagnosis_verdict(diagnosis: Doc | None) -> tuple[str, str]:
     return str(diagnosis.get("summary", "")), ("warn" if diagnosis.get("findings") else "pass")
 
 
-def capture_page(stats: Doc, diagnosis: Doc | None = None) -> Page:
-    """A capture: where the step goes, the top ops (with findings), the op table."""
+def capture_page(stats: Doc, diagnosis: Doc | None = None, memory: Doc | None = None) -> Page:
+    """A capture: where the step goes, the top ops (with findings), the op table, and the programs'
+    device memory when the capture holds their buffer assignments."""
     verdict, tone = _diagnosis_verdict(diagnosis)
+    sections: tuple[Section, ...] = (step_section(stats), ops_section(stats, diagnosis))
+    if memory is not None:
+        sections += (memory_section(memory),)
     return Page("capture", f"hlo-doctor: {stats.get('source_path', 'capture')}", verdict, tone,
-                tuple(_capture_facts(stats, diagnosis)), (step_section(stats), ops_section(stats, diagnosis)))
+                tuple(_capture_facts(stats, diagnosis)), sections)
+
+
+def memory_page(doc: Doc) -> Page:
+    """A capture's memory (``memory --format json``): each program's peak, the step's heaps and the
+    buffers at their peaks."""
+    programs = doc.get("programs") or []
+    ran = [p for p in programs if isinstance(p, Mapping) and p.get("runs_per_step")]
+    facts = [("capture", str(doc.get("origin", ""))), ("backend", str(doc.get("backend", ""))),
+             ("programs", f"{len(programs)} ({len(ran)} ran in the steps)")]
+    return Page("memory", f"hlo-doctor memory: {doc.get('origin', '')}", "", "", tuple(facts),
+                (memory_section(doc),))
 
 
 def diagnosis_page(diagnosis: Doc, stats: Doc | None = None, why_no_stats: str = "") -> Page:

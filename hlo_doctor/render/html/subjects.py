@@ -39,9 +39,10 @@ def verify_html(verify_json: str) -> str:
     return to_html(verify_page(json.loads(verify_json)))
 
 
-def capture_html(stats: dict[str, Any], diagnosis_json: str | None = None) -> str:
-    """``report.html`` of a run directory: its op-stats document (:func:`capture_doc`) and diagnosis."""
-    return to_html(capture_page(stats, _doc(diagnosis_json)))
+def capture_html(stats: dict[str, Any], diagnosis_json: str | None = None, memory_json: str | None = None) -> str:
+    """``report.html`` of a run directory: its op-stats document (:func:`capture_doc`), diagnosis and
+    memory (``memory --format json``, when the capture holds buffer assignments)."""
+    return to_html(capture_page(stats, _doc(diagnosis_json), _doc(memory_json)))
 
 
 def doctor_html(doctor_json: str, diagnosis_json: str | None, stats_json: str | None,
