@@ -107,7 +107,7 @@ def test_every_view_shows_the_remedy_escaped() -> None:
     assert json.loads(to_json(d))["findings"][0]["remedy"] == HOSTILE
     md = to_markdown(d)
     line = next(ln for ln in md.splitlines() if ln.startswith("Remedy: "))
-    assert "<script>" not in line and "\\|" in line or "&#124;" in line
+    assert "\\<script\\>" in line and "\\|" in line and "\\*b\\*" in line and "\n" not in line
     sarif = json.loads(to_sarif(d, None))
     res = sarif["runs"][0]["results"][0]
     assert res["properties"]["remedy"] == HOSTILE and "Remedy: keras-hub" in res["message"]["text"]
