@@ -324,9 +324,12 @@ class PrefillOverPadding(Rule):
         if init is None or init.opcode != "tuple":
             return None
         best: tuple[float, Finding] | None = None
+        # Per run of the loop (a program called twice per step runs its prefill and its loop twice).
+        own = ctx.op_timing(m, loop.name)
+        calls = max(1.0, round(own.occurrences_per_device / ctx.num_steps)) if own is not None else 1.0
         for flow in carried_flows(m, loop):
             s = _positions(flow)
-            k = self._iterations(ctx, m, flow)
+            k = round(self._iterations(ctx, m, flow) / calls)
             if not s or not 0 < k < s or flow.index >= len(init.operands):
                 continue
             seed = m.instruction(init.operands[flow.index], loop.computation)
@@ -340,7 +343,7 @@ class PrefillOverPadding(Rule):
                 timing = ctx.op_timing(m, op.name)
                 if not n or timing is None or not timing.time_per_step_us:
                     continue
-                runs = timing.occurrences_per_device / ctx.num_steps
+                runs = timing.occurrences_per_device / ctx.num_steps / calls
                 if runs > 1.5:
                     continue  # inside another loop: not a prefill run once per step
                 frac = k / s if n == 1 else 1.0 - ((s - k) / s) ** 2
@@ -354,9 +357,10 @@ class PrefillOverPadding(Rule):
 
     @staticmethod
     def _iterations(ctx: Context, m: HloModule, flow: CarriedFlow) -> float:
+        """Executions per step of the body's busiest op on the way to the carried element."""
         runs = [t.occurrences_per_device / ctx.num_steps
                 for t in (ctx.op_timing(m, op.name) for op in flow.chain) if t is not None]
-        return round(max(runs)) if runs else 0.0
+        return max(runs) if runs else 0.0
 
     def _finding(self, ctx: Context, m: HloModule, loop: HloInstruction, flow: CarriedFlow, s: int, k: float,
                  ops: list[tuple[float, float, HloInstruction]]) -> Finding:
