@@ -75,7 +75,7 @@ LIBRARY_REMEDIES: tuple[LibraryRemedy, ...] = (
         "cache-in-place, keras-hub 0.32 Gemma, 1,024-token cache, batch 4: 15.1% [11.8, 18.0]; "
         "nothing measurable with a 32-token cache"),
     LibraryRemedy(
-        "keras-hub", "keras_hub.src.models", ("HD018",), "code",
+        "keras-hub", "keras_hub.src.models", ("HD022",), "code",
         "no setting: generate() pads every prompt to max_length and _build_cache prefills all of it; override "
         "_build_cache to run call_with_cache on token_ids[:, :P] (P static: one compile per prompt length, or "
         "prompts bucketed) into the zero cache",

@@ -42,7 +42,7 @@ EXPECTED = {
     ("rg-v32k-bf16", "HD014", "wrapped_convert.23"): ("recurrentgemma", "setting", "param_dtype=jnp.float32"),
     ("rg-v32k-bf16", "HD011", "iota_reduce_fusion"): ("recurrentgemma", "setting", "logits_soft_cap=None"),
     ("rg-v32k-bf16", "HD010", "copy.82"): None,
-    ("kh-p768", "HD018", "broadcast_select_fusion"): ("keras-hub", "code", "_build_cache"),
+    ("kh-p768", "HD022", "broadcast_select_fusion"): ("keras-hub", "code", "_build_cache"),
     # The weight relayout XLA:CPU inserts in keras-hub's loop: no keras-hub setting was measured for it.
     ("kh-p768", "HD014", "copy_bitcast_fusion.4"): None,
 }

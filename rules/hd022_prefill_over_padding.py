@@ -1,4 +1,4 @@
-"""HD018: a prefill computed over every padded position, which the decode loop then computes again."""
+"""HD022: a prefill computed over every padded position, which the decode loop then computes again."""
 
 from __future__ import annotations
 
@@ -281,7 +281,7 @@ class PrefillOverPadding(Rule):
         first position and drop the prefill.
     """
 
-    code = "HD018"
+    code = "HD022"
     name = "prefill.padded-positions"
     severity = Severity.MEDIUM
     requires = ("hlo", "opstats")
@@ -303,7 +303,7 @@ class PrefillOverPadding(Rule):
             {"module": "jit_generate", "op": "ynn_fusion.1", "occurrences": 4, "time_per_step_us": 20.0},
             {"module": "jit_generate", "op": "ynn_fusion.2", "occurrences": 4, "time_per_step_us": 8.0},
             {"module": "jit_generate", "op": "while.3", "occurrences": 4, "time_per_step_us": 90.0}),
-            step_time_us=200.0, num_steps=4, expect=("HD018 broadcast_select_fusion",),
+            step_time_us=200.0, num_steps=4, expect=("HD022 broadcast_select_fusion",),
             note="60 of 64 positions computed again by the loop: 40 us of [64, 64] work x 0.996, 8 x 0.94"),
     )
 
