@@ -28,6 +28,9 @@ Variants (``VARIANTS``), each the same loop with one waste removed:
                      (``einsum("...d,vd->...v")``) instead of ``matmul(x, transpose(embeddings))``
     loop-once        (FIELD_EAGER=1 only) the sampler's ``while_loop``, fresh closures on every
                      call and so compiled on every call, compiled once
+    jit-compile      (FIELD_EAGER=1 only) keras-hub's own setting instead of a patch:
+                     ``compile(run_eagerly=False)`` (the default), so keras jits the whole
+                     generate step once and the sampler's loop is not traced on every call
 """
 from __future__ import annotations
 
@@ -142,9 +145,9 @@ class _PromptPrefillLM(GemmaCausalLM):
 
 
 def _make(cls: type = GemmaCausalLM, sampler: Any = "greedy",
-          loop_once: bool = False) -> Callable[[], Any]:
+          loop_once: bool = False, eager: bool = EAGER) -> Callable[[], Any]:
     lm = cls(backbone=backbone, preprocessor=None)
-    lm.compile(sampler=sampler, run_eagerly=EAGER)
+    lm.compile(sampler=sampler, run_eagerly=eager)
 
     def run() -> Any:
         with loop_compiled_once() if loop_once else contextlib.nullcontext():
@@ -163,6 +166,7 @@ VARIANTS: dict[str, Callable[[], Any]] = {
 }
 if EAGER:
     VARIANTS["loop-once"] = _make(loop_once=True)
+    VARIANTS["jit-compile"] = _make(eager=False)
 
 
 def tokens(out: Any) -> np.ndarray:

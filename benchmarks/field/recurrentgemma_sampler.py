@@ -25,6 +25,10 @@ Variants (``VARIANTS``), each the same loop with one waste removed (see docs/fie
     no-softcap        the logits soft cap (``tanh(x / c) * c``, monotone) is not applied: the
                       sampler only argmaxes the logits (FIELD_DTYPE=bfloat16 rounds them, so
                       ties can break differently: the token check says whether they did)
+    f32-model         (FIELD_DTYPE=bfloat16) recurrentgemma's own settings instead of a patch:
+                      ``Griffin(config, dtype=float32, param_dtype=float32)`` and the same
+                      parameters cast to float32 once: on XLA:CPU, which has no bf16 dot, nothing
+                      is widened per call (float32 compute: tokens may differ)
 """
 from __future__ import annotations
 
@@ -125,8 +129,11 @@ _params32 = dict(_base_params, embedder={
     "input_embedding": _base_params["embedder"]["input_embedding"].astype(jnp.float32)})
 _nocap = rg.Griffin(config._replace(logits_soft_cap=None), dtype=DTYPE,
                     param_dtype=DTYPE)
+_model32 = rg.Griffin(config, dtype=jnp.float32, param_dtype=jnp.float32)
+_all32 = jax.tree.map(lambda p: p.astype(jnp.float32), _base_params)
 VARIANTS: dict[str, Callable[[], Any]] = {
     "baseline": step,
+    "f32-model": _make(rg.Sampler(model=_model32, vocab=_Vocab(), params=_all32)),
     "f32-embedding": _make(rg.Sampler(model=_model, vocab=_Vocab(), params=_params32),
                            f32_head=True),
     "no-softcap": _make(rg.Sampler(model=_nocap, vocab=_Vocab(), params=_base_params)),

@@ -97,6 +97,10 @@ class Finding:
     :data:`PART_LABELS` (the ops' own time, the runtime's idle around them, host time, compile time),
     each bounded by what the trace holds for it; they sum to :attr:`recoverable_us`. Empty without
     a recoverable time."""
+    remedy: str = ""
+    """What to do where the finding's line is inside a model library (keras-hub, transformers' Flax
+    models, recurrentgemma): that library's own setting, or the code to change where it has none,
+    with the what-if that checked it (:mod:`hlo_doctor.lint.remedies`); "" elsewhere."""
 
     def __post_init__(self) -> None:
         if self.parts and self.recoverable_us is not None:

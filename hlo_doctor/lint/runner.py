@@ -24,6 +24,7 @@ from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.loader import LoadedRule, RuleBook
 from hlo_doctor.lint.merge import merge_memory, merge_recompiled, merge_same_line
 from hlo_doctor.lint.promise import FixPromise, fix_promises, total_recoverable, with_replays
+from hlo_doctor.lint.remedies import with_library_remedy
 from hlo_doctor.lint.severity import with_cost_severity
 from hlo_doctor.lint.stage import stages_line
 
@@ -198,7 +199,8 @@ def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
             continue
         run.append(r.code)
         findings.extend(run_rule(r, ctx))
-    findings = [with_cost_severity(f, ctx.step_time_us, _category(ctx, f)) for f in merge_memory(merge_same_line(merge_recompiled(findings)))]
+    findings = [with_library_remedy(with_cost_severity(f, ctx.step_time_us, _category(ctx, f)))
+                for f in merge_memory(merge_same_line(merge_recompiled(findings)))]
     findings.sort(key=lambda f: (-(f.recoverable_us or 0.0), -int(f.severity), f.code, f.module, f.op))
     inserted_us, inserted_ops = compiler_inserted(ctx, findings)
     return Diagnosis(

@@ -54,7 +54,8 @@ def to_concise(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
         _, path, line = _where(f, root)
         where = f"{path}:{line}: " if path and line else (f"{path}: " if path else "")
         fixable = f" [fixable: {f.fix}]" if f.fix else ""
-        lines.append(f"{where}{f.code} [{f.severity}] {f.message}{_what(f)}{fixable}")
+        remedy = f" [remedy: {f.remedy}]" if f.remedy else ""
+        lines.append(f"{where}{f.code} [{f.severity}] {f.message}{_what(f)}{fixable}{remedy}")
     lines.append(diagnosis.summary_line())
     if diagnosis.fixes_line():
         lines.append(diagnosis.fixes_line())
@@ -83,7 +84,8 @@ def to_github(diagnosis: Diagnosis, source_root: Path | None = None) -> str:
     for f in diagnosis.findings:
         mapped, _, line = _where(f, root)
         in_checkout = mapped if mapped and not Path(mapped).is_absolute() else ""
-        lines.append(annotation(_level(f.severity), f.message + _what(f), title=f"{f.code} {f.name}",
+        remedy = f" Remedy: {f.remedy}" if f.remedy else ""
+        lines.append(annotation(_level(f.severity), f.message + _what(f) + remedy, title=f"{f.code} {f.name}",
                                 file=in_checkout, line=line))
     lines.append(annotation("notice", diagnosis.summary_line(), title="hlo-doctor diagnose"))
     return "\n".join(lines) + "\n"

@@ -58,4 +58,6 @@ def to_markdown(diagnosis: Diagnosis) -> str:
         if f.fix:
             how = dict(f.extra).get("fix_command") or f"hlo-doctor apply-fix {f.fix} --target PATH"
             out += [f"Fix: {md_code(how)}", ""]
+        if f.remedy:
+            out += [f"Remedy: {md_text(f.remedy)}", ""]
     return "\n".join(out)

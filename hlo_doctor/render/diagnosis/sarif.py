@@ -95,7 +95,8 @@ def fingerprint(f: Finding) -> str:
 def _result(f: Finding, rule_index: int, root: Path) -> dict[str, Any]:
     res: dict[str, Any] = {
         "ruleId": f.code, "ruleIndex": rule_index, "level": sarif_level(f.severity),
-        "message": {"text": f.message + (f" (recoverable {recoverable_sum(f)})" if f.parts else "")},
+        "message": {"text": f.message + (f" (recoverable {recoverable_sum(f)})" if f.parts else "")
+                    + (f" Remedy: {f.remedy}" if f.remedy else "")},
     }
     location: dict[str, Any] = {}
     logical: list[dict[str, Any]] = []
@@ -123,7 +124,7 @@ def _result(f: Finding, rule_index: int, root: Path) -> dict[str, Any]:
         ("shape", f.shape), ("program_id", f.program_id), ("time_per_step_us", f.time_per_step_us),
         ("pct_of_step", f.pct_of_step), ("bytes_accessed", f.bytes_accessed),
         ("recoverable_us", f.recoverable_us), ("recoverable_parts_us", dict(f.parts)),
-        ("recoverable", recoverable_sum(f) if f.parts else ""), ("fix", f.fix), ("source", f.source), ("evidence", list(f.evidence)),
+        ("recoverable", recoverable_sum(f) if f.parts else ""), ("fix", f.fix), ("remedy", f.remedy), ("source", f.source), ("evidence", list(f.evidence)),
     ) if v not in (None, "", [], {})}
     if props:
         res["properties"] = props

@@ -68,6 +68,8 @@ def to_terminal(diagnosis: Diagnosis, *, details: bool = True) -> RenderableType
                 if f.fix:
                     how = dict(f.extra).get("fix_command") or f"hlo-doctor apply-fix {f.fix} --target PATH"
                     parts.append(Text(f"  fixable: {term(how)}", style="green"))
+                if f.remedy:
+                    parts.append(Text(f"  remedy: {term(f.remedy)}", style="green"))
     if diagnosis.rules_skipped:
         parts.append(Text("skipped: " + term("; ".join(f"{c} ({r})" for c, r in diagnosis.rules_skipped)),
                           style="dim"))

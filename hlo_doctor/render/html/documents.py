@@ -22,7 +22,7 @@ __all__ = ["check_document"]
 _FINDING = {"code": "text", "name": "text?", "severity": "text?", "message": "text?", "module": "text?",
             "op": "text?", "shape": "text?", "time_per_step_us": "time?", "pct_of_step": "time?",
             "recoverable_us": "time?", "bytes_accessed": "time?", "source": "text?", "evidence": "list?",
-            "fix": "text?", "extra": "object?", "stack": "list?"}
+            "fix": "text?", "remedy": "text?", "extra": "object?", "stack": "list?"}
 _SPECS: dict[str, dict[str, Any]] = {
     "diagnosis": {"input": "text?", "backend": "text?", "step_time_us": "time?", "num_steps": "int?",
                   "recoverable_us": "time?", "recoverable_pct": "time?", "summary": "text?", "rules_run": "list?",

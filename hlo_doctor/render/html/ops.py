@@ -130,16 +130,18 @@ def op_table(rows: Sequence[Mapping[str, Any]]) -> Table:
 
 
 def findings_table(findings: Sequence[Mapping[str, Any]]) -> Table:
-    """One row per finding: rule, severity, op, time and recoverable per step, source, fix."""
+    """One row per finding: rule, severity, op, time and recoverable per step, source, fix, and the
+    model library's own remedy where the line is inside one."""
     columns = (Column("rule", False, "code"), Column("severity"), Column("module"), Column("op"), Column("shape"),
                Column("time/step (us)", True, "time_per_step_us"), Column("% of step", True, "pct_of_step"),
                Column("recoverable (us)", True, "recoverable_us"), Column("made of (us)"), Column("source"),
-               Column("fix"))
+               Column("fix"), Column("remedy"))
     body = [[text_cell(f.get("code")), text_cell(f.get("severity")), text_cell(f.get("module")),
              text_cell(f.get("op")), text_cell(fmt_shape(str(f.get("shape") or ""))),
              num_cell(f.get("time_per_step_us"), ",.1f"), num_cell(f.get("pct_of_step"), ".2f"),
              num_cell(f.get("recoverable_us"), ",.1f"), text_cell(_made_of(f)),
-             text_cell(fmt_source(str(f.get("source") or ""))), text_cell(f.get("fix"))] for f in findings]
+             text_cell(fmt_source(str(f.get("source") or ""))), text_cell(f.get("fix")),
+             text_cell(f.get("remedy"))] for f in findings]
     return table("table-findings", "Findings", columns, body)
 
 
