@@ -112,13 +112,16 @@ def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[floa
     if not n:
         return math.nan, math.nan, 0.0
 
-    def coverage(k: int) -> float:
-        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n
+    # Exact integers (2^n overflows a float past ~1000 runs): tail = sum of C(n, i) for i < k.
+    total, tail, k = 2 ** n, 1, 1
 
-    k = 1
-    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= level:
+    def coverage(below: int) -> float:
+        return 1.0 - 2 * below / total
+
+    while k + 1 <= (n + 1) // 2 and coverage(tail + math.comb(n, k)) >= level:
+        tail += math.comb(n, k)
         k += 1
-    return xs[k - 1], xs[n - k], max(0.0, coverage(k))
+    return xs[k - 1], xs[n - k], max(0.0, coverage(tail))
 
 
 def paired_ratio(kind: str, key: str, first: tuple[str, Sequence[float]], second: tuple[str, Sequence[float]],

@@ -95,7 +95,7 @@ def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[
     # The largest k with P(Binomial(n, 1/2) < k) <= alpha/2: the interval is [x_(k), x_(n-k+1)].
     k, tail = 0, 0.0
     while k < n:
-        p = math.comb(n, k) / 2.0 ** n
+        p = math.comb(n, k) / 2 ** n
         if tail + p > alpha / 2:
             break
         tail += p
