@@ -18,15 +18,26 @@ saving for either. Each measured figure's label (when, how many runs, the interv
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hlo_doctor.core.format import fmt_duration
 from hlo_doctor.core.model import Finding
+from hlo_doctor.lint.program_ab import (
+    BUDGET_S,
+    KIND,
+    ROUNDS,
+    STEPS,
+    Measure,
+    ProgramMeasurement,
+    from_measurement,
+    program_target,
+)
 
 if TYPE_CHECKING:
-    from hlo_doctor.lint.program_ab import ProgramMeasurement
     from hlo_doctor.lint.replay import ReplayMeasurement
+    from hlo_doctor.lint.store import MeasurementStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,10 +292,55 @@ def with_replays(promises: Iterable[FixPromise], findings: Iterable[Finding], me
     """``promises`` with each fix measured by ``measure(fix, its findings)`` (a
     :class:`~hlo_doctor.lint.replay.ReplayMeasurement`, or the line saying why not), largest first."""
     from dataclasses import replace
-
     findings = list(findings)
     out = []
     for p in promises:
         got = measure(p.fix, [f for f in findings if f.fix == p.fix])  # type: ignore[operator]
         out.append(replace(p, unmeasured=got) if isinstance(got, str) else replace(p, replay=got))
     return tuple(sorted(out, key=lambda p: (-p.net_us, p.fix)))
+
+
+def with_program_ab(capture: Path, promises: tuple[FixPromise, ...], findings: Iterable[Finding],
+                    store: MeasurementStore | None, measure: Measure, *,
+                    budget_s: float = BUDGET_S) -> tuple[FixPromise, ...]:
+    """``promises`` with each fix measured by a program A/B here: read from ``store``, else measured by
+    ``measure`` and kept there; where none can run, each says why (``program_unmeasured``). A capture not of a
+    ``FILE.py:FUNC`` target: ``promises`` as they are."""
+    where = program_target(capture) if promises else None
+    if where is None:
+        return promises
+    if isinstance(where, str):
+        return tuple(replace(p, program_unmeasured=where) for p in promises)
+    target, spec, file = where
+    findings = list(findings)
+    out = []
+    for p in promises:
+        mine = [f for f in findings if f.fix == p.fix]
+        # The lines the fix applies at, as diagnose placed it (``fix_site``): what the key names.
+        lines = tuple(sorted({int(str(v).rpartition(":")[2]) for f in mine for k, v in f.extra
+                              if k == "fix_site" and _same(str(v).rpartition(":")[0], file)}))
+        if not lines:
+            out.append(replace(p, program_unmeasured=f"no finding of {p.fix} names a line of {file}"))
+            continue
+        key = (f"program A/B of {target} with {p.fix} at lines {','.join(map(str, lines))}; {ROUNDS} rounds x "
+               f"{STEPS} steps, budget {budget_s:g} s")
+        stored = store.lookup(KIND, key) if store is not None else None
+        if stored is None:
+            made = measure(p.fix, spec, file, mine, key, budget_s)
+            if isinstance(made, str):
+                out.append(replace(p, program_unmeasured=made))
+                continue
+            stored = made
+            if store is not None:
+                store.record(made)
+        got = from_measurement(p.fix, target, lines, stored)
+        out.append(replace(p, program=got) if isinstance(got, ProgramMeasurement)
+                   else replace(p, program_unmeasured=got))
+    return tuple(sorted(out, key=lambda p: (-p.net_us, p.fix)))
+
+
+def _same(path: str, file: Path) -> bool:
+    try:
+        return Path(path).resolve() == file.resolve()
+    except (OSError, RuntimeError):
+        return False
