@@ -64,13 +64,19 @@ _TIME = re.compile(r"#\s?(?:us|µs|ms|s|min)\b")
 """A masked time and its unit: 532 us and 5.5 ms alike (which unit a figure gets depends on its size)."""
 # What a measurement made on this machine prints beside its figure: how many pairs it took, the interval
 # of a figure measured here, and where the store that keeps it lives (the reader's cache folder).
-_PAIRS = re.compile(r"\b\d+ (alternated pairs|runs? each|paired runs)\b")
+_PAIRS = re.compile(r"\b\d+ (alternated pairs|runs? each|paired runs|rounds x)\b")
 _INTERVAL = re.compile(r"\[[-+]?\d[\d,]*(?:\.\d+)? ?(?:us|µs|ms|s)?, ")
 _STORE = re.compile(r"^what-if: .*")
 _CUT = re.compile(r"\S*\s\.\.\.$")
 # What a figure measured here concludes (a saving, none significant, slower) is the machine's: the
 # sentence around it is kept, its verdict masked. Applied after the figures are masked.
-_VERDICT_REPLAY = re.compile(r"^(fix \S+: ).*?(, measured by replaying )")
+_VERDICT_REPLAY = re.compile(r"^(fix \S+: ).*?(, measured by (?:replaying|a program A/B) )")
+# Whether pairs (a replay) or rounds (a program A/B) decided before their cap, the A/B's outcome, and
+# the sign of its saving are the machine's too.
+_STOPPED = re.compile(r", (?:decided|undecided at its #t cap)(?=, measured here)")
+_AB_STOP = re.compile(r"\b(?:decided|budget spent) within a\b")
+_AB_OUTCOME = re.compile(r"\((?:improved|no change|regressed|inconclusive)\)")
+_SIGN = re.compile(r"(?<=saving )-(?=#t)|-(?=#t\])|(?<=per step, x)\d+\.\d+")
 _VERDICT_HERE = re.compile(r"; (?:the change is slower here by #t: no saving promised|no significant change here"
                            r"|saves #% of those programs);")
 # A finding's severity rests on a decisive measurement here where there is one: on a line naming a rule,
@@ -272,6 +278,7 @@ def masked(text: str) -> list[str]:
         line = _PAIRS.sub(r"# \1", _INTERVAL.sub("[#, ", line))
         line = _TIME.sub("#t", _UNIT.sub("#", _FLOAT.sub("#", _RUN_FOLDER.sub("<run>", line)))).translate(_BOX)
         line = _VERDICT_REPLAY.sub(r"\1<verdict>\2", _VERDICT_HERE.sub("; <verdict here>;", line))
+        line = _SIGN.sub(lambda m: "#" if m.group(0) != "-" else "", _AB_OUTCOME.sub("(<outcome>)", _AB_STOP.sub("<stop> within a", _STOPPED.sub("", line))))
         line = _VERDICT_WHATIF.sub(r"\1: <verdict>", line)
         if _RULE_CODE.search(line):
             line = _SEVERITY.sub("<sev>", line)

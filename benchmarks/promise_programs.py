@@ -22,6 +22,87 @@ SIZES: dict[str, tuple[tuple[int, ...], ...]] = {
     # (batch, hidden, vocab): an exp fused into the LM head's matmul before the argmax.
     "lm_head_exp": ((8, 256, 16000), (8, 256, 32000), (16, 256, 64000)),
 }
+_SOURCES = {
+    "eager_widen_argmax": """\
+import jax
+import jax.numpy as jnp
+
+LOGITS = jax.random.normal(jax.random.key(0), ({b}, {v}), jnp.float32).astype(jnp.bfloat16)
+
+
+@jax.jit
+def sample(x):
+    return jnp.argmax(x, axis=-1)
+
+
+def step():
+    return sample(LOGITS.astype(jnp.float32))
+""",
+    "sampler_returns_logits": """\
+import jax
+import jax.numpy as jnp
+
+_state = (jnp.zeros(({b},), jnp.int32), jax.random.normal(jax.random.key(0), ({b}, {v}), jnp.float32))
+
+
+def _sample(state):
+    _, logits = state
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32), logits
+
+
+sample = jax.jit(_sample)
+
+
+def step():
+    global _state
+    _state = sample(_state)
+    return _state[0]
+""",
+    "softmax_argmax": """\
+import jax
+import jax.numpy as jnp
+
+LOGITS = jax.random.normal(jax.random.key(0), ({b}, {v}), jnp.float32)
+T = jnp.float32(0.7)
+
+
+@jax.jit
+def sample(x, t):
+    return jnp.argmax(jax.nn.softmax(x / t, axis=-1), axis=-1)
+
+
+def step():
+    return sample(LOGITS, T)
+""",
+    "lm_head_exp": """\
+import jax
+import jax.numpy as jnp
+
+HIDDEN = jax.random.normal(jax.random.key(0), ({b}, {h}), jnp.float32)
+W = jax.random.normal(jax.random.key(1), ({h}, {v}), jnp.float32) * 0.05
+
+
+@jax.jit
+def head(x, w):
+    return jnp.argmax(jnp.exp(x @ w), axis=-1)
+
+
+def step():
+    return head(HIDDEN, W)
+""",
+}
+
+
+def source(name: str, size: tuple[int, ...]) -> str:
+    """The program as a file a user would profile (``FILE.py:step``): the same step as :func:`make`'s,
+    its arrays module-level, for the program A/B's path (a fix applied to a copy of the file)."""
+    if name == "lm_head_exp":
+        b, h, v = size
+        return _SOURCES[name].format(b=b, h=h, v=v)
+    b, v = size
+    return _SOURCES[name].format(b=b, v=v)
+
+
 CODES = {"eager_widen_argmax": ("HD003", "HD004"), "sampler_returns_logits": ("HD002",),
          "softmax_argmax": ("HD011",), "lm_head_exp": ("HD011",)}
 

@@ -2,12 +2,15 @@
 
 For each program of :mod:`promise_programs` at each of its three sizes, on this machine's XLA:CPU:
 
-1. **profile** the step as written (``capture_callable``: ``--warmup`` untraced, ``--steps`` traced);
+1. **profile** the step as written, as a file target (``promise_programs.source``: ``FILE.py:step``,
+   as ``hlo-doctor profile FILE.py:step`` does it; ``--warmup`` untraced, ``--steps`` traced);
 2. **promise**: diagnose the capture (what-if runs on) and take the findings of the rules the hand
-   fix answers; the model's figure (what they recover less what a what-if says the fix costs) and
+   fix answers; the model's figure (what they recover less what a what-if says the fix costs),
    the replay's (``lint.replay``: the capture's own programs compiled here with and without the
    change, alternated; the saving as a share of those programs here, applied to their time in the
-   capture, and the saving here itself);
+   capture, and the saving here itself), and the program A/B's (``verify.program.promise``: the
+   file fix diagnose offers applied to a copy of the file, both timed by verify's rounds, as
+   ``diagnose`` measures it for a ``FILE.py:FUNC`` capture);
 3. **direct A/B** in this process: the step as written and the hand-fixed step, warmed, then timed
    in alternation (AB BA ..., each sample a few calls), the median of the pairs' differences and
    its sign-test interval (``lint.replay.timing``).
@@ -57,6 +60,27 @@ def direct_ab(case: Any, seconds: float = 3.0, min_pairs: int = 16) -> dict[str,
             "interval_us": list(t.interval_us), "pairs": t.pairs, "repeats": repeats}
 
 
+def program_ab(run: Path, root: Path, codes: tuple[str, ...], findings: list[Any]) -> dict[str, Any]:
+    """The program A/B's promise of the file fix the findings of ``codes`` are offered (as diagnose
+    measures it): its figure, or why none."""
+    from hlo_doctor.fixes.source.applicable import with_applicable_fixes
+    from hlo_doctor.lint.promise import fix_promises
+    from hlo_doctor.lint.store import MeasurementStore
+    from hlo_doctor.verify.program.promise import with_program_ab
+
+    applicable = with_applicable_fixes(findings, root)
+    fixes = sorted({f.fix for f in applicable if f.code in codes and f.fix})
+    if not fixes:
+        return {"program_ab": None, "program_unmeasured": "no file fix offered for " + ", ".join(codes)}
+    mine = [p for p in with_program_ab(run, fix_promises(applicable), applicable, MeasurementStore(run))
+            if p.fix in fixes]
+    got = next((p for p in mine if p.program is not None), mine[0] if mine else None)
+    if got is None or got.program is None:
+        return {"program_ab": None, "program_fix": fixes[0],
+                "program_unmeasured": got.program_unmeasured if got is not None else "no promise"}
+    return {"program_ab": got.program.to_dict(), "program_fix": got.fix}
+
+
 def promise(run: Path, codes: tuple[str, ...]) -> dict[str, Any]:
     """Diagnose ``run``: the model's and the replay's promise for the findings of ``codes``."""
     from hlo_doctor.lint import diagnose, load_context, load_rulebook, total_recoverable
@@ -74,18 +98,23 @@ def promise(run: Path, codes: tuple[str, ...]) -> dict[str, Any]:
         out["unmeasured"] = m
     else:
         out["replay"] = m.to_dict()
+    out.update(program_ab(run, run.parent, codes, list(d.findings)))
     return out
 
 
 def measure(name: str, size: tuple[int, ...], out: Path, steps: int, warmup: int, seconds: float) -> dict[str, Any]:
     """One program at one size: profile, promise, direct A/B."""
-    from promise_programs import make
+    from promise_programs import make, source
 
-    from hlo_doctor.capture import capture_callable
+    from hlo_doctor.capture import capture_callable, resolve_target
 
     case = make(name, size)
     tag = f"{name}-{'x'.join(str(s) for s in size)}"
-    run = capture_callable(case.step, steps=steps, warmup=warmup, out_dir=out / tag, target=f"bench:{tag}")
+    folder = out / tag
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "prog.py").write_text(source(name, size), encoding="utf-8")
+    spec = f"{folder.resolve() / 'prog.py'}:step"
+    run = capture_callable(resolve_target(spec), steps=steps, warmup=warmup, out_dir=folder / "run", target=spec)
     row = {"program": name, "size": list(size), "codes": list(case.codes), **promise(run, case.codes)}
     row["direct"] = direct_ab(case, seconds)
     return row
@@ -113,8 +142,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     """The Markdown table (ms per step)."""
     out = ["| program | size | rules | step (profiled) | model promise | replay promise [interval] "
            "| replay saving here [interval] | direct A/B base -> fixed | direct saving [95% CI] "
-           "| model / direct | replay / direct | replay here / direct |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
+           "| program A/B promise [interval] | model / direct | replay / direct | replay here / direct | program A/B / direct |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|"]
     for r in rows:
         d = r["direct"]
         rp = r.get("replay")
@@ -128,11 +157,17 @@ def table(rows: list[dict[str, Any]]) -> str:
         else:
             replay = f"- ({r.get('unmeasured', '')[:60]})"
             here, v_replay, v_here = "-", "-", "-"
+        ab = r.get("program_ab")
+        if ab:
+            prog = f"{_ms(ab['saving_us'])} [{_ms(ab['interval_us'][0])}, {_ms(ab['interval_us'][1])}]"
+            v_prog = _verdict(ab["saving_us"], tuple(ab["interval_us"]), d)  # type: ignore[arg-type]
+        else:
+            prog, v_prog = f"- ({str(r.get('program_unmeasured', ''))[:60]})", "-"
         out.append(
             f"| {r['program']} | {'x'.join(str(s) for s in r['size'])} | {', '.join(r['codes'])} | {_ms(r['step_us'])} "
             f"| {_ms(r['model_us'])} | {replay} | {here} | {_ms(d['a_us'])} -> {_ms(d['b_us'])} "
             f"| {_ms(d['saving_us'])} [{_ms(d['interval_us'][0])}, {_ms(d['interval_us'][1])}] "
-            f"| {_verdict(r['model_us'], None, d)} | {v_replay} | {v_here} |")
+            f"| {prog} | {_verdict(r['model_us'], None, d)} | {v_replay} | {v_here} | {v_prog} |")
     return "\n".join(out)
 
 

@@ -115,6 +115,18 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     result = dataclasses.replace(result, findings=applicable, fix_promises=with_fixes(result.fix_promises, applicable))
     # Each fix offered only on this code is replayed too, where this machine can run the capture.
     result = dataclasses.replace(result, fix_promises=replayed(ctx, result.fix_promises, applicable))
+    if what_if and result.fix_promises:
+        # A capture of `profile FILE.py:FUNC` this machine can run: each file fix timed on the program
+        # itself, read from the store; verify is imported only when it measures.
+        from hlo_doctor.lint.promise import with_program_ab
+
+        def measure(*args: object) -> object:
+            from hlo_doctor.verify.program.promise import measure as measure_program
+
+            return measure_program(*args, store)  # type: ignore[arg-type,call-arg]
+
+        result = dataclasses.replace(result, fix_promises=with_program_ab(run, result.fix_promises, applicable, store,
+                                                                          measure))  # type: ignore[arg-type]
     failed = fail_on is not None and bool(result.at_or_above(Severity.parse(fail_on)))
     code = ExitCode.FINDINGS if failed else ExitCode.OK
     if fmt == "table" and (output is None or output == STDOUT) and not people_see_a_terminal():

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-__all__ = ["RECORD_KEY", "changed_since", "fingerprint", "recorded", "split_source"]
+__all__ = ["RECORD_KEY", "changed_since", "file_sha256", "fingerprint", "recorded", "split_source"]
 
 RECORD_KEY = "source_sha256"
 """The key of the fingerprints in ``run.json``."""
@@ -29,6 +29,11 @@ def _sha256(path: Path) -> str | None:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
+
+
+def file_sha256(path: Path) -> str | None:
+    """SHA-256 of a file's bytes as :func:`fingerprint` records it; None where it cannot be read."""
+    return _sha256(path)
 
 
 def fingerprint(sources: Iterable[str]) -> dict[str, str]:

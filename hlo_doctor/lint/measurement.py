@@ -65,6 +65,11 @@ class Measurement:
     identity: Identity
     unit: str = "ratio"
     """``ratio`` (the second side over the first) or ``us``."""
+    budget_s: float | None = None
+    """Where runs were added until the interval decided: the time cap they were added under."""
+    stopped: str = ""
+    """With a cap: why no more runs were added (``saving``, ``slower``, ``negligible``: the interval
+    decided; ``cap``: the cap was reached undecided)."""
 
     @property
     def decisive(self) -> bool:
@@ -92,7 +97,8 @@ class Measurement:
                 "machine": self.identity.machine, "jax": self.identity.jax, "jaxlib": self.identity.jaxlib,
                 "samples": {k: list(v) for k, v in self.samples}, "unit": self.unit, "median": self.median,
                 "spread": {"low": self.low, "high": self.high, "level": self.level, "method": "order-statistic"},
-                "reps": self.reps, "when": self.when}
+                "reps": self.reps, "when": self.when,
+                **({"budget_s": self.budget_s, "stopped": self.stopped} if self.budget_s is not None else {})}
 
 
 def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
@@ -106,13 +112,16 @@ def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[floa
     if not n:
         return math.nan, math.nan, 0.0
 
-    def coverage(k: int) -> float:
-        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n
+    # Exact integers (2^n overflows a float past ~1000 runs): tail = sum of C(n, i) for i < k.
+    total, tail, k = 2 ** n, 1, 1
 
-    k = 1
-    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= level:
+    def coverage(below: int) -> float:
+        return 1.0 - 2 * below / total
+
+    while k + 1 <= (n + 1) // 2 and coverage(tail + math.comb(n, k)) >= level:
+        tail += math.comb(n, k)
         k += 1
-    return xs[k - 1], xs[n - k], max(0.0, coverage(k))
+    return xs[k - 1], xs[n - k], max(0.0, coverage(tail))
 
 
 def paired_ratio(kind: str, key: str, first: tuple[str, Sequence[float]], second: tuple[str, Sequence[float]],
@@ -225,7 +234,10 @@ def from_record(doc: Mapping[str, Any]) -> Measurement:
     unit = text("unit", 10)
     if unit not in ("ratio", "us"):
         raise ValueError("'unit' is neither 'ratio' nor 'us'")
+    budget = doc.get("budget_s")
+    budget_s = None if budget is None else number(budget, "budget_s")
+    stopped = text("stopped", 20) if budget_s is not None else ""
     return Measurement(kind=text("kind", 80), key=text("key"), samples=tuple(sides), median=median, low=low,
-                       high=high, level=level, reps=reps, when=when, unit=unit,
+                       high=high, level=level, reps=reps, when=when, unit=unit, budget_s=budget_s, stopped=stopped,
                        identity=Identity(capture=text("capture", 100), machine=text("machine"), jax=text("jax", 40),
                                          jaxlib=text("jaxlib", 40)))

@@ -18,14 +18,26 @@ saving for either. Each measured figure's label (when, how many runs, the interv
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hlo_doctor.core.format import fmt_duration
 from hlo_doctor.core.model import Finding
+from hlo_doctor.lint.program_ab import (
+    BUDGET_S,
+    KIND,
+    ROUNDS,
+    STEPS,
+    Measure,
+    ProgramMeasurement,
+    from_measurement,
+    program_target,
+)
 
 if TYPE_CHECKING:
     from hlo_doctor.lint.replay import ReplayMeasurement
+    from hlo_doctor.lint.store import MeasurementStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +59,25 @@ class FixPromise:
     """The fix replayed on this machine (:mod:`hlo_doctor.lint.replay`): then the promise is measured."""
     unmeasured: str = ""
     """Why no replay measured it (one line), where one was asked for."""
+    program: ProgramMeasurement | None = None
+    """The fix timed on the capture's own program (``profile FILE.py:FUNC``) with and without it: then
+    that is the promise (:mod:`hlo_doctor.lint.program_ab`), before the replay's."""
+    program_unmeasured: str = ""
+    """Why no program A/B measured it (one line), where the capture is of a program target."""
 
     @property
     def basis(self) -> str:
-        """``measured`` (a replay of the capture's programs here) or ``model``."""
-        return "measured" if self.replay is not None else "model"
+        """``measured`` (a program A/B or a replay of the capture's programs here) or ``model``."""
+        return "measured" if self.replay is not None or self.program is not None else "model"
+
+    @property
+    def how(self) -> str:
+        """``program A/B``, ``replay``, ``what-if`` (a model with figures measured here) or ``model``."""
+        if self.program is not None:
+            return "program A/B"
+        if self.replay is not None:
+            return "replay"
+        return "what-if" if self.measured else "model"
 
     @property
     def model_us(self) -> float:
@@ -68,6 +94,8 @@ class FixPromise:
     def net_us(self) -> float:
         """The promise per step: the replay's where one measured it (0 where it measured no significant
         change), else recovered less cost; negative where the fix makes the step slower here."""
+        if self.program is not None:
+            return self.program.saving_us if self.program.significant else 0.0
         if self.replay is None:
             return self.model_us
         # A change the replay could not tell from no change promises nothing (its figure and interval
@@ -77,8 +105,8 @@ class FixPromise:
     @property
     def verdict(self) -> str:
         """``saving`` (the whole range above 0), ``may cost`` (it straddles 0) or ``no saving expected``."""
-        if self.replay is not None:
-            low, high = self.replay.promise_interval_us
+        if self.program is not None or self.replay is not None:
+            low, high = self.program.interval_us if self.program is not None else self.replay.promise_interval_us  # type: ignore[union-attr]
             return "saving" if low > 0 else "may cost" if high > 0 else "no saving expected"
         low = self.net_us if self.net_low_us is None else min(self.net_low_us, self.net_us)
         high = self.net_us if self.net_high_us is None else max(self.net_high_us, self.net_us)
@@ -91,7 +119,9 @@ class FixPromise:
                 "cost_us": self.cost_us, "net_us": self.net_us, "net_low_us": self.net_low_us,
                 "net_high_us": self.net_high_us, "verdict": self.verdict, "measured": list(self.measured),
                 "basis": self.basis, "model_us": self.model_us, "model_range_us": list(self.model_range_us),
-                "replay": self.replay.to_dict() if self.replay is not None else None, "unmeasured": self.unmeasured}
+                "replay": self.replay.to_dict() if self.replay is not None else None, "unmeasured": self.unmeasured,
+                "how": self.how, "program_ab": self.program.to_dict() if self.program is not None else None,
+                "program_unmeasured": self.program_unmeasured}
 
     def range_text(self) -> str:
         """`` [12.1, 19.8 ms]`` where something was measured here, else ""."""
@@ -100,15 +130,34 @@ class FixPromise:
         return f" [{_signed(self.net_low_us)}, {_signed(self.net_high_us)}]"
 
     def line(self, step_us: float | None) -> str:
+        """:meth:`body`, and where a program A/B could not run, why (the figure is then the replay's or
+        the model's, as the line says)."""
+        body = self.body(step_us)
+        return f"{body}; no program A/B: {self.program_unmeasured}" if self.program_unmeasured else body
+
+    def body(self, step_us: float | None) -> str:
         """``fix bf16-greedy-sampler: ~38.3 ms recovered by 3 findings, less ~22.3 ms it costs on this
         machine (measured here 2026-12-01, 7 runs each, x1.61 [1.55, 1.68]): net ~16.0 ms per step
         [12.1, 19.8 ms] (~14% of the step)``; "no saving expected here" or "may cost here" instead of a
         net saving where the range does not lie above 0. Measured by a replay: its line instead; a
         model where a replay was asked for and could not run: the reason and the model's range too."""
+        if self.program is not None:
+            pct = f" (~{100.0 * self.net_us / step_us:.0f}% of the profiled step)" if step_us else ""
+            if self.program.slower:
+                what = f"no saving promised, ~{fmt_duration(-self.program.saving_us)} per step slower"
+            elif not self.program.significant:
+                what = "no saving promised, none significant"
+            else:
+                what = f"~{fmt_duration(self.net_us)} per step{pct}"
+            return f"fix {self.fix}: {what}, {self.program.line()}"
         if self.replay is not None:
             pct = f" (~{100.0 * self.net_us / step_us:.0f}% of the step)" if step_us else ""
             if self.replay.slower:
                 what = f"no saving promised, ~{fmt_duration(-self.net_us)} per step slower"
+            elif self.replay.stopped == "negligible":
+                what = "no saving promised, no change worth one"
+            elif self.replay.stopped == "cap":
+                what = "no saving promised, undecided"
             elif not self.replay.significant:
                 what = "no saving promised, none significant"
             else:
@@ -243,10 +292,55 @@ def with_replays(promises: Iterable[FixPromise], findings: Iterable[Finding], me
     """``promises`` with each fix measured by ``measure(fix, its findings)`` (a
     :class:`~hlo_doctor.lint.replay.ReplayMeasurement`, or the line saying why not), largest first."""
     from dataclasses import replace
-
     findings = list(findings)
     out = []
     for p in promises:
         got = measure(p.fix, [f for f in findings if f.fix == p.fix])  # type: ignore[operator]
         out.append(replace(p, unmeasured=got) if isinstance(got, str) else replace(p, replay=got))
     return tuple(sorted(out, key=lambda p: (-p.net_us, p.fix)))
+
+
+def with_program_ab(capture: Path, promises: tuple[FixPromise, ...], findings: Iterable[Finding],
+                    store: MeasurementStore | None, measure: Measure, *,
+                    budget_s: float = BUDGET_S) -> tuple[FixPromise, ...]:
+    """``promises`` with each fix measured by a program A/B here: read from ``store``, else measured by
+    ``measure`` and kept there; where none can run, each says why (``program_unmeasured``). A capture not of a
+    ``FILE.py:FUNC`` target: ``promises`` as they are."""
+    where = program_target(capture) if promises else None
+    if where is None:
+        return promises
+    if isinstance(where, str):
+        return tuple(replace(p, program_unmeasured=where) for p in promises)
+    target, spec, file = where
+    findings = list(findings)
+    out = []
+    for p in promises:
+        mine = [f for f in findings if f.fix == p.fix]
+        # The lines the fix applies at, as diagnose placed it (``fix_site``): what the key names.
+        lines = tuple(sorted({int(str(v).rpartition(":")[2]) for f in mine for k, v in f.extra
+                              if k == "fix_site" and _same(str(v).rpartition(":")[0], file)}))
+        if not lines:
+            out.append(replace(p, program_unmeasured=f"no finding of {p.fix} names a line of {file}"))
+            continue
+        key = (f"program A/B of {target} with {p.fix} at lines {','.join(map(str, lines))}; {ROUNDS} rounds x "
+               f"{STEPS} steps, budget {budget_s:g} s")
+        stored = store.lookup(KIND, key) if store is not None else None
+        if stored is None:
+            made = measure(p.fix, spec, file, mine, key, budget_s)
+            if isinstance(made, str):
+                out.append(replace(p, program_unmeasured=made))
+                continue
+            stored = made
+            if store is not None:
+                store.record(made)
+        got = from_measurement(p.fix, target, lines, stored)
+        out.append(replace(p, program=got) if isinstance(got, ProgramMeasurement)
+                   else replace(p, program_unmeasured=got))
+    return tuple(sorted(out, key=lambda p: (-p.net_us, p.fix)))
+
+
+def _same(path: str, file: Path) -> bool:
+    try:
+        return Path(path).resolve() == file.resolve()
+    except (OSError, RuntimeError):
+        return False

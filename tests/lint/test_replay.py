@@ -8,6 +8,7 @@ real JAX. A capture of another jax or backend is refused in one line and keeps i
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,7 +22,10 @@ from hlo_doctor.lint import diagnose, load_context, load_rulebook
 from hlo_doctor.lint.replay import measure_fix, median_interval, replay_refusal
 from hlo_doctor.lint.replay.child import main as child_main
 from hlo_doctor.lint.replay.child import opcodes
+from hlo_doctor.lint.replay.run import _MEMO, CAP_SECONDS, KIND
 from hlo_doctor.lint.replay.spec import Call, Parameter, ReplaySpec
+from hlo_doctor.lint.replay.timing import decision, look_confidence
+from hlo_doctor.lint.store import FILE_NAME, MeasurementStore
 
 B, V = 8, 4096
 
@@ -58,6 +62,43 @@ def test_a_real_captures_fix_is_measured_by_replaying_its_programs(capture: Path
     doc = d.to_dict()["fixes"][0]
     assert doc["basis"] == "measured" and doc["replay"]["programs"] == list(m.programs)
     assert "measured by replaying" in d.fixes_line()
+    # Pairs were added until the interval decided or the cap was reached, and the figure says which:
+    # decided means significant (or within the negligible band), undecided promises nothing.
+    assert m.cap_s == CAP_SECONDS and m.stopped in ("saving", "slower", "negligible", "cap")
+    assert m.significant == (m.stopped in ("saving", "slower"))
+    assert ("undecided at its" in m.line()) == (m.stopped == "cap")
+    assert m.when and m.when[:10] in m.line()
+
+
+def test_a_replay_is_stored_with_its_cap_and_reused_as_it_was(capture: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    shutil.copytree(capture, folder)
+    for stale in folder.glob(FILE_NAME):
+        stale.unlink()
+    findings = [f for f in diagnose(replace(load_context(folder), what_if=False), load_rulebook()).findings
+                if f.code in ("HD002", "HD003")]
+    store = MeasurementStore(folder)
+    ctx = replace(load_context(folder), what_if=True, measurements=store)
+    made = measure_fix(ctx, "x", findings, seconds=0.5, cap_seconds=1.0)
+    assert not isinstance(made, str), made
+    (rec,) = [r for r in json.loads((folder / FILE_NAME).read_text())["records"] if r["kind"] == KIND]
+    assert rec["budget_s"] == 1.0 and rec["stopped"] == made.stopped and rec["reps"] == made.pairs
+    # Another process (a fresh store, the memo of this one cleared) reads the record back as it was.
+    _MEMO.clear()
+    again = measure_fix(replace(ctx, measurements=MeasurementStore(folder)), "x", findings)
+    assert not isinstance(again, str) and again.to_dict() == made.to_dict() and again.line() == made.line()
+
+
+def test_the_stopping_rule_decides_a_clear_change_and_a_negligible_one_and_waits_otherwise() -> None:
+    a = [100.0 + (i % 3) for i in range(40)]
+    assert decision(a, [x - 20.0 for x in a], 1) == "saving"
+    assert decision(a, [x + 20.0 for x in a], 1) == "slower"
+    # Differences alternating within +-0.5% of side A: no change worth a promise.
+    assert decision(a, [x + (0.5 if i % 2 else -0.5) for i, x in enumerate(a)], 1) == "negligible"
+    # Alternating +-30%: the interval holds 0 and reaches far beyond the band; add pairs.
+    assert decision(a, [x + (30.0 if i % 2 else -30.0) for i, x in enumerate(a)], 1) == ""
+    # Later looks decide at a higher confidence (the error spent over the looks sums to 5%).
+    assert look_confidence(1) < look_confidence(2) < 1.0 and look_confidence(1) > 0.95
 
 
 def _proto(f: object, *args: jax.Array) -> bytes:

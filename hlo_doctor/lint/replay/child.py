@@ -9,6 +9,7 @@ Writes ``{"ok": true, "a_us": [...], "b_us": [...], ...}`` or ``{"ok": false, "r
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 import time
@@ -24,6 +25,7 @@ from hlo_doctor.lint.replay.mlir_edit import (
     narrow_reads,
 )
 from hlo_doctor.lint.replay.spec import MLIR_DTYPES, Call, ReplaySpec
+from hlo_doctor.lint.replay.timing import GROWTH, decision
 
 _OPCODE = re.compile(r"^\s*(?:ROOT\s+)?%\S+\s*=\s*.*?\s([a-z][a-z0-9_-]*)\(", re.M)
 _NP_DTYPES = {"f32": "float32", "f64": "float64", "bf16": "bfloat16", "f16": "float16", "s32": "int32",
@@ -158,12 +160,30 @@ def run(spec: ReplaySpec, folder: Path) -> dict[str, Any]:
     repeats = max(1, min(1000, int(spec.sample_us / one)))
     a_us: list[float] = []
     b_us: list[float] = []
-    deadline = time.perf_counter() + spec.seconds
-    while len(a_us) < spec.max_pairs and (len(a_us) < spec.min_pairs or time.perf_counter() < deadline):
+    start = time.perf_counter()
+
+    def pair() -> None:
         first, second = ((a, a_us), (b, b_us)) if len(a_us) % 2 == 0 else ((b, b_us), (a, a_us))
         for side, out in (first, second):
             out.append(_time(side, repeats))
+
+    while len(a_us) < spec.max_pairs and (len(a_us) < spec.min_pairs or time.perf_counter() < start + spec.seconds):
+        pair()
+    # Then, as verify --budget adds rounds: more pairs until the interval decides or the cap is reached.
+    look, stopped = 1, ""
+    while True:
+        stopped = decision(a_us, b_us, look)
+        if stopped:
+            break
+        if len(a_us) >= spec.max_pairs or time.perf_counter() - start >= spec.cap_seconds:
+            stopped = "cap"
+            break
+        target = min(spec.max_pairs, max(len(a_us) + 1, math.ceil(len(a_us) * GROWTH)))
+        while len(a_us) < target and time.perf_counter() - start < spec.cap_seconds:
+            pair()
+        look += 1
     return {"ok": True, "a_us": a_us, "b_us": b_us, "repeats": repeats, "jax": jax.__version__,
+            "stopped": stopped, "looks": look, "cap_s": spec.cap_seconds,
             "a_ops": [opcodes(t) for _, t, _ in a.compiled], "b_ops": [opcodes(t) for _, t, _ in b.compiled],
             "b_aliased": ["input_output_alias=" in t.split("\n", 1)[0] for _, t, _ in b.compiled],
             "b_rewired": [r for _, _, r in b.compiled]}

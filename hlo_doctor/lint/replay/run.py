@@ -29,17 +29,19 @@ from typing import TYPE_CHECKING
 from hlo_doctor.core.format import fmt_duration
 from hlo_doctor.core.model import Finding
 from hlo_doctor.lint.context import Context
-from hlo_doctor.lint.measurement import Measurement, paired_ratio
+from hlo_doctor.lint.measurement import Measurement, identity_here, paired_ratio
 from hlo_doctor.lint.replay.plan import ReplayPlan, module_key, plan, proto_name
 from hlo_doctor.lint.replay.spec import ReplaySpec
-from hlo_doctor.lint.replay.timing import PairedTiming
+from hlo_doctor.lint.replay.timing import NEGLIGIBLE, PairedTiming, look_confidence
 from hlo_doctor.lint.whatif import refusal
 
 if TYPE_CHECKING:
     from hlo_doctor.lint.store import MeasurementStore
 
 SECONDS = 3.0
-"""Time the child spends timing the pairs (at least :data:`.spec.ReplaySpec.min_pairs` are kept)."""
+"""Time the child spends timing pairs before its first look (at least :data:`.spec.ReplaySpec.min_pairs`)."""
+CAP_SECONDS = 10.0
+"""The most time it spends timing pairs: it adds pairs until the interval decides or this is reached."""
 TIMEOUT_S = 180.0
 """The child's whole run (importing jax, compiling both sides, timing) before it is stopped."""
 
@@ -64,6 +66,12 @@ class ReplayMeasurement:
     """Findings the replay does not stand for (rule codes); their model figures add to the promise."""
     modelled_us: float
     jax_version: str
+    when: str = ""
+    """UTC time of the measurement (``2026-12-03T06:40:12Z``), stored with it."""
+    cap_s: float | None = None
+    """The time cap pairs were added under (None: a measurement stored before pairs were added)."""
+    stopped: str = ""
+    """``saving``/``slower``/``negligible`` (the interval decided) or ``cap`` (undecided at the cap)."""
 
     @property
     def fraction(self) -> float:
@@ -95,9 +103,12 @@ class ReplayMeasurement:
         """``measured by replaying jit_sample(7), jit_convert_element_type(3) here: ...``."""
         lo, hi = self.promise_interval_us
         head = (f"measured by replaying {', '.join(self.programs)} on this machine (jax {self.jax_version}, "
-                f"{self.pairs} alternated pairs): {fmt_duration(self.a_us)} -> {fmt_duration(self.b_us)} per step here")
+                f"{self.pairs} alternated pairs{self._stop_text()}): "
+                f"{fmt_duration(self.a_us)} -> {fmt_duration(self.b_us)} per step here")
         if self.slower:
             verdict = f"the change is slower here by {fmt_duration(-self.saving_us)}: no saving promised"
+        elif self.stopped == "negligible":
+            verdict = f"no change here beyond {100 * NEGLIGIBLE:.0f}% of those programs"
         elif not self.significant:
             verdict = "no significant change here"
         else:
@@ -108,8 +119,16 @@ class ReplayMeasurement:
                  if self.modelled else "")
         return f"{head}; {verdict}{scaled}{model}"
 
+    def _stop_text(self) -> str:
+        """``, decided, measured 2026-12-03`` / ``, undecided at its 10 s cap, ...``."""
+        stop = ""
+        if self.cap_s is not None:
+            stop = f", undecided at its {self.cap_s:g} s cap" if self.stopped == "cap" else ", decided"
+        return stop + (f", measured here {self.when[:10]}" if self.when else "")
+
     def to_dict(self) -> dict[str, object]:
-        return {"fix": self.fix, "basis": "measured (replay)", "here_a_us": self.a_us, "here_b_us": self.b_us,
+        return {"fix": self.fix, "basis": "measured (replay)", "when": self.when, "cap_s": self.cap_s,
+                "stopped": self.stopped, "here_a_us": self.a_us, "here_b_us": self.b_us,
                 "here_saving_us": self.saving_us, "here_interval_us": list(self.interval_us), "pairs": self.pairs,
                 "capture_us": self.capture_us, "fraction": self.fraction, "promise_us": self.promise_us,
                 "promise_interval_us": list(self.promise_interval_us), "programs": list(self.programs),
@@ -133,7 +152,7 @@ def replay_refusal(ctx: Context) -> str:
 
 
 def measure_fix(ctx: Context, fix: str, findings: Sequence[Finding], *, seconds: float = SECONDS,
-                timeout_s: float = TIMEOUT_S) -> ReplayMeasurement | str:
+                cap_seconds: float = CAP_SECONDS, timeout_s: float = TIMEOUT_S) -> ReplayMeasurement | str:
     """Replay ``fix`` (its ``findings``) on this machine, or the one-line reason it cannot be."""
     why = replay_refusal(ctx)
     if why:
@@ -149,10 +168,8 @@ def measure_fix(ctx: Context, fix: str, findings: Sequence[Finding], *, seconds:
             if stored is not None:
                 _MEMO[key] = _from_stored(ctx, fix, findings, stored)
             else:
-                made = _measure(ctx, fix, findings, seconds, timeout_s)
+                made = _measure(ctx, fix, findings, seconds, cap_seconds, timeout_s, store_key, store)
                 _MEMO[key] = made
-                if store is not None and not isinstance(made, str):
-                    store.record(_to_stored(store_key, _DOCS[key_of(made)], store))
         except Exception as exc:  # noqa: BLE001 - a replay that fails leaves the model, said in one line
             _MEMO[key] = f"the replay failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     got = _MEMO[key]
@@ -161,24 +178,22 @@ def measure_fix(ctx: Context, fix: str, findings: Sequence[Finding], *, seconds:
 
 KIND = "replay/fix"
 """The store's kind for a fix replayed from the capture's programs."""
-_DOCS: dict[int, dict[str, object]] = {}
-"""The child's answer behind each measurement made in this process (what the store keeps of it)."""
 
 
-def key_of(m: ReplayMeasurement) -> int:
-    return id(m)
-
-
-def _to_stored(store_key: str, doc: dict[str, object], store: MeasurementStore) -> Measurement:
+def _to_stored(store_key: str, doc: dict[str, object], store: MeasurementStore | None) -> Measurement:
     """The child's timings as a stored measurement (side B over side A, paired), its compiled op counts
     kept as sides of their own (``ops a0 copy``: one value, the count), so that a later diagnosis of
     the same capture rebuilds the same figure without replaying."""
     m = paired_ratio(KIND, store_key, ("a", doc["a_us"]), ("b", doc["b_us"]),  # type: ignore[arg-type]
-                     store.identity())
+                     store.identity() if store is not None else identity_here(""))
     sides: dict[str, list[dict[str, int]]] = {side: list(doc[f"{side}_ops"]) for side in ("a", "b")}  # type: ignore[call-overload]
     ops = tuple((f"ops {side}{i} {op}", (float(n),)) for side, tables in sides.items()
                 for i, counts in enumerate(tables) for op, n in sorted(counts.items()))
-    return dataclasses.replace(m, samples=(*m.samples, *ops))
+    if isinstance(doc.get("looks"), int):
+        ops = (*ops, ("looks", (float(doc["looks"]),)))  # type: ignore[arg-type]
+    cap = doc.get("cap_s")
+    return dataclasses.replace(m, samples=(*m.samples, *ops), budget_s=float(cap) if isinstance(cap, (int, float)) else None,  # noqa: E501
+                               stopped=str(doc.get("stopped", "")) if isinstance(cap, (int, float)) else "")
 
 
 def _from_stored(ctx: Context, fix: str, findings: Sequence[Finding], m: Measurement) -> ReplayMeasurement | str:
@@ -195,17 +210,19 @@ def _from_stored(ctx: Context, fix: str, findings: Sequence[Finding], m: Measure
         table = a_ops if side == "a" else b_ops
         if 0 <= i < len(table):
             table[i][op] = int(values[0])
-    doc = {"a_us": list(m.side("a")), "b_us": list(m.side("b")), "a_ops": a_ops, "b_ops": b_ops,
-           "jax": m.identity.jax}
-    return _measurement(fix, p, doc)
+    doc: dict[str, object] = {"a_us": list(m.side("a")), "b_us": list(m.side("b")), "a_ops": a_ops,
+                              "b_ops": b_ops, "jax": m.identity.jax}
+    if m.side("looks"):
+        doc["looks"] = int(m.side("looks")[0])
+    return _measurement(fix, p, doc, m)
 
 
 _MEMO: dict[tuple[object, ...], ReplayMeasurement | str] = {}
 """Replays done in this process (a report that diagnoses one capture for several views replays once)."""
 
 
-def _measure(ctx: Context, fix: str, findings: Sequence[Finding], seconds: float,
-             timeout_s: float) -> ReplayMeasurement | str:
+def _measure(ctx: Context, fix: str, findings: Sequence[Finding], seconds: float, cap_seconds: float,
+             timeout_s: float, store_key: str, store: MeasurementStore | None) -> ReplayMeasurement | str:
     p = plan(ctx, findings)
     if isinstance(p, str):
         return p
@@ -216,13 +233,14 @@ def _measure(ctx: Context, fix: str, findings: Sequence[Finding], seconds: float
         folder = Path(tmp)
         for name, data in protos.items():
             (folder / name).write_bytes(data)
-        ReplaySpec(a=p.a, b=p.b, seconds=seconds).write(folder / "spec.json")
+        ReplaySpec(a=p.a, b=p.b, seconds=seconds, cap_seconds=max(seconds, cap_seconds)).write(folder / "spec.json")
         doc = _run_child(folder, timeout_s)
     if not doc.get("ok"):
         return f"the replay did not run: {doc.get('reason', 'no reason given')}"
-    got = _measurement(fix, p, doc)
-    _DOCS[key_of(got)] = doc
-    return got
+    m = _to_stored(store_key, doc, store)
+    if store is not None:
+        store.record(m)
+    return _measurement(fix, p, doc, m)
 
 
 def _protos(ctx: Context, p: ReplayPlan) -> dict[str, bytes] | str:
@@ -259,8 +277,12 @@ def _run_child(folder: Path, timeout_s: float) -> dict[str, object]:
     return doc
 
 
-def _measurement(fix: str, p: ReplayPlan, doc: dict[str, object]) -> ReplayMeasurement:
-    t = PairedTiming(tuple(doc["a_us"]), tuple(doc["b_us"]))  # type: ignore[arg-type]
+def _measurement(fix: str, p: ReplayPlan, doc: dict[str, object], m: Measurement) -> ReplayMeasurement:
+    looks = doc.get("looks")
+    # The interval at the confidence its last look decided at (pairs added until it decides spend the
+    # error over the looks), so that "significant" and "decided" say the same.
+    confidence = look_confidence(int(looks)) if isinstance(looks, (int, float)) else 0.95
+    t = PairedTiming(tuple(doc["a_us"]), tuple(doc["b_us"]), confidence)  # type: ignore[arg-type]
     a_ops: list[dict[str, int]] = doc["a_ops"]  # type: ignore[assignment]
     b_ops: list[dict[str, int]] = doc["b_ops"]  # type: ignore[assignment]
     b_keys = [c.module for c in p.b]
@@ -276,4 +298,5 @@ def _measurement(fix: str, p: ReplayPlan, doc: dict[str, object]) -> ReplayMeasu
         fix=fix, a_us=t.a_median_us, b_us=t.b_median_us, saving_us=t.saving_us, interval_us=t.interval_us,
         pairs=t.pairs, capture_us=p.capture_us, programs=tuple(c.module for c in p.a), removed=tuple(removed),
         covered=tuple(sorted({f.code for f in p.covered})), modelled=tuple(sorted({f.code for f in p.modelled})),
-        modelled_us=modelled_us, jax_version=str(doc.get("jax", "")))
+        modelled_us=modelled_us, jax_version=str(doc.get("jax", "")), when=m.when, cap_s=m.budget_s,
+        stopped=m.stopped)

@@ -65,8 +65,12 @@ class ReplaySpec:
     a: tuple[Call, ...]
     b: tuple[Call, ...]
     seconds: float = 3.0
+    """Time spent on pairs before the first look at the interval."""
+    cap_seconds: float = 10.0
+    """The most time spent on pairs: after the first look, pairs are added until the interval decides
+    (:func:`.timing.decision`) or this cap is reached."""
     min_pairs: int = 8
-    max_pairs: int = 400
+    max_pairs: int = 4000
     sample_us: float = 2000.0
     """Each timed sample repeats a side's iteration until it lasts about this long."""
     notes: tuple[str, ...] = field(default=())
@@ -88,6 +92,7 @@ class ReplaySpec:
                         drop_maps=bool(c["drop_maps"]), eager_astype=str(c.get("eager_astype", "")))  # type: ignore[attr-defined]
 
         return ReplaySpec(a=tuple(call(c) for c in doc["a"]), b=tuple(call(c) for c in doc["b"]),
-                          seconds=float(doc["seconds"]), min_pairs=int(doc["min_pairs"]),
+                          seconds=float(doc["seconds"]), cap_seconds=float(doc.get("cap_seconds", doc["seconds"])),
+                          min_pairs=int(doc["min_pairs"]),
                           max_pairs=int(doc["max_pairs"]), sample_us=float(doc["sample_us"]),
                           notes=tuple(doc.get("notes", ())))

@@ -5,6 +5,13 @@ Each pair times the original (A) and the changed program (B) back to back, in al
 the median of the pairs' differences A - B, with a distribution-free interval of that median from
 the order statistics of the differences (the sign test's: ranks where the binomial(n, 1/2) tails
 hold ``alpha``/2 each): no assumption of a shape for the noise of a loaded machine.
+
+Pairs are added until the interval decides (:func:`decision`), as ``verify --budget`` adds rounds:
+looks come when the pairs have grown by :data:`GROWTH`, and look ``k`` spends
+``alpha * 6 / (pi^2 k^2)`` of the error (the sum over every look stays ``alpha``). The interval
+decides when it clears 0 (a saving, or a change that is slower) or lies within
+:data:`NEGLIGIBLE` of side A's time either way (no change worth a promise); else the child stops at
+its time cap and the figure says it is undecided.
 """
 
 from __future__ import annotations
@@ -50,6 +57,33 @@ class PairedTiming:
         return median_interval(self.differences, self.confidence)
 
 
+GROWTH = 1.5
+"""After a look that does not decide, the next comes when the pairs have grown by this factor."""
+NEGLIGIBLE = 0.02
+"""An interval within this share of side A's time on both sides of 0 decides "no change"."""
+ALPHA = 0.05
+
+
+def look_confidence(look: int, alpha: float = ALPHA) -> float:
+    """The confidence look ``look`` (from 1) decides at: ``1 - alpha * 6 / (pi^2 look^2)``."""
+    return 1.0 - alpha * 6.0 / (math.pi ** 2 * max(1, look) ** 2)
+
+
+def decision(a_us: Sequence[float], b_us: Sequence[float], look: int) -> str:
+    """``saving`` or ``slower`` (the look's interval clears 0), ``negligible`` (it lies within
+    :data:`NEGLIGIBLE` of side A's median), or "" (undecided: add pairs)."""
+    t = PairedTiming(tuple(a_us), tuple(b_us), confidence=look_confidence(look))
+    if t.pairs < 2:
+        return ""
+    lo, hi = t.interval_us
+    if lo > 0:
+        return "saving"
+    if hi < 0:
+        return "slower"
+    band = NEGLIGIBLE * t.a_median_us
+    return "negligible" if -band <= lo and hi <= band else ""
+
+
 def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
     """Order-statistic interval of the median of ``values`` (sign test): (lowest, highest) when
     there are too few values for the confidence asked."""
@@ -61,7 +95,7 @@ def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[
     # The largest k with P(Binomial(n, 1/2) < k) <= alpha/2: the interval is [x_(k), x_(n-k+1)].
     k, tail = 0, 0.0
     while k < n:
-        p = math.comb(n, k) / 2.0 ** n
+        p = math.comb(n, k) / 2 ** n
         if tail + p > alpha / 2:
             break
         tail += p

@@ -128,7 +128,7 @@ def run_program(settings: ProgramSettings, progress: ProgressFn | None = None) -
     with workspace(settings.out_dir) as work:
         base, treat, fixed, early = _load(settings, work, report)
         measured = measure(base, treat, settings, report,
-                           lambda m, look: _step_comparison(settings, m, look).outcome != Outcome.INCONCLUSIVE)
+                           lambda m, look: step_comparison(settings, m, look).outcome != Outcome.INCONCLUSIVE)
         b_sum, t_sum = (SideSummary(s.label, s.spec, s.source, measured.warmup_s.get(s.label, 0.0),
                                     tuple(measured.rounds[s.label])) for s in (base, treat))
         notes = list(fixed.notes) if fixed is not None else []
@@ -170,7 +170,7 @@ def _alpha(settings: ProgramSettings, looks: int) -> float:
     return settings.alpha if settings.budget_s is None else alpha_at_look(settings.alpha, looks)
 
 
-def _step_comparison(settings: ProgramSettings, measured: Measured, looks: int) -> SampleComparison:
+def step_comparison(settings: ProgramSettings, measured: Measured, looks: int) -> SampleComparison:
     """Check 4's statistic: every call's time, rounds as blocks, paired round by round."""
     return compare_rounds(settings, [r.step_times_ms for r in measured.rounds["baseline"]],
                           [r.step_times_ms for r in measured.rounds["treatment"]], alpha=_alpha(settings, looks))
@@ -179,7 +179,7 @@ def _step_comparison(settings: ProgramSettings, measured: Measured, looks: int) 
 def _verdict(settings: ProgramSettings, measured: Measured) -> tuple[SampleComparison, SampleComparison, Check]:
     """Check 4 on the step times; each round's wall time compared the same way, for the table."""
     looks = measured.stopping.looks if measured.stopping is not None else 1
-    step_time = _step_comparison(settings, measured, looks)
+    step_time = step_comparison(settings, measured, looks)
     round_time = compare_rounds(settings, [[r.wall_ms] for r in measured.rounds["baseline"]],
                                 [[r.wall_ms] for r in measured.rounds["treatment"]], alpha=_alpha(settings, looks))
     check = check_step_verdict(step_time, None, settings.require_improvement, measured.stopping, step="step")

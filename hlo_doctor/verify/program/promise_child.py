@@ -1,0 +1,72 @@
+"""The program A/B's own process: load the step as written and its fixed copy, time them with verify's rounds.
+
+``python -m hlo_doctor.verify.program.promise_child JOB.json OUT.json``. A process of its own so that
+the user's program (its imports, its prints, a crash) stays out of ``diagnose``'s, and a step that
+hangs is stopped by the parent's timeout. The measuring is verify's: :func:`.measure.measure` (warm-up,
+rounds interleaved AB BA AB..., outputs compared call by call, compiles counted), with pairs added
+until :func:`.run.step_comparison` decides or the budget is spent. No capture and no rules: the
+parent already holds the diagnosis. Writes ``{"ok": true, "baseline": [[ms...] per round], ...}``
+or ``{"ok": false, "reason": "..."}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hlo_doctor.core.errors import HloDoctorError
+
+
+def run(job: dict[str, Any]) -> dict[str, Any]:
+    """Load both sides, measure them; the document the parent reads."""
+    import jax
+
+    from hlo_doctor.capture import keep_gpu_ops_visible
+    from hlo_doctor.statistics import Outcome
+    from hlo_doctor.verify.program.measure import measure
+    from hlo_doctor.verify.program.run import step_comparison
+    from hlo_doctor.verify.program.settings import ProgramSettings
+    from hlo_doctor.verify.program.target import load_side
+
+    settings = ProgramSettings(baseline=str(job["baseline"]), fix=str(job["fix"]), rounds=int(job["rounds"]),
+                               steps=int(job["steps"]), warmup=int(job["warmup"]), budget_s=float(job["budget_s"]))
+    keep_gpu_ops_visible()
+    base = load_side("baseline", settings.baseline)
+    treat = load_side("treatment", str(job["treatment"]), shown=f"{job['original']} with {job['fix']}",
+                      neighbours=Path(str(job["original"])).parent)
+    measured = measure(base, treat, settings, lambda stage, done, total: None,
+                       lambda m, look: step_comparison(settings, m, look).outcome != Outcome.INCONCLUSIVE)
+    if measured.raised is not None:
+        return {"ok": False, "reason": measured.raised.describe()}
+    if measured.mismatch is not None:
+        return {"ok": False, "reason": f"the fixed copy's outputs differ from the step's ({measured.mismatch.describe()})"}
+    compiles = sum(len(r.compiles) for rounds in measured.rounds.values() for r in rounds)
+    if compiles:
+        return {"ok": False, "reason": f"{compiles} compile(s) inside the measured rounds: the step does not settle"}
+    stopping = measured.stopping
+    return {"ok": True, "backend": jax.default_backend(),
+            "baseline": [list(r.step_times_ms) for r in measured.rounds["baseline"]],
+            "treatment": [list(r.step_times_ms) for r in measured.rounds["treatment"]],
+            "looks": stopping.looks if stopping is not None else 1,
+            "stopped": stopping.reason if stopping is not None else "fixed"}
+
+
+def main(argv: list[str]) -> int:
+    job_path, out_path = Path(argv[0]), Path(argv[1])
+    try:
+        # What the user's program prints goes to stderr, never into the parent's answer.
+        with contextlib.redirect_stdout(sys.stderr):
+            doc = run(json.loads(job_path.read_text(encoding="utf-8")))
+    except HloDoctorError as exc:
+        doc = {"ok": False, "reason": exc.what}
+    except Exception as exc:  # noqa: BLE001 - any failure here is an A/B that cannot run, said in one line
+        doc = {"ok": False, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+    out_path.write_text(json.dumps(doc), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
