@@ -299,7 +299,8 @@ def report_cmd(source: Path, output: Path | None, fmt: str, image_format: str) -
         folder = _charts_folder(out.parent / image_dir) if images else None
         for name, data in images.items():
             # Atomic, like every output: a link planted at a chart's name is replaced, never followed.
-            write_file_atomically(folder / name, data)  # type: ignore[operator]
+            # The folder is opened without following a link: one planted there after the check is refused.
+            write_file_atomically(folder / name, data, folder_no_link=True)  # type: ignore[operator]
         write_output(text, out)
         if images:
             console.print(f"wrote {len(images)} chart image(s) to {out.parent / image_dir}", soft_wrap=True,
