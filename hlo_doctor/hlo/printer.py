@@ -59,6 +59,7 @@ class _Child:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         self.owner = os.getpid()
+        self.used = False
         self.proc = subprocess.Popen(  # noqa: S603 - this interpreter, a module of this package
             [sys.executable, "-m", "hlo_doctor.hlo.printer_child"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True)
@@ -67,6 +68,7 @@ class _Child:
         """The module's text; :class:`InputError` for a module XLA refuses; ``_Died`` when the child died."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         name = origin.encode("utf-8", "replace")
+        self.used = True
         try:
             self.proc.stdin.write(_HEAD.pack(len(name), len(proto)) + name)
             self.proc.stdin.write(proto)
@@ -116,6 +118,8 @@ class _Child:
             self.proc.wait()
 
     def close(self) -> None:
+        if not self.used:  # started early and never needed (a command that stopped first): no wait
+            self.kill()
         if self.proc.poll() is None:
             try:
                 assert self.proc.stdin is not None
