@@ -16,6 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE / "tests" / "security"))
 
+from attack_cases import MORE_CASES  # noqa: E402
 from attack_set import CASES, RUN, SCHEDULER_CASES, common_judge, fake_scheduler, run_case  # noqa: E402
 
 
@@ -34,7 +35,8 @@ def _row(repo: Path, case: object) -> tuple[str, str, str, str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         args, check = case.build(folder)  # type: ignore[attr-defined]
-        o = run_case(args, cwd=folder, repo=repo, timeout=case.deadline_s)  # type: ignore[attr-defined]
+        o = run_case(args, cwd=folder, repo=repo, timeout=case.deadline_s,  # type: ignore[attr-defined]
+                     address_space=case.address_space)  # type: ignore[attr-defined]
         verdict = _judge(o, check, folder)
     rc = "hang" if o.rc is None else str(o.rc)
     return rc, f"{o.seconds:.1f}", f"{o.rss_mib:.0f}", verdict, ""
@@ -50,12 +52,16 @@ def _scheduler_row(repo: Path, mode: str) -> tuple[str, str, str, str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, help="another checkout, run on the same inputs first")
+    parser.add_argument("--only", help="only the cases whose 'surface: name' holds this text")
     ns = parser.parse_args()
     repos = ([("before", ns.before.resolve())] if ns.before else []) + [("after", HERE)]
     print("| surface | case | " + " | ".join(f"{n} exit | {n} s | {n} MiB | {n}" for n, _ in repos) + " |")
     print("|---|---|" + "---:|---:|---:|---|" * len(repos))
-    items = [(c.surface, c.name, lambda r, c=c: _row(r, c)) for c in CASES]
-    items += [("deadlines", f"--scheduler {m}", lambda r, m=m: _scheduler_row(r, m)) for m in SCHEDULER_CASES]
+    parser_only = ns.only.lower() if ns.only else ""
+    items = [(c.surface, c.name, lambda r, c=c: _row(r, c)) for c in CASES + MORE_CASES
+             if parser_only in f"{c.surface}: {c.name}".lower()]
+    items += [("deadlines", f"--scheduler {m}", lambda r, m=m: _scheduler_row(r, m)) for m in SCHEDULER_CASES
+              if parser_only in f"deadlines: --scheduler {m}"]
     for surface, name, fn in items:
         cells = []
         for _, repo in repos:

@@ -21,6 +21,7 @@ An existing OUT is reused only when it holds an earlier doctor run (``doctor.jso
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hlo_doctor.core import outdir
-from hlo_doctor.core.atomic import write_atomically
+from hlo_doctor.core.atomic import write_atomically as _write_atomically
 from hlo_doctor.core.errors import ExitCode, InputError
 from hlo_doctor.core.model import ProgressFn
 from hlo_doctor.render.diagnosis import to_json as diagnosis_json
@@ -202,7 +203,11 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     if settings.engine is not None and not Path(settings.engine).is_dir():
         raise InputError(f"--engine {settings.engine} is not a directory",
                          "pass an engine source tree (a copy of hlo_doctor/engine), or leave --engine out")
+    # A folder the user named as a link stays theirs to follow; one hlo-doctor made is never followed
+    # again (a link planted at its path while the loop runs: write_atomically's folder_no_link).
+    given_as_link = Path(settings.out_dir).absolute().is_symlink()
     out = _prepare_out(settings.out_dir)
+    write_atomically = functools.partial(_write_atomically, folder_no_link=not given_as_link)
     stages: list[tuple[str, float]] = []
     verify_settings = VerifySettings(
         fix=None, variant=settings.variant, baseline=settings.engine, rounds=settings.rounds, batch=settings.batch,

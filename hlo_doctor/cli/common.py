@@ -131,7 +131,7 @@ def write_output(text: str, output: Path | None) -> None:
     console.print(f"wrote {escape(str(output))}", soft_wrap=True)
 
 
-def write_file_atomically(path: Path, data: str | bytes) -> None:
+def write_file_atomically(path: Path, data: str | bytes, *, folder_no_link: bool = False) -> None:
     """Write ``data`` to ``path`` whole or not at all, with the mode the umask gives a new file
     (:func:`hlo_doctor.core.atomic.write_atomically`).
 
@@ -139,7 +139,7 @@ def write_file_atomically(path: Path, data: str | bytes) -> None:
         InputError: the folder cannot be created or written, or ``path`` is a folder; nothing is left
             behind.
     """
-    write_atomically(path, data)
+    write_atomically(path, data, folder_no_link=folder_no_link)
 
 
 def not_available(command: str, reason: str) -> None:

@@ -302,8 +302,9 @@ def report_cmd(source: Path, output: Path | None, fmt: str, image_format: str) -
     \b
     Exit codes: 0 written, 2 bad input, 3 internal error.
     """
-    from hlo_doctor.render.html import INSTALL_HINT, available, to_html
+    from hlo_doctor.render.html import available, to_html
     from hlo_doctor.render.html.markdown import to_markdown
+    from hlo_doctor.render.html.vega import unavailable_reason
 
     charts = available()
     t0 = time.perf_counter()
@@ -318,7 +319,8 @@ def report_cmd(source: Path, output: Path | None, fmt: str, image_format: str) -
         folder = _charts_folder(out.parent / image_dir) if images else None
         for name, data in images.items():
             # Atomic, like every output: a link planted at a chart's name is replaced, never followed.
-            write_file_atomically(folder / name, data)  # type: ignore[operator]
+            # The folder is opened without following a link: one planted there after the check is refused.
+            write_file_atomically(folder / name, data, folder_no_link=True)  # type: ignore[operator]
         write_output(text, out)
         if images:
             console.print(f"wrote {len(images)} chart image(s) to {out.parent / image_dir}", soft_wrap=True,
@@ -326,7 +328,7 @@ def report_cmd(source: Path, output: Path | None, fmt: str, image_format: str) -
     for line in page.missing:
         console.print(f"not drawn: {line}", soft_wrap=True, markup=False)
     if page.charts and not charts:
-        console.print(f"charts not drawn (tables only): {INSTALL_HINT}", soft_wrap=True, markup=False)
+        console.print(f"charts not drawn (tables only): {unavailable_reason()}", soft_wrap=True, markup=False)
     console.print(f"{page.kind} page: {len(page.charts)} chart(s), {len(page.tables)} table(s); "
                   f"read {t1 - t0:.1f} s, written {time.perf_counter() - t1:.1f} s", soft_wrap=True, markup=False)
 

@@ -343,7 +343,27 @@ def _parses(stmt: _Instruction, tables: _SourceTables) -> bool:
     return True
 
 
+MAX_LINE = 8 << 20
+"""The longest line read (8 MiB): XLA prints none near it but for a constant printed whole; a longer one
+(a 100 MB name in a metadata string) would cost the parser minutes and gigabytes."""
+
+
+def _check_lines(text: str, origin: str) -> None:
+    if len(text) <= MAX_LINE:  # the common case: no line can be too long
+        return
+    pos = 0
+    while pos < len(text):
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        if end - pos > MAX_LINE:
+            line = text.count("\n", 0, pos) + 1
+            raise InputError(f"{origin or 'HLO text'}:{line}: a line of {(end - pos) >> 20} MiB, past the "
+                             f"{MAX_LINE >> 20} MiB hlo-doctor reads", "pass HLO text as XLA prints it")
+        pos = end + 1
+
+
 def _modules(text: str, origin: str, program_id: int | None = None) -> list[HloModule]:
+    _check_lines(text, origin)
     reader = _Reader(text, origin)
     reader.skip_blank()
     if not text.startswith("HloModule", reader.pos):

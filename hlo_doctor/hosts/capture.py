@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.hlo import HloModule
+from hlo_doctor.hlo.printer import PrinterCrash
+from hlo_doctor.hlo.printer import warm as warm_printer
 from hlo_doctor.hosts.local import HOST_TIMEOUT_S, InProcess, LocalPool, Result
 from hlo_doctor.hosts.merge import merge_dispatch, merge_parts
 from hlo_doctor.hosts.work import HostFailure, HostPart, HostTask
@@ -96,6 +98,7 @@ def read_capture(path: str | Path, options: PodOptions, *,
     xplanes = find_xplanes(p)
     if len(xplanes) < 2 and options.scheduler is None and (options.jobs <= 1 or _size(xplanes[0]) < WORKER_MIN_BYTES):
         return load_opstats(p), None
+    warm_printer()  # XLA's printer starts (imports jaxlib) while the hosts are read
     if options.scheduler is None:
         parts, left_out, protos, modules = _read_pod(xplanes, _runner(options, len(xplanes)), options, dispatch)
     else:
@@ -155,10 +158,18 @@ def _modules(xplanes: list[Path], options: PodOptions
             protos[str(x)] = read_module_protos(x)
         except InputError as exc:
             unreadable.append(_failed(HostFailure(str(x), exc.what), options))
-    if not protos:
-        raise InputError(f"none of the {len(xplanes)} host files could be read: {unreadable[0].reason}",
-                         "capture again; the files may be truncated or corrupt")
-    return protos, unreadable, modules_from_protos(p for x in xplanes for p in protos.get(str(x), ()))
+    while True:
+        if not protos:
+            raise InputError(f"none of the {len(xplanes)} host files could be read: {unreadable[0].reason}",
+                             "capture again; the files may be truncated or corrupt")
+        try:
+            return protos, unreadable, modules_from_protos(p for x in xplanes for p in protos.get(str(x), ()))
+        except PrinterCrash as exc:  # XLA's printer died on one host's module: that host is bad
+            bad = next((k for k, ps in protos.items() if any(p.path == exc.path for p in ps)), None)
+            if bad is None:
+                raise
+            del protos[bad]
+            unreadable.append(_failed(HostFailure(bad, exc.what), options))
 
 
 def _size(path: Path) -> int:

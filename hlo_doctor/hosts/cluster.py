@@ -10,12 +10,15 @@ named by its file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
+import logging
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import CancelledError
 from typing import Any
 
 from hlo_doctor.core.errors import InputError, NotAvailableError
@@ -88,6 +91,10 @@ class DaskCluster:
         self._paths: list[str] = []
         self._futures: set[Any] = set()
         self._killed = distributed.KilledWorker
+        # Dask logs a lost worker or scheduler with its traceback on stderr; the command says it in one line.
+        for name in ["distributed", "tornado", "asyncio", *logging.root.manager.loggerDict]:
+            if name.split(".")[0] in ("distributed", "tornado", "asyncio"):
+                logging.getLogger(name).setLevel(logging.CRITICAL + 1)
         self.client = _connect(distributed, address, timeout_s)
 
     def run(self, tasks: Sequence[HostTask]) -> Iterator[Result]:
@@ -103,14 +110,21 @@ class DaskCluster:
             # The files the workers cannot see: their bytes, a few files in flight at a time.
             width = max(len(self.client.scheduler_info().get("workers", {})), 1)
             yield from self._gather([(i, tasks[i], True) for i in missing], width)
+        except (OSError, CancelledError) as exc:  # CommClosedError is an OSError: the scheduler went away
+            raise InputError(f"the Dask scheduler at {self.address} stopped answering while the hosts were read "
+                             f"({type(exc).__name__})", _HINT) from None
         except BaseException:
-            # A command that stops early (a host it cannot use) leaves nothing running on the cluster.
-            self.client.cancel(list(self._futures))
+            # A command that stops early (a host it cannot use) leaves nothing running on the cluster
+            # (when there is still a scheduler to tell).
+            if self.client.status == "running":
+                with contextlib.suppress(Exception):
+                    self.client.cancel(list(self._futures))
             raise
 
     def close(self) -> None:
-        """Disconnect from the scheduler."""
-        self.client.close()
+        """Disconnect from the scheduler (a scheduler that went away is not waited for)."""
+        with contextlib.suppress(Exception):
+            self.client.close(timeout=5)
 
     def _gather(self, todo: list[tuple[int, HostTask, bool]], limit: int) -> Iterator[Result]:
         """Run ``todo`` (index, task, ship its bytes) with at most ``limit`` tasks on the cluster at
@@ -152,20 +166,24 @@ class DaskCluster:
                 self._futures.discard(oldest)
                 if data is not None:
                     data.release()
-                workers = len(self.client.scheduler_info().get("workers", {}))
-                why = ("the cluster has no worker left" if not workers else
-                       f"{workers} worker(s) connected; one stopped or hung")
                 submit_next()
-                yield i, HostFailure(self._paths[i], f"no worker answered within {self.host_timeout_s:g} s "
-                                                     f"({why}; a larger file may need a longer --host-timeout)",
-                                     kind="died")
+                yield i, self._lost(i, "")
                 continue
             i, data = index.pop(future)
-            since.pop(future, None)
+            submitted = since.pop(future, time.monotonic())
             try:
-                result = future.result()
+                # Finished is not fetched: a worker that dies before handing the result over has it
+                # rescheduled, maybe on no worker at all, so the fetch has the task's deadline too.
+                result = future.result(timeout=max(submitted + self.host_timeout_s - time.monotonic(), 1.0))
             except self._killed as exc:
                 result = HostFailure(self._paths[i], f"the workers reading it died ({exc})", kind="died")
+            except TimeoutError:
+                result = self._lost(i, "its result never came back")
+            except CancelledError as exc:
+                if "scheduler" in str(exc):
+                    raise InputError(f"the Dask scheduler at {self.address} went away while {self._paths[i]} "
+                                     "was read", _HINT) from None
+                result = HostFailure(self._paths[i], "its task was cancelled on the cluster", kind="died")
             finally:
                 self._futures.discard(future)
                 future.release()
@@ -173,6 +191,19 @@ class DaskCluster:
                     data.release()
             submit_next()
             yield i, result
+
+
+    def _lost(self, i: int, what: str) -> HostFailure:
+        """Host ``i``'s task, unanswered for ``--host-timeout``, named with the workers left."""
+        if self.client.status != "running":
+            raise InputError(f"the Dask scheduler at {self.address} went away while {self._paths[i]} was read",
+                             _HINT)
+        workers = len(self.client.scheduler_info().get("workers", {}))
+        why = ("the cluster has no worker left" if not workers else
+               f"{workers} worker(s) connected; one stopped or hung")
+        return HostFailure(self._paths[i], f"no worker answered within {self.host_timeout_s:g} s "
+                                           f"({why}{'; ' + what if what else ''}; a larger file may need a longer "
+                                           "--host-timeout)", kind="died")
 
 
 def _next_within(queue: Any, deadline: float) -> Any:

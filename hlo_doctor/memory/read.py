@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.hlo import HloModule, module_text_from_proto, parse_module
+from hlo_doctor.hlo import HloModule, parse_module
+from hlo_doctor.hlo.printer import PrinterCrash, print_modules
 from hlo_doctor.memory.build import failed_program, program_memory
 from hlo_doctor.memory.capacity import device_memory, kv_cache
 from hlo_doctor.memory.model import MemoryReport, ProgramMemory
@@ -99,7 +100,12 @@ def memory_from_protos(protos: Sequence[ModuleProto], *, origin: str,
         rps = _runs(runs, proto.name, proto.program_id)
         if module is None and (describe == "all" or runs is None or rps):
             try:
-                module = parse_module(module_text_from_proto(proto.hlo_proto, origin=label), origin=label)
+                text = print_modules([(proto.hlo_proto, label, proto.host, proto.path)])[0]
+                if isinstance(text, InputError):
+                    raise text
+                module = parse_module(text, origin=label)
+            except PrinterCrash:
+                raise
             except (InputError, ValueError) as exc:
                 warnings.append(f"{label}: HLO not parsed ({exc}); buffers are named without shapes or lines")
         p = program_memory(assignment, module, name=proto.name, program_id=proto.program_id,

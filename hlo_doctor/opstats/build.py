@@ -27,9 +27,10 @@ import pandas as pd
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.model import RunInfo
-from hlo_doctor.hlo import HloInstruction, HloModule, HloShape, module_text_from_proto, parse_module
+from hlo_doctor.hlo import HloInstruction, HloModule, HloShape, parse_module
 from hlo_doctor.hlo.categories import categorize, categorize_opcodes
 from hlo_doctor.hlo.navigation import key_instruction
+from hlo_doctor.hlo.printer import print_modules
 from hlo_doctor.opstats.breakdown_build import finish_breakdown
 from hlo_doctor.opstats.host_time import FrameKinds
 from hlo_doctor.opstats.keys import assign_canonical_keys, body_digest, natural
@@ -49,16 +50,21 @@ def modules_from_trace(trace: Trace) -> tuple[tuple[HloModule, ...], tuple[str, 
 def modules_from_protos(protos: Iterable[ModuleProto]) -> tuple[tuple[HloModule, ...], tuple[str, ...]]:
     """Parse HLO modules of a trace's metadata planes (the first of each (name, program id)); and warnings."""
     seen: set[tuple[str, int | None]] = set()
-    modules: list[HloModule] = []
-    warnings: list[str] = []
+    firsts: list[ModuleProto] = []
     for proto in protos:
         key = (proto.name, proto.program_id)
-        if key in seen:
-            continue
-        seen.add(key)
+        if key not in seen:
+            seen.add(key)
+            firsts.append(proto)
+    # XLA's printer runs in a process of its own (a crash there is PrinterCrash, naming the host).
+    texts = print_modules([(p.hlo_proto, f"{p.name}({p.program_id})", p.host, p.path) for p in firsts])
+    modules: list[HloModule] = []
+    warnings: list[str] = []
+    for proto, text in zip(firsts, texts, strict=True):
         origin = f"{proto.name}({proto.program_id})"
         try:
-            text = module_text_from_proto(proto.hlo_proto, origin=origin)
+            if isinstance(text, InputError):
+                raise text
             modules.append(_parse(text, proto.program_id, origin))
         except InputError as exc:
             warnings.append(f"module {origin} skipped: {exc.what}")

@@ -13,6 +13,7 @@ from hlo_doctor.core.atomic import write_atomically
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.escape.csv import csv_cell
 from hlo_doctor.core.model import RunInfo
+from hlo_doctor.hlo.printer import warm as warm_printer
 from hlo_doctor.opstats.build import build_opstats
 from hlo_doctor.opstats.export_json import from_json, run_info_from_dict, run_info_to_dict, to_json
 from hlo_doctor.opstats.schema import OpStats
@@ -118,6 +119,7 @@ def load_opstats(path: str | Path) -> OpStats:
                              "('hlo-doctor diagnose' reads HLO text)")
         p = where.path
     xplanes = find_xplanes(p)
+    warm_printer()  # XLA's printer starts (imports jaxlib) while the events are read
     trace = read_trace(xplanes)
     run = run_info_for(xplanes, p)
     # A device trace without its HLO modules: xprof's hlo_stats has each op's HLO text (it is empty

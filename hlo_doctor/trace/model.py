@@ -95,6 +95,8 @@ class ModuleProto:
     program_id: int | None
     hlo_proto: bytes
     host: str
+    path: str = ""
+    """The file it was read from (named when XLA's printer cannot print it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,7 +106,7 @@ def read_host(source: Path | bytes, cols: OpColumns, origin: str = "") -> HostRe
             if ref.name != METADATA_PLANE:
                 continue
             plane = space.plane(ref)
-            for module in metadata_plane_modules(plane, host):
+            for module in metadata_plane_modules(plane, host, origin):
                 if module.program_id is not None:
                     out.named_modules.setdefault(module.program_id, module.name)
                 if module.hlo_proto:
@@ -159,7 +159,7 @@ def read_module_protos(source: Path | bytes, origin: str = "") -> list[ModulePro
     origin = origin or str(source)
     with XSpaceFile(source, origin) as space:
         return [m for ref in space.planes if ref.name == METADATA_PLANE
-                for m in metadata_plane_modules(space.plane(ref), host_of(origin)) if m.hlo_proto]
+                for m in metadata_plane_modules(space.plane(ref), host_of(origin), origin) if m.hlo_proto]
 
 
 def read_trace(paths: list[Path]) -> Trace:

@@ -48,6 +48,12 @@ _EVENT_TAG = _EVENTS << 3 | 2
 _HINT = "the file may be truncated or corrupt; capture again"
 
 
+MAX_LINES = 1 << 16
+"""The most lines one plane may hold (real ones: a line per thread on a host, a few per device)."""
+MAX_PLANES = 1 << 16
+"""The most planes one file may hold (real ones: one per device, a few for the host)."""
+
+
 def _varint(buf: bytes | memoryview, i: int) -> tuple[int, int]:
     """A base-128 varint at ``buf[i]``: its value and the index after it (IndexError past the end)."""
     value = shift = 0
@@ -350,6 +356,9 @@ class XSpaceFile:
         while pos < src.size:
             f = src.field_at(pos, src.size)
             if f.number == _PLANES:
+                if len(out) == MAX_PLANES:
+                    raise InputError(f"{self.origin}: more than {MAX_PLANES:,} planes (a profiler writes one per "
+                                     "device and host)", "capture again; the file was not written by a profiler")
                 out.append(PlaneRef(self._plane_name(f.value, f.end), f.value, f.end - f.value))
             pos = f.end
         if not out:
@@ -380,6 +389,10 @@ class XSpaceFile:
         while pos < end:
             f = src.field_at(pos, end)
             if f.number == _LINES:
+                if len(lines) == MAX_LINES:
+                    raise InputError(f"{self.origin}: plane {ref.name!r} holds more than {MAX_LINES:,} lines (a profiler "
+                                     "writes one per thread or kind of event)", "capture again; the file was not "
+                                     "written by a profiler as it stands")
                 lines.append(LineRef(src, f.value, f.end - f.value))
             else:
                 parts.append(src.piece(pos, f.end - pos))

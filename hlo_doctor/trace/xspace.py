@@ -186,7 +186,7 @@ def module_protos_from_xspace(data: bytes | XSpace, host: str = "") -> list[Modu
     return out
 
 
-def metadata_plane_modules(plane: XPlane, host: str = "") -> list[ModuleProto]:
+def metadata_plane_modules(plane: XPlane, host: str = "", path: str = "") -> list[ModuleProto]:
     """Every module the ``/host:metadata`` plane names, with its HLO when it has one.
 
     One event metadata per module, named ``module(program_id)``, whose ``Hlo Proto`` stat holds a
@@ -213,5 +213,5 @@ def metadata_plane_modules(plane: XPlane, host: str = "") -> list[ModuleProto]:
             module_name = m.group(1)
             if program_id is None:
                 program_id = program_id_of(int(m.group(2)))
-        out.append(ModuleProto(module_name, program_id, proto, host))
+        out.append(ModuleProto(module_name, program_id, proto, host, path))
     return out

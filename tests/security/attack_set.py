@@ -58,10 +58,14 @@ class Case:
     name: str
     build: Callable[[Path], tuple[list[str], Callable[[Outcome, Path], None]]]
     deadline_s: float = 90.0
+    address_space: int | None = None
+    """Run under this ``RLIMIT_AS`` (bytes)."""
 
 
-def run_case(args: list[str], *, cwd: Path, repo: Path = REPO, timeout: float = 90.0) -> Outcome:
-    """``hlo-doctor ARGS`` from ``repo`` as its own process; killed at ``timeout``."""
+def run_case(args: list[str], *, cwd: Path, repo: Path = REPO, timeout: float = 90.0,
+             address_space: int | None = None) -> Outcome:
+    """``hlo-doctor ARGS`` from ``repo`` as its own process; killed at ``timeout``; ``address_space``:
+    under that ``RLIMIT_AS`` (bytes, util-linux's ``prlimit``)."""
     env = {**os.environ, "PYTHONPATH": str(repo), "JAX_PLATFORMS": "cpu", "COLUMNS": "200", "GITHUB_ACTIONS": "",
            "XDG_CACHE_HOME": str(cwd / "cache")}
     out, err, rss = cwd / ".stdout", cwd / ".stderr", cwd / ".rss"
@@ -72,7 +76,8 @@ def run_case(args: list[str], *, cwd: Path, repo: Path = REPO, timeout: float = 
     with out.open("wb") as o, err.open("wb") as e:
         import subprocess
 
-        proc = subprocess.Popen([*timer, sys.executable, "-c", MAIN, *args], cwd=cwd, env=env, stdout=o, stderr=e,
+        limit = ["prlimit", f"--as={address_space}:unlimited", "--"] if address_space else []
+        proc = subprocess.Popen([*timer, *limit, sys.executable, "-c", MAIN, *args], cwd=cwd, env=env, stdout=o, stderr=e,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         rc: int | None = None
         while True:

@@ -12,17 +12,20 @@ import time
 from pathlib import Path
 
 import pytest
+from attack_cases import MORE_CASES
 from attack_set import CASES, SCHEDULER_CASES, Case, common_judge, fake_scheduler, run_case
 
+ALL = CASES + MORE_CASES
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c.surface}: {c.name}" for c in CASES])
+
+@pytest.mark.parametrize("case", ALL, ids=[f"{c.surface}: {c.name}" for c in ALL])
 def test_case(case: Case, tmp_path: Path) -> None:
-    if case.surface == "cache" or "html" in case.name or case.name.startswith("report md"):
+    if case.surface in ("cache", "limits") or "html" in case.name or case.name.startswith("report md"):
         pytest.importorskip("vl_convert")
     if "Parquet" in case.name:
         pytest.importorskip("pyarrow")
     args, check = case.build(tmp_path)
-    outcome = run_case(args, cwd=tmp_path, timeout=case.deadline_s)
+    outcome = run_case(args, cwd=tmp_path, timeout=case.deadline_s, address_space=case.address_space)
     common_judge(outcome)
     check(outcome, tmp_path)
 

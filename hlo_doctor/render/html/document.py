@@ -56,7 +56,7 @@ def _chart(c: Chart, draw: bool) -> str:
         spec = (f'<script type="application/json" id="spec-{_e(c.id)}">{_script_json(vega.to_vega(c.spec))}'
                 "</script>")
     attrs = f' data-spec="spec-{_e(c.id)}"' if draw else ""
-    placeholder = "" if draw else f'<p class="note tone-warn">chart not drawn: {_e(vega.INSTALL_HINT)}</p>'
+    placeholder = "" if draw else f'<p class="note tone-warn">chart not drawn: {_e(vega.unavailable_reason())}</p>'
     return (f'<figure class="chart-figure" id="figure-{_e(c.id)}"><figcaption><h3>{_e(c.title)}</h3></figcaption>'
             f'<div class="chart" id="{_e(c.id)}" role="img" aria-label="{_e(c.alt)}"{attrs}></div>{placeholder}'
             f'<p class="alt">{_e(c.alt)}</p>{_table(c.table)}</figure>{spec}')

@@ -64,7 +64,7 @@ def to_markdown(page: Page, *, image_dir: str, image_format: str = "svg",
                     images[name] = _image(item, image_format)
                     out += [f"![{_md(item.alt)}]({image_dir}/{name})", ""]
                 else:
-                    out += [f"_chart not drawn: {_md(vega.INSTALL_HINT)}_", ""]
+                    out += [f"_chart not drawn: {_md(vega.unavailable_reason())}_", ""]
                 out += [_md(item.alt), "", _table(item.table), ""]
             elif isinstance(item, Table):
                 out += [_table(item), ""]

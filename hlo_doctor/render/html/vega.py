@@ -59,8 +59,32 @@ STATIC_CONFIG: dict[str, Any] = {
 """Vega-Lite ``config`` of static images: concrete colours on white (an image has no page around it)."""
 
 
+def address_space_limited() -> bool:
+    """Whether this process runs under an address-space limit (``ulimit -v``, ``RLIMIT_AS``).
+
+    vl-convert's engine (V8) reserves tens of GiB of address space when it starts and aborts the whole
+    process (SIGTRAP, exit 133) when it cannot: under any such limit it is never started.
+    """
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return False
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return soft != resource.RLIM_INFINITY
+
+
+LIMIT_HINT = "an address-space limit (ulimit -v) is set, under which the chart engine (V8) would abort"
+
+
+def unavailable_reason() -> str:
+    """Why charts are not drawn (when :func:`available` is False)."""
+    return LIMIT_HINT if address_space_limited() else INSTALL_HINT
+
+
 def available() -> bool:
-    """Whether vl-convert can be imported (charts can be drawn)."""
+    """Whether vl-convert can be imported and started (charts can be drawn)."""
+    if address_space_limited():
+        return False
     try:
         import vl_convert  # noqa: F401
     except ImportError:
