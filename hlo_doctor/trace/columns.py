@@ -21,6 +21,22 @@ if TYPE_CHECKING:  # imported where a column becomes a Categorical: the rule API
 _WIDTH = 10
 
 
+def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` of integers: by a table over their range where it
+    is small (metadata ids, codes: hundreds of values over millions of events), without sorting."""
+    if values.ndim == 1 and values.size and values.dtype.kind in "iu":
+        lo, hi = int(values.min()), int(values.max())
+        if hi - lo < max(1 << 16, 4 * values.size):
+            shifted = values - values.dtype.type(lo)
+            present = np.zeros(hi - lo + 1, bool)
+            present[shifted] = True
+            uniq = np.flatnonzero(present)
+            table = np.zeros(hi - lo + 1, np.intp)
+            table[uniq] = np.arange(len(uniq))
+            return (uniq + lo).astype(values.dtype), table[shifted]
+    return np.unique(values, return_inverse=True)
+
+
 @dataclass(slots=True)
 class Vocabulary:
     """Distinct values of a column, each with its code (the order of first use)."""
