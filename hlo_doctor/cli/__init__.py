@@ -5,6 +5,7 @@ Only this package prints. Exit codes: see :class:`hlo_doctor.core.errors.ExitCod
 
 from __future__ import annotations
 
+import os
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from hlo_doctor.core.errors import HloDoctorError
 def _events_reader() -> str:
     """Which reader decodes an xplane's events, said without importing it (``--version`` stays light)."""
     folder = Path(__file__).resolve().parents[1] / "trace"
+    if os.environ.get("HLO_DOCTOR_NUMPY_READER"):
+        return "xplane events: numpy reader (HLO_DOCTOR_NUMPY_READER is set)"
     if any((folder / f"_xwire{suffix}").is_file() for suffix in EXTENSION_SUFFIXES):
         return "xplane events: compiled reader"
     return "xplane events: numpy reader (the compiled one was not built: no C compiler at install)"

@@ -17,6 +17,7 @@ protobuf runtime, which rejects what it would reject in a parsed line.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
@@ -26,13 +27,17 @@ from google.protobuf.message import DecodeError
 from hlo_doctor.trace.wire import EventColumns, Unread, stat_value_at
 from hlo_doctor.trace.xspace import XLINE_SPLIT
 
-__all__ = ["COMPILED", "line_columns"]
+__all__ = ["COMPILED", "NUMPY_READER_ENV", "line_columns"]
 
-_xwire: ModuleType | None
-try:
-    import hlo_doctor.trace._xwire as _xwire  # type: ignore[import-not-found,no-redef]
-except ImportError:
-    _xwire = None
+NUMPY_READER_ENV = "HLO_DOCTOR_NUMPY_READER"
+"""Set (to anything but empty): the numpy reader even where the compiled one is built (to compare them)."""
+
+_xwire: ModuleType | None = None
+if not os.environ.get(NUMPY_READER_ENV):
+    try:
+        import hlo_doctor.trace._xwire as _xwire  # type: ignore[import-not-found,no-redef]
+    except ImportError:
+        pass
 
 COMPILED: bool = _xwire is not None
 """Whether this install has the compiled reader."""
@@ -82,7 +87,20 @@ def _own(data: bytes, rows: np.ndarray, op_ids: dict[int, str],
     if not rows.size:
         return {}
     buf = np.frombuffer(data, np.uint8)
+    table = rows.reshape(-1, 5)
+    kinds = table[:, 2]
+    names = [op_ids[sid] for sid in table[:, 1].tolist()]
+    if bool(((kinds == 4) | ((kinds == 3) & (table[:, 3] >= 0))).all()):
+        # Integers only (step and module lines: group_id, program_id, run_id): their values as they are.
+        values: list[object] = table[:, 3].tolist()
+    else:
+        values = [stat_value_at(buf, kind, value & _U64, stop, snames)
+                  for kind, value, stop in table[:, 2:].tolist()]
     own: dict[int, list[tuple[str, object]]] = {}
-    for event, sid, kind, value, stop in rows.reshape(-1, 5).tolist():
-        own.setdefault(event, []).append((op_ids[sid], stat_value_at(buf, kind, value & _U64, stop, snames)))
+    for event, name, value in zip(table[:, 0].tolist(), names, values, strict=True):
+        items = own.get(event)
+        if items is None:
+            own[event] = [(name, value)]
+        else:
+            items.append((name, value))
     return {i: tuple(items) for i, items in own.items()}
