@@ -195,7 +195,7 @@ def xprof_hlo_stats(xplane: Path) -> dict[str, Any]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     out = json.loads((proc.stdout.read() if proc.stdout else "{}").strip().splitlines()[-1])
     return {"seconds": out["seconds"], "process_seconds": time.perf_counter() - t0,
-            "command_peak_mib": usage.ru_maxrss / 1024}
+            "command_peak_mib": usage.ru_maxrss / 1024, "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
 def replicate(xplane: Path, copies: int, out: Path) -> Path:

@@ -105,7 +105,8 @@ def xprof_rs(binary: str, xplane: Path) -> dict[str, Any]:
             proc.terminate()
             proc.wait(10)
     table = json.loads(body) if body else {"cols": [], "rows": []}
-    return {"seconds": seconds, "peak_mib": peaks["command_peak_mib"], "rows": None if error else _gviz_rows(table),
+    return {"seconds": seconds, "cpu_s": peaks["command_cpu_s"], "peak_mib": peaks["command_peak_mib"],
+            "rows": None if error else _gviz_rows(table),
             "error": error}
 
 
@@ -131,13 +132,14 @@ def hlo_doctor(xplane: Path, numpy_reader: bool = False) -> dict[str, Any]:
     peak = max(r["command_peak_mib"], r["worker_peak_mib"])
     rows = {(str(x["program_id"]), str(x["op"])): (float(x["occurrences"]), float(x["total_time_us"]))
             for x in doc["rows"]}
-    return {"seconds": r["seconds"], "peak_mib": peak, "rows": rows, "load": r["load"], "doc": doc}
+    return {"seconds": r["seconds"], "cpu_s": r["cpu_s"], "peak_mib": peak, "rows": rows, "load": r["load"],
+            "doc": doc}
 
 
 def xprof(xplane: Path) -> dict[str, Any]:
     """xprof's own ``hlo_stats`` conversion (its process: imports and the copy not timed)."""
     r = xprof_hlo_stats(xplane)
-    return {"seconds": r["seconds"], "peak_mib": r["command_peak_mib"], "rows": None}
+    return {"seconds": r["seconds"], "cpu_s": r["cpu_s"], "peak_mib": r["command_peak_mib"], "rows": None}
 
 
 def _differences(ours: dict[tuple[str, str], tuple[float, float]],
@@ -174,13 +176,15 @@ def compare(xplane: Path, repeat: int, rs_binary: str | None, with_xprof: bool =
     size = xplane.stat().st_size / (1 << 20)
     lines = [f"{xplane.name}: {size:.1f} MiB, median of {repeat}, load average {min(loads):.1f}-{max(loads):.1f}; "
              f"compiled and numpy readers' JSON {'the same' if same else 'DIFFERENT'}", "",
-             "| reader | wall s (median) | runs | peak RSS MiB | x file | x fastest | rows | vs hlo-doctor's rows |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| reader | wall s (median) | runs | CPU s (median) | x fastest CPU | peak RSS MiB | x file | x fastest "
+             "| rows | vs hlo-doctor's rows |", "|---|---|---|---|---|---|---|---|---|---|"]
+    cpus = {name: statistics.median(r["cpu_s"] for r in rs) for name, rs in runs.items()}
     for name, rs in runs.items():
         peak = max(r["peak_mib"] for r in rs)
         rows = rs[-1]["rows"]
         each = ", ".join(f"{r['seconds']:.2f}" for r in rs)
-        lines.append(f"| {name} | {medians[name]:.2f} | {each} | "
+        lines.append(f"| {name} | {medians[name]:.2f} | {each} | {cpus[name]:.2f} | "
+                     f"{cpus[name] / min(cpus.values()):.2f} | "
                      f"{peak:.0f} | {peak / size:.1f} | {medians[name] / fastest:.2f} | "
                      f"{len(rows) if rows is not None else ''} | "
                      f"{'' if name == 'hlo-doctor stats' else _differences(ours, rows, rs[-1].get('error', ''))} |")

@@ -122,8 +122,9 @@ def compiled_modules(tree: Path) -> set[str]:
 
 def expected_in_wheel(tree: Path) -> set[str]:
     """What the wheel must hold, read from the tree: every module of ``hlo_doctor/`` and of ``rules/``
-    (as ``hlo_doctor/bundled_rules/``), the compiled reader, the typing marker and the XSpace proto."""
-    names = {str(p.relative_to(tree)) for p in (tree / "hlo_doctor").rglob("*.py")}
+    (as ``hlo_doctor/bundled_rules/``), the compiled reader and its C source (setuptools keeps a
+    package's sources beside its modules), the typing marker and the XSpace proto."""
+    names = {str(p.relative_to(tree)) for ext in ("py", "c") for p in (tree / "hlo_doctor").rglob(f"*.{ext}")}
     names |= {f"hlo_doctor/bundled_rules/{p.relative_to(tree / 'rules')}" for p in (tree / "rules").rglob("*.py")}
     return names | compiled_modules(tree) | {"hlo_doctor/py.typed", "hlo_doctor/trace/xplane.proto"}
 
