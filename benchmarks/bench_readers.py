@@ -176,7 +176,7 @@ def compare(xplane: Path, repeat: int, rs_binary: str | None, with_xprof: bool =
     size = xplane.stat().st_size / (1 << 20)
     lines = [f"{xplane.name}: {size:.1f} MiB, median of {repeat}, load average {min(loads):.1f}-{max(loads):.1f}; "
              f"compiled and numpy readers' JSON {'the same' if same else 'DIFFERENT'}", "",
-             "| reader | wall s (median) | runs | CPU s (median) | x fastest CPU | peak RSS MiB | x file | x fastest "
+             "| reader | wall s (median) | runs | CPU s (median) | x fastest CPU | peak RSS MiB | x file | x fastest wall "
              "| rows | vs hlo-doctor's rows |", "|---|---|---|---|---|---|---|---|---|---|"]
     cpus = {name: statistics.median(r["cpu_s"] for r in rs) for name, rs in runs.items()}
     for name, rs in runs.items():
