@@ -98,21 +98,23 @@ class Sampler:
                 "worker_cpu_s": sorted((round(self.cpu.get(p, 0.0), 1) for p in others), reverse=True)}
 
 
-def env(source: Path | None = None) -> dict[str, str]:
+def env(source: Path | None = None, **extra: str) -> dict[str, str]:
     """The environment of a measured process (``source``: another hlo-doctor tree first on its path)."""
-    out = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+    out = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", **extra)
     if source is not None:
         out["PYTHONPATH"] = os.pathsep.join(p for p in (str(source), out.get("PYTHONPATH", "")) if p)
     return out
 
 
-def run_stats(args: list[str], *, roots: frozenset[int] = frozenset(), source: Path | None = None) -> dict[str, Any]:
+def run_stats(args: list[str], *, roots: frozenset[int] = frozenset(), source: Path | None = None,
+              extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """``hlo-doctor stats ARGS`` in its own process: wall time and peak RSS of it and its workers."""
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryFile("w+") as log:
         t0 = time.perf_counter()
         # Run from elsewhere than the repository: ``-m`` puts the working folder before PYTHONPATH.
-        proc = subprocess.Popen([sys.executable, "-m", "hlo_doctor.cli", "stats", *args], env=env(source),
+        proc = subprocess.Popen([sys.executable, "-m", "hlo_doctor.cli", "stats", *args],
+                                env=env(source, **(extra_env or {})),
                                 stdout=subprocess.DEVNULL, stderr=log, text=True, cwd=tempfile.gettempdir())
         sampler = Sampler(proc.pid, set(roots))
         _, status, usage = os.wait4(proc.pid, 0)
@@ -193,7 +195,7 @@ def xprof_hlo_stats(xplane: Path) -> dict[str, Any]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     out = json.loads((proc.stdout.read() if proc.stdout else "{}").strip().splitlines()[-1])
     return {"seconds": out["seconds"], "process_seconds": time.perf_counter() - t0,
-            "command_peak_mib": usage.ru_maxrss / 1024}
+            "command_peak_mib": usage.ru_maxrss / 1024, "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
 def replicate(xplane: Path, copies: int, out: Path) -> Path:

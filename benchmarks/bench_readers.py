@@ -5,7 +5,9 @@ a change of load falls on all of them), and the median wall time and the peak RS
 process and every process it started) are reported with the ratio to the fastest:
 
 - ``hlo-doctor``: ``hlo-doctor stats FILE --format json`` (imports, the worker process, the table,
-  the export: what a user waits for);
+  the export: what a user waits for), with the compiled reader of the events and again with the numpy
+  one (``HLO_DOCTOR_NUMPY_READER=1``: what an install without a C compiler runs); the two documents
+  must be the same;
 - ``xprof``: ``xspace_to_tool_data([copy], "hlo_stats", {})`` of the installed xprof on a copy (it
   writes cache files beside its input);
 - ``xprof-rs``: the Rust backend of xprof's tools (``pip install xprof-rs``; ``--xprof-rs BIN``, else
@@ -22,7 +24,7 @@ the sums over the steps, the HLO modules' parse, the table, the JSON export.
 Usage::
 
     python benchmarks/bench_readers.py --generate-tpu 111 [--generate-gpu 1000] [--xplane FILE...]
-        [--repeat 3] [--xprof-rs BIN] [--stages] [--workdir DIR]
+        [--repeat 3] [--xprof-rs BIN] [--no-xprof] [--stages] [--workdir DIR]
 
 Generated traces go to ``--workdir`` (default: a temporary folder) and are never committed.
 """
@@ -103,7 +105,8 @@ def xprof_rs(binary: str, xplane: Path) -> dict[str, Any]:
             proc.terminate()
             proc.wait(10)
     table = json.loads(body) if body else {"cols": [], "rows": []}
-    return {"seconds": seconds, "peak_mib": peaks["command_peak_mib"], "rows": None if error else _gviz_rows(table),
+    return {"seconds": seconds, "cpu_s": peaks["command_cpu_s"], "peak_mib": peaks["command_peak_mib"],
+            "rows": None if error else _gviz_rows(table),
             "error": error}
 
 
@@ -118,22 +121,25 @@ def _gviz_rows(table: dict[str, Any]) -> dict[tuple[str, str], tuple[float, floa
     return out
 
 
-def hlo_doctor(xplane: Path) -> dict[str, Any]:
-    """``hlo-doctor stats FILE --format json``: wall, peak RSS over its processes, rows."""
+def hlo_doctor(xplane: Path, numpy_reader: bool = False) -> dict[str, Any]:
+    """``hlo-doctor stats FILE --format json``: wall, peak RSS over its processes, rows
+    (``numpy_reader``: with the compiled reader of the events turned off, ``HLO_DOCTOR_NUMPY_READER``)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "stats.json"
-        r = run_stats([str(xplane), "--format", "json", "-o", str(out)])
+        r = run_stats([str(xplane), "--format", "json", "-o", str(out)],
+                      extra_env={"HLO_DOCTOR_NUMPY_READER": "1"} if numpy_reader else None)
         doc = json.loads(out.read_text())
     peak = max(r["command_peak_mib"], r["worker_peak_mib"])
     rows = {(str(x["program_id"]), str(x["op"])): (float(x["occurrences"]), float(x["total_time_us"]))
             for x in doc["rows"]}
-    return {"seconds": r["seconds"], "peak_mib": peak, "rows": rows, "load": r["load"]}
+    return {"seconds": r["seconds"], "cpu_s": r["cpu_s"], "peak_mib": peak, "rows": rows, "load": r["load"],
+            "doc": doc}
 
 
 def xprof(xplane: Path) -> dict[str, Any]:
     """xprof's own ``hlo_stats`` conversion (its process: imports and the copy not timed)."""
     r = xprof_hlo_stats(xplane)
-    return {"seconds": r["seconds"], "peak_mib": r["command_peak_mib"], "rows": None}
+    return {"seconds": r["seconds"], "cpu_s": r["cpu_s"], "peak_mib": r["command_peak_mib"], "rows": None}
 
 
 def _differences(ours: dict[tuple[str, str], tuple[float, float]],
@@ -150,9 +156,11 @@ def _differences(ours: dict[tuple[str, str], tuple[float, float]],
     return f"{len(bad)} of {len(keys)} rows differ"
 
 
-def compare(xplane: Path, repeat: int, rs_binary: str | None) -> list[str]:
-    readers: list[tuple[str, Callable[[Path], dict[str, Any]]]] = [("hlo-doctor stats", hlo_doctor),
-                                                                   ("xprof hlo_stats", xprof)]
+def compare(xplane: Path, repeat: int, rs_binary: str | None, with_xprof: bool = True) -> list[str]:
+    readers: list[tuple[str, Callable[[Path], dict[str, Any]]]] = [
+        ("hlo-doctor stats", hlo_doctor), ("hlo-doctor stats, numpy reader", lambda p: hlo_doctor(p, True))]
+    if with_xprof:
+        readers.append(("xprof hlo_stats", xprof))
     if rs_binary:
         readers.append(("xprof-rs hlo_stats (cold)", lambda p: xprof_rs(rs_binary, p)))
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in readers}
@@ -160,20 +168,26 @@ def compare(xplane: Path, repeat: int, rs_binary: str | None) -> list[str]:
         for name, fn in readers:
             runs[name].append(fn(xplane))
     ours = runs["hlo-doctor stats"][-1]["rows"]
+    # The two readers of the events must give the same document, byte for byte once serialized.
+    same = json.dumps(runs["hlo-doctor stats"][-1]["doc"]) == json.dumps(runs["hlo-doctor stats, numpy reader"][-1]["doc"])
+    loads = [r["load"] for r in runs["hlo-doctor stats"]]
     medians = {name: statistics.median(r["seconds"] for r in rs) for name, rs in runs.items()}
     fastest = min(medians.values())
     size = xplane.stat().st_size / (1 << 20)
-    lines = [f"{xplane.name}: {size:.1f} MiB, median of {repeat}", "",
-             "| reader | wall s (median) | runs | peak RSS MiB | x file | x fastest | rows | vs hlo-doctor's rows |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [f"{xplane.name}: {size:.1f} MiB, median of {repeat}, load average {min(loads):.1f}-{max(loads):.1f}; "
+             f"compiled and numpy readers' JSON {'the same' if same else 'DIFFERENT'}", "",
+             "| reader | wall s (median) | runs | CPU s (median) | x fastest CPU | peak RSS MiB | x file | x fastest wall "
+             "| rows | vs hlo-doctor's rows |", "|---|---|---|---|---|---|---|---|---|---|"]
+    cpus = {name: statistics.median(r["cpu_s"] for r in rs) for name, rs in runs.items()}
     for name, rs in runs.items():
         peak = max(r["peak_mib"] for r in rs)
         rows = rs[-1]["rows"]
         each = ", ".join(f"{r['seconds']:.2f}" for r in rs)
-        lines.append(f"| {name} | {medians[name]:.2f} | {each} | "
+        lines.append(f"| {name} | {medians[name]:.2f} | {each} | {cpus[name]:.2f} | "
+                     f"{cpus[name] / min(cpus.values()):.2f} | "
                      f"{peak:.0f} | {peak / size:.1f} | {medians[name] / fastest:.2f} | "
                      f"{len(rows) if rows is not None else ''} | "
-                     f"{'' if name.startswith('hlo-doctor') else _differences(ours, rows, rs[-1].get('error', ''))} |")
+                     f"{'' if name == 'hlo-doctor stats' else _differences(ours, rows, rs[-1].get('error', ''))} |")
     if not rs_binary:
         lines += ["", "(xprof-rs not found: pip install xprof-rs in a separate venv and pass --xprof-rs BIN)"]
     return lines
@@ -234,6 +248,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--xprof-rs", default=shutil.which("xprof-rs"))
     parser.add_argument("--stages", action="store_true")
+    parser.add_argument("--no-xprof", action="store_true", help="leave out xprof's own conversion (minutes)")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-readers-"))
@@ -248,7 +263,7 @@ def main() -> None:
         (capture,) = GPU_CAPTURE.glob("plugins/profile/*/*.xplane.pb")
         files.append(replicate(capture, args.generate_gpu, work / "gpu.xplane.pb"))
     for xplane in files:
-        report = stages(xplane) if args.stages else compare(xplane, args.repeat, args.xprof_rs)
+        report = stages(xplane) if args.stages else compare(xplane, args.repeat, args.xprof_rs, not args.no_xprof)
         print("\n".join(report), flush=True)
         print()
 

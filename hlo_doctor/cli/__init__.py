@@ -5,6 +5,8 @@ Only this package prints. Exit codes: see :class:`hlo_doctor.core.errors.ExitCod
 
 from __future__ import annotations
 
+import os
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import click
@@ -26,13 +28,23 @@ from hlo_doctor.cli.config import default_map
 from hlo_doctor.core.errors import HloDoctorError
 
 
+def _events_reader() -> str:
+    """Which reader decodes an xplane's events, said without importing it (``--version`` stays light)."""
+    folder = Path(__file__).resolve().parents[1] / "trace"
+    if os.environ.get("HLO_DOCTOR_NUMPY_READER"):
+        return "xplane events: numpy reader (HLO_DOCTOR_NUMPY_READER is set)"
+    if any((folder / f"_xwire{suffix}").is_file() for suffix in EXTENSION_SUFFIXES):
+        return "xplane events: compiled reader"
+    return "xplane events: numpy reader (the compiled one was not built: no C compiler at install)"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=examples(
                  "hlo-doctor profile --out runs/decode && hlo-doctor diagnose runs/decode",
                  "hlo-doctor gate baseline/ runs/decode --format junit -o gate.xml",
                  'eval "$(_HLO_DOCTOR_COMPLETE=bash_source hlo-doctor)"   # shell completion (README)',
              ))
-@click.version_option(__version__, prog_name="hlo-doctor")
+@click.version_option(__version__, prog_name="hlo-doctor", message=f"%(prog)s, version %(version)s\n{_events_reader()}")
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """Find, fix and gate wasted work in the compiled (HLO) programs of JAX serving stacks.

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hlo_doctor.trace.columns import OpColumns
+from hlo_doctor.trace.columns import OpColumns, unique_inverse
 from hlo_doctor.trace.conventions import split_module, split_op_text
+from hlo_doctor.trace.cwire import COMPILED
 from hlo_doctor.trace.model import StepMark
 from hlo_doctor.trace.wire import Unread
 from hlo_doctor.trace.xspace import XPlane, program_id_of, stat_names, stat_value
@@ -41,9 +42,10 @@ _NO_ID = -1
 _ABSENT = object()
 
 
-WIRE_MIN_BYTES = 256 << 10
+WIRE_MIN_BYTES = 0 if COMPILED else 256 << 10
 """Lines from this size are decoded from their wire bytes: below it numpy's per-call cost is more
-than the messages' per-event cost (measured on the bundled XLA:CPU and H200 captures)."""
+than the messages' per-event cost (measured on the bundled XLA:CPU and H200 captures); the compiled
+reader (:mod:`hlo_doctor.trace.cwire`) reads every line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +295,7 @@ class DevicePlaneReader:
         if not n:
             return
         # One _Op per distinct (metadata, own stats): a few hundred for millions of events.
-        uniq, which = np.unique(ev.mids, return_inverse=True)
+        uniq, which = unique_inverse(ev.mids)
         infos: list[_Op | None] = [self._op(mid, (), op_line) for mid in uniq.tolist()]
         index: dict[object, int] = {}
         for i, own in ev.own.items():
@@ -314,7 +316,7 @@ class DevicePlaneReader:
             ((o is not None and (not o.module or o.program_id == _NO_ID)) for o in infos), bool, len(infos))[which]
         span_of = np.where(need_span, run, -1)
         pairs = which * (len(span_what) + 1) + (span_of + 1)
-        uniq, inverse = np.unique(pairs, return_inverse=True)
+        uniq, inverse = unique_inverse(pairs)
         codes = np.empty((len(uniq), 3), np.int64)
         no_pid = np.zeros(len(uniq), bool)
         for u, pair in enumerate(uniq.tolist()):

@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.regular import open_regular
+from hlo_doctor.trace.cwire import COMPILED, line_columns
 from hlo_doctor.trace.wire import (
     EventColumns,
     Unread,
@@ -233,6 +234,10 @@ class LineRef:
         their wire bytes (:mod:`hlo_doctor.trace.wire`); :class:`~hlo_doctor.trace.wire.Unread` where
         the protobuf runtime must read them instead (nothing is yielded after it)."""
         source, where = self._source, f"line {self.name}"
+        if COMPILED:  # the compiled reader walks the line's fields itself (trace/cwire.py)
+            yield from line_columns(source.read_at, self._offset + self._events_at, self._offset + self._length,
+                                    off_id, dur_id, op_ids, snames, CHUNK_BYTES)
+            return
         if self._length <= CHUNK_BYTES:
             raw = _parse(XLINE_SPLIT, source.read_at(self._offset, self._length), source, where).raw_events
             sizes = np.fromiter(map(len, raw), np.int64, len(raw))

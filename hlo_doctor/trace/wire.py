@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["EventColumns", "Unread", "check_framed", "decode_events", "framed", "packed", "varint_sizes"]
+__all__ = ["EventColumns", "Unread", "check_framed", "decode_events", "framed", "packed", "stat_value_at",
+           "varint_sizes"]
 
 _U7 = np.uint64(0x7F)
 
@@ -233,12 +234,14 @@ def _stats(buf: np.ndarray, owner: np.ndarray, starts: np.ndarray, ends: np.ndar
         wanted = np.isin(sid_signed, np.fromiter(op_ids, np.int64, len(op_ids)))
         for i in np.flatnonzero(wanted).tolist():
             own.setdefault(base + int(owner[i]), []).append(
-                (op_ids[int(sid_signed[i])], _value(buf, int(kind[i]), int(value[i]), int(stop[i]), snames)))
+                (op_ids[int(sid_signed[i])], stat_value_at(buf, int(kind[i]), int(value[i]), int(stop[i]), snames)))
     return {i: tuple(items) for i, items in own.items()}
 
 
-def _value(buf: np.ndarray, kind: int, value: int, stop: int, snames: dict[int, str]) -> object:
-    """One stat's value as :func:`hlo_doctor.trace.xspace.stat_value` reads it."""
+def stat_value_at(buf: np.ndarray, kind: int, value: int, stop: int, snames: dict[int, str]) -> object:
+    """One stat's value as :func:`hlo_doctor.trace.xspace.stat_value` reads it: ``kind`` is the
+    ``value`` oneof's member (its field number, 0: none), ``value`` a varint's value or where the
+    payload starts in ``buf``, ``stop`` where the field ends."""
     if kind == 0:
         return None
     if kind == 2:

@@ -147,8 +147,12 @@ def module_graph() -> dict[str, dict[str, bool]]:
     ``__init__`` would be a cycle with its own submodules).
     """
     modules = _modules()
+    # Compiled modules (a C source beside the Python ones) import nothing of the package: no arrow.
+    compiled = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "hlo_doctor").rglob("*.c")}
 
     def resolve(name: str) -> str | None:
+        if name in compiled:
+            return None
         while name and name not in modules:
             name = name.rpartition(".")[0]
         return name or None

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from wheel_install import (
     Built,
     Installed,
     build,
+    compiled_modules,
     expected_in_wheel,
     install,
     python,
@@ -95,6 +97,9 @@ def test_check_wheel_contents_holds_the_wheel_to_the_tree(built: Built, tmp_path
     stage = tmp_path / "stage"
     shutil.copytree(built.tree / "hlo_doctor", stage / "hlo_doctor")
     shutil.copytree(built.tree / "rules", stage / "hlo_doctor" / "bundled_rules")
+    with zipfile.ZipFile(built.wheel) as zf:  # the build's outputs: the compiled reader, as the wheel has it
+        for name in compiled_modules(built.tree):
+            (stage / name).write_bytes(zf.read(name))
     judge = Path(sys.executable).with_name("check-wheel-contents")
     proc = subprocess.run([str(judge), "--no-config", "--src-dir", str(stage), "--toplevel", "hlo_doctor",
                            str(built.wheel)], capture_output=True, text=True, timeout=120)
@@ -104,7 +109,8 @@ def test_check_wheel_contents_holds_the_wheel_to_the_tree(built: Built, tmp_path
 def test_the_sdist_holds_what_the_wheel_is_built_from(built: Built) -> None:
     names = sdist_names(built.sdist)
     modules = {str(p.relative_to(built.tree)) for d in ("hlo_doctor", "rules") for p in (built.tree / d).rglob("*.py")}
-    assert {"pyproject.toml", "setup.py", "README.md", "hlo_doctor/py.typed", "hlo_doctor/trace/xplane.proto"} <= names
+    assert {"pyproject.toml", "setup.py", "README.md", "hlo_doctor/py.typed", "hlo_doctor/trace/xplane.proto",
+            "hlo_doctor/trace/_xwire.c"} <= names
     assert sorted(modules - names) == []
 
 
@@ -141,6 +147,8 @@ def test_the_capture_commands_run_from_the_install(env: Installed, runs: list[tu
     work = env.work
     version = _run(env, runs, "--version")
     assert version.returncode == 0 and "0." in version.stdout + version.stderr
+    reader = "compiled reader" if compiled_modules(REPO) else "numpy reader"
+    assert f"xplane events: {reader}" in version.stdout, version.stdout
     listed = _run(env, runs, "rules")
     assert listed.returncode == 0 and "HD001" in listed.stdout + listed.stderr
     explained = _run(env, runs, "rules", "explain", "HD002")

@@ -110,12 +110,23 @@ def sdist_names(sdist: Path) -> set[str]:
         return {m.name.split("/", 1)[1] for m in tf.getmembers() if m.isfile() and "/" in m.name}
 
 
+def compiled_modules(tree: Path) -> set[str]:
+    """The extension modules built from the tree's C sources (``hlo_doctor/trace/_xwire.c``), as the
+    wheel names them; none where this machine has no C compiler (they are optional: setup.py)."""
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        return set()
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    return {str(p.relative_to(tree).with_suffix("")) + suffix for p in (tree / "hlo_doctor").rglob("*.c")}
+
+
 def expected_in_wheel(tree: Path) -> set[str]:
     """What the wheel must hold, read from the tree: every module of ``hlo_doctor/`` and of ``rules/``
-    (as ``hlo_doctor/bundled_rules/``), the typing marker and the XSpace proto."""
-    names = {str(p.relative_to(tree)) for p in (tree / "hlo_doctor").rglob("*.py")}
+    (as ``hlo_doctor/bundled_rules/``), the compiled reader and its C source (setuptools keeps a
+    package's sources beside its modules), the typing marker and the XSpace proto."""
+    names = {str(p.relative_to(tree)) for ext in ("py", "c") for p in (tree / "hlo_doctor").rglob(f"*.{ext}")}
     names |= {f"hlo_doctor/bundled_rules/{p.relative_to(tree / 'rules')}" for p in (tree / "rules").rglob("*.py")}
-    return names | {"hlo_doctor/py.typed", "hlo_doctor/trace/xplane.proto"}
+    return names | compiled_modules(tree) | {"hlo_doctor/py.typed", "hlo_doctor/trace/xplane.proto"}
 
 
 def _site_packages() -> list[Path]:

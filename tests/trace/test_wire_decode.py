@@ -9,6 +9,9 @@ oneof member written after the first, unknown fields of each wire type), large e
 chunks. Where the decoder must not guess (a group, a known field of another wire type, a str_value
 that is not UTF-8, a line cut short) the read falls back to the runtime: same columns, or the same
 one-line error for a corrupt file.
+
+Each test runs twice: through the compiled reader (``trace/_xwire.c``, where the install built it)
+and through numpy's (``trace/wire.py``), the one an install without a C compiler has.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 import pytest
 
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.trace import device
+from hlo_doctor.trace import cwire, device, stream
 from hlo_doctor.trace import xplane_pb2 as xp
 from hlo_doctor.trace.stream import CHUNK_BYTES, XSpaceFile
 from hlo_doctor.trace.wire import Unread
@@ -34,6 +37,18 @@ from xspace_builder import field, varint  # noqa: E402
 STATS = {1: "device_offset_ps", 2: "device_duration_ps", 3: "hlo_op", 4: "program_id", 5: "group_id",
          6: "flops", 7: "long_name", 8: "not_an_op_stat", 9: "hlo_module"}
 OP_STATS = {k: v for k, v in STATS.items() if v in device._OP_STATS}
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The reader of a line's events that ``event_columns`` and ``device._scan`` use."""
+    if request.param == "compiled":
+        if not cwire.COMPILED:
+            pytest.skip("the compiled reader is not built in this install")
+    else:
+        monkeypatch.setattr(stream, "COMPILED", False)
+        monkeypatch.setattr(device, "WIRE_MIN_BYTES", 256 << 10)
+    return str(request.param)
 
 
 def _random_stat(rng: random.Random, st: xp.XStat) -> None:

@@ -1,0 +1,297 @@
+/* The compiled reader of a line's XEvent messages (hlo_doctor.trace.cwire wraps it).
+
+   decode_line(buf, off_id, dur_id, wanted, at_end) walks the XLine fields in buf (a chunk of
+   one line's bytes, from its first event on) and decodes every ``events`` field (number 4) into
+   columns; other fields of the line are skipped by their wire type and their places returned (the
+   caller has the protobuf runtime read them). Every read is bounded: a varint by ten bytes and by
+   the end of its message, a length by the end of its message, a nested message by its length.
+
+   Returns (consumed, need, mids, offsets, durations, occurrences, stats, others):
+     consumed   bytes of buf used (whole fields only); the caller reads on from there;
+     need       when not at_end and the next field does not fit in buf: its size, else 0;
+     mids...    int64 columns as bytes, one entry per event (occurrences as written, 0 unset);
+     stats      int64 rows (event, stat id, kind, value, end) of the stats whose id is in wanted;
+     others     int64 pairs (start, end) of the line's fields that are not events.
+   Returns a str (why) for anything the protobuf runtime must read instead (as wire.Unread). */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int64_t *data;
+    Py_ssize_t len, cap;
+} vec;
+
+static int vec_push(vec *v, int64_t x) {
+    if (v->len == v->cap) {
+        Py_ssize_t cap = v->cap ? v->cap * 2 : 4096;
+        int64_t *d = (int64_t *)PyMem_Realloc(v->data, (size_t)cap * sizeof(int64_t));
+        if (!d) return -1;
+        v->data = d;
+        v->cap = cap;
+    }
+    v->data[v->len++] = x;
+    return 0;
+}
+
+static PyObject *vec_bytes(vec *v) {
+    return PyBytes_FromStringAndSize((const char *)v->data, v->len * (Py_ssize_t)sizeof(int64_t));
+}
+
+/* A varint at p (before end): 0 and *out, *p moved past it; -1: runs past end; -2: over ten bytes. */
+static int varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    const uint8_t *q = *p;
+    uint64_t value = 0;
+    for (int k = 0; k < 10; k++) {
+        if (q >= end) return -1;
+        uint8_t b = *q++;
+        value |= (uint64_t)(b & 0x7F) << (7 * k);
+        if (b < 0x80) {
+            *out = value;
+            *p = q;
+            return 0;
+        }
+    }
+    return -2;
+}
+
+/* One field's head at p (before end): number, wire type, its value (a varint) or payload start,
+   and its end. Returns NULL or why it cannot be read. A field past end is an error here: the
+   caller, where a field may continue in the next chunk, checks that first. */
+static const char *field(const uint8_t **p, const uint8_t *end, uint64_t *number, int *wire,
+                         uint64_t *value, const uint8_t **stop) {
+    uint64_t tag;
+    int r = varint(p, end, &tag);
+    if (r) return r == -1 ? "a field reaches past its message" : "a varint longer than ten bytes";
+    *number = tag >> 3;
+    *wire = (int)(tag & 7);
+    if (*number == 0 || *number > 536870911) return "a field number out of range";
+    switch (*wire) {
+    case 0:
+        r = varint(p, end, value);
+        if (r) return r == -1 ? "a varint reaches past its message" : "a varint longer than ten bytes";
+        *stop = *p;
+        return NULL;
+    case 1:
+    case 5: {
+        size_t width = *wire == 1 ? 8 : 4;
+        if ((size_t)(end - *p) < width) return "a field reaches past its message";
+        *value = 0;
+        *stop = *p + width;
+        return NULL;
+    }
+    case 2: {
+        uint64_t length;
+        r = varint(p, end, &length);
+        if (r) return r == -1 ? "a varint reaches past its message" : "a varint longer than ten bytes";
+        if (length > (uint64_t)(end - *p)) return "a field reaches past its message";
+        *stop = *p + length;
+        return NULL;
+    }
+    default:
+        return "a group or an unknown wire type";
+    }
+}
+
+/* Whether p[0:n] is UTF-8 as the protobuf runtime requires of a string field (no overlong form,
+   no surrogate, nothing above U+10FFFF). */
+static int utf8_ok(const uint8_t *p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = p[i];
+        if (c < 0x80) { i++; continue; }
+        size_t k;
+        uint32_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) k = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            k = 2;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            k = 3;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else return 0;
+        if (n - i <= k) return 0;
+        if (p[i + 1] < lo || p[i + 1] > hi) return 0;
+        for (size_t j = 2; j <= k; j++)
+            if ((p[i + j] & 0xC0) != 0x80) return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+typedef struct {
+    vec mids, offs, durs, occs, stats, others;
+} out_t;
+
+static int wanted_has(const int64_t *wanted, Py_ssize_t n, int64_t sid) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (wanted[mid] < sid) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && wanted[lo] == sid;
+}
+
+/* Wire type each known field must have (index: field number); -1: any (unknown field). */
+static const int EVENT_WIRES[6] = {-1, 0, 0, 0, 2, 0};
+static const int STAT_WIRES[8] = {-1, 0, 1, 0, 0, 2, 2, 0};
+
+static const char *decode_event(const uint8_t *p, const uint8_t *end, const uint8_t *base, int64_t index,
+                                int64_t off_id, int64_t dur_id, const int64_t *wanted, Py_ssize_t nwanted,
+                                out_t *out) {
+    uint64_t mid = 0, off = 0, dur = 0, occ = 0;
+    int have_off = 0, have_dur = 0; /* a device clock stat seen: its value replaces the event's */
+    uint64_t dev_off = 0, dev_dur = 0;
+    while (p < end) {
+        uint64_t number, value = 0;
+        int wire;
+        const uint8_t *stop, *payload;
+        const char *why = field(&p, end, &number, &wire, &value, &stop);
+        if (why) return why;
+        payload = p;
+        if (number <= 5 && EVENT_WIRES[number] >= 0 && EVENT_WIRES[number] != wire)
+            return "a known field of another wire type";
+        switch (number) {
+        case 1: mid = value; break;
+        case 2: off = value; occ = 0; break; /* the oneof keeps the member written last */
+        case 5: occ = value; off = 0; break;
+        case 3: dur = value; break;
+        case 4: {
+            uint64_t sid = 0, sval = 0;
+            int kind = 0;
+            const uint8_t *q = payload, *send = stop, *sstop = stop;
+            while (q < send) {
+                uint64_t sn, sv = 0;
+                int sw;
+                const uint8_t *st, *sp;
+                const char *w2 = field(&q, send, &sn, &sw, &sv, &st);
+                if (w2) return w2;
+                sp = q;
+                if (sn <= 7 && STAT_WIRES[sn] >= 0 && STAT_WIRES[sn] != sw)
+                    return "a known field of another wire type";
+                if (sn == 5 && !utf8_ok(sp, (size_t)(st - sp))) return "a str_value that is not UTF-8";
+                if (sn == 1) {
+                    sid = sv;
+                } else if (sn >= 2 && sn <= 7) {
+                    kind = (int)sn;
+                    /* a varint's value; else where the payload starts (double, str, bytes) */
+                    sval = (sw == 0) ? sv : (uint64_t)(sp - base);
+                    sstop = st;
+                }
+                q = st;
+            }
+            int64_t ssid = (int64_t)sid;
+            if ((off_id >= 0 && ssid == off_id) || (dur_id >= 0 && ssid == dur_id)) {
+                /* ``int64_value or uint64_value``: the member written, 0 for any other */
+                uint64_t v = (kind == 3 || kind == 4) ? sval : 0;
+                if (kind == 3 && sval >= ((uint64_t)1 << 63)) return "a uint64 device time above 2**63";
+                if (off_id >= 0 && ssid == off_id) { dev_off = v; have_off = 1; }
+                else { dev_dur = v; have_dur = 1; }
+            } else if (nwanted && wanted_has(wanted, nwanted, ssid)) {
+                if (vec_push(&out->stats, index) || vec_push(&out->stats, ssid) ||
+                    vec_push(&out->stats, kind) || vec_push(&out->stats, (int64_t)sval) ||
+                    vec_push(&out->stats, (int64_t)(sstop - base)))
+                    return "";
+            }
+            break;
+        }
+        default: break;
+        }
+        p = stop;
+    }
+    if (have_off) off = dev_off;
+    if (have_dur) dur = dev_dur;
+    if (vec_push(&out->mids, (int64_t)mid) || vec_push(&out->offs, (int64_t)off) ||
+        vec_push(&out->durs, (int64_t)dur) || vec_push(&out->occs, (int64_t)occ))
+        return "";
+    return NULL;
+}
+
+static void out_free(out_t *o) {
+    PyMem_Free(o->mids.data); PyMem_Free(o->offs.data); PyMem_Free(o->durs.data);
+    PyMem_Free(o->occs.data); PyMem_Free(o->stats.data); PyMem_Free(o->others.data);
+}
+
+static PyObject *decode_line(PyObject *self, PyObject *args) {
+    Py_buffer buf, wanted_buf;
+    long long off_id, dur_id, first_index;
+    int at_end;
+    if (!PyArg_ParseTuple(args, "y*LLy*pL", &buf, &off_id, &dur_id, &wanted_buf, &at_end, &first_index))
+        return NULL;
+    const uint8_t *base = (const uint8_t *)buf.buf, *end = base + buf.len, *p = base;
+    const int64_t *wanted = (const int64_t *)wanted_buf.buf;
+    Py_ssize_t nwanted = wanted_buf.len / (Py_ssize_t)sizeof(int64_t);
+    out_t out;
+    memset(&out, 0, sizeof out);
+    const char *why = NULL;
+    Py_ssize_t need = 0;
+    int64_t index = first_index;
+    Py_BEGIN_ALLOW_THREADS
+    while (p < end) {
+        const uint8_t *at = p;
+        uint64_t number, value = 0;
+        int wire;
+        const uint8_t *stop;
+        if (!at_end) {
+            /* A field that may continue past this chunk: stop before it, saying how much it needs. */
+            const uint8_t *q = p;
+            uint64_t tag, length = 0;
+            int r = varint(&q, end, &tag);
+            if (r == -1) break;
+            if (r == 0 && (tag & 7) == 2) {
+                r = varint(&q, end, &length);
+                if (r == -1) break;
+                if (r == 0 && length > (uint64_t)(end - q)) {
+                    uint64_t total = (uint64_t)(q - at) + length;
+                    need = total > (uint64_t)PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : (Py_ssize_t)total;
+                    break;
+                }
+            } else if (r == 0 && ((tag & 7) == 0 || (tag & 7) == 1 || (tag & 7) == 5)) {
+                uint64_t v;
+                if ((tag & 7) == 0 ? varint(&q, end, &v) == -1 : (size_t)(end - q) < ((tag & 7) == 1 ? 8u : 4u))
+                    break;
+            }
+        }
+        why = field(&p, end, &number, &wire, &value, &stop);
+        if (why) break;
+        if (number == 4) {
+            if (wire != 2) { why = "a known field of another wire type"; break; }
+            why = decode_event(p, stop, base, index, (int64_t)off_id, (int64_t)dur_id, wanted, nwanted, &out);
+            if (why) break;
+            index++;
+        } else if (vec_push(&out.others, (int64_t)(at - base)) || vec_push(&out.others, (int64_t)(stop - base))) {
+            why = "";
+            break;
+        }
+        p = stop;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&wanted_buf);
+    if (why) {
+        out_free(&out);
+        if (!*why) return PyErr_NoMemory();
+        return PyUnicode_FromString(why);
+    }
+    PyObject *result = Py_BuildValue("(nnNNNNNN)", (Py_ssize_t)(p - base), need, vec_bytes(&out.mids),
+                                     vec_bytes(&out.offs), vec_bytes(&out.durs), vec_bytes(&out.occs),
+                                     vec_bytes(&out.stats), vec_bytes(&out.others));
+    out_free(&out);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"decode_line", decode_line, METH_VARARGS,
+     "decode_line(buf, off_id, dur_id, wanted, at_end, first_index): a line's events as columns."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_xwire", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__xwire(void) { return PyModule_Create(&module); }

@@ -1,0 +1,106 @@
+"""A line's events decoded by the compiled reader, ``_xwire`` (``_xwire.c``), when the install built it.
+
+The extension is optional (``setup.py``): an install without a C compiler goes on without it, and
+the events are decoded by numpy (:mod:`hlo_doctor.trace.wire`) with the same results, slower;
+:data:`COMPILED` says which one this install has (``hlo-doctor --version`` prints it).
+
+The compiled reader walks a line's fields from its first event, a chunk of the file at a time, and
+decodes each event (and its stats) straight from the wire bytes into columns, reading as the
+protobuf runtime does (the last value of a field wins, the ``data`` and ``value`` oneofs keep the
+member written last, unknown fields skipped by their wire type). Every varint, length and nested
+message is bounded by the end of the message holding it; anything the runtime must decide (a group,
+a known field of another wire type, a varint longer than ten bytes, a field past its message, a
+``uint64`` device time above ``2**63``) is :class:`~hlo_doctor.trace.wire.Unread`, as in
+:mod:`~hlo_doctor.trace.wire`. The line's other fields (display name, duration) are parsed by the
+protobuf runtime, which rejects what it would reject in a parsed line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from types import ModuleType
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from hlo_doctor.trace.wire import EventColumns, Unread, stat_value_at
+from hlo_doctor.trace.xspace import XLINE_SPLIT
+
+__all__ = ["COMPILED", "NUMPY_READER_ENV", "line_columns"]
+
+NUMPY_READER_ENV = "HLO_DOCTOR_NUMPY_READER"
+"""Set (to anything but empty): the numpy reader even where the compiled one is built (to compare them)."""
+
+_xwire: ModuleType | None = None
+if not os.environ.get(NUMPY_READER_ENV):
+    try:
+        import hlo_doctor.trace._xwire as _xwire  # type: ignore[import-not-found,no-redef]
+    except ImportError:
+        pass
+
+COMPILED: bool = _xwire is not None
+"""Whether this install has the compiled reader."""
+
+_U64 = (1 << 64) - 1
+
+
+def line_columns(read_at: Callable[[int, int], bytes], start: int, end: int, off_id: int, dur_id: int,
+                 op_ids: dict[int, str], snames: dict[int, str], chunk: int) -> Iterator[EventColumns]:
+    """The events of the line whose fields from the first event lie at ``[start, end)`` of the file,
+    about ``chunk`` bytes at a time; raises :class:`Unread` (possibly after some chunks) where the
+    protobuf runtime must read the line instead."""
+    assert _xwire is not None
+    wanted = np.array(sorted(op_ids), np.int64).tobytes()
+    others: list[bytes] = []
+    pos, first, size = start, 0, chunk
+    while pos < end:
+        n = min(size, end - pos)
+        data = read_at(pos, n)
+        got = _xwire.decode_line(data, off_id, dur_id, wanted, pos + n == end, first)
+        if isinstance(got, str):
+            raise Unread(got)
+        consumed, need, mids, offs, durs, occs, stats, other = got
+        if not consumed:  # the next field does not fit in this chunk: read it whole
+            size = max(need, 2 * n)
+            continue
+        size = chunk
+        bounds = np.frombuffer(other, np.int64).tolist()
+        others.extend(data[a:b] for a, b in zip(bounds[::2], bounds[1::2], strict=True))
+        occurrences = np.frombuffer(occs, np.int64)
+        yield EventColumns(np.frombuffer(mids, np.int64), np.frombuffer(offs, np.int64),
+                           np.frombuffer(durs, np.int64), np.where(occurrences == 0, 1, occurrences),
+                           _own(data, np.frombuffer(stats, np.int64), op_ids, snames))
+        first += len(occurrences)
+        pos += consumed
+    if others:
+        try:
+            XLINE_SPLIT.FromString(b"".join(others))
+        except (DecodeError, ValueError):
+            raise Unread("the line's other fields are not readable") from None
+
+
+def _own(data: bytes, rows: np.ndarray, op_ids: dict[int, str],
+         snames: dict[int, str]) -> dict[int, tuple[tuple[str, object], ...]]:
+    """Event index -> its stats named in ``op_ids``, in order, from the rows (event, stat id, kind,
+    value or payload start, end) the compiled reader wrote."""
+    if not rows.size:
+        return {}
+    buf = np.frombuffer(data, np.uint8)
+    table = rows.reshape(-1, 5)
+    kinds = table[:, 2]
+    names = [op_ids[sid] for sid in table[:, 1].tolist()]
+    if bool(((kinds == 4) | ((kinds == 3) & (table[:, 3] >= 0))).all()):
+        # Integers only (step and module lines: group_id, program_id, run_id): their values as they are.
+        values: list[object] = table[:, 3].tolist()
+    else:
+        values = [stat_value_at(buf, kind, value & _U64, stop, snames)
+                  for kind, value, stop in table[:, 2:].tolist()]
+    own: dict[int, list[tuple[str, object]]] = {}
+    for event, name, value in zip(table[:, 0].tolist(), names, values, strict=True):
+        items = own.get(event)
+        if items is None:
+            own[event] = [(name, value)]
+        else:
+            items.append((name, value))
+    return {i: tuple(items) for i, items in own.items()}
