@@ -144,6 +144,12 @@ _CARRIED = _RESTACKED.replace(
     "tuple(%wrapped_add, %tanh_add_fusion, %bitcast_dynamic-update-slice_fusion, %get-tuple-element.60,",
     "tuple(%wrapped_add, %tanh_add_fusion, %get-tuple-element.54, %bitcast_dynamic-update-slice_fusion,")
 
+# A shift, not a re-stack: the layer read at the loop's index written at the next one (what
+# ``fori_loop`` with ``ys.at[i].set(xs[(i + 1) % n])`` compiles to): no update in place writes that.
+_SHIFTED = _RESTACKED.replace(
+    "fusion(%get-tuple-element.54, %copy.5, %bitcast_dynamic-update-slice_fusion.1)",
+    "fusion(%get-tuple-element.54, %wrapped_add, %bitcast_dynamic-update-slice_fusion.1)")
+
 
 class ScanStateRestacked(Rule):
     """Per-layer state (a KV cache) that a scan over stacked layers takes as xs and returns as ys.
@@ -152,9 +158,9 @@ class ScanStateRestacked(Rule):
         A ``while`` loop (``jax.lax.scan``, flax's ``nn.scan``) over stacked layers whose state holds
         two stacks of the same shape: an input stack passed through unchanged, and an output stack
         into which each iteration writes one whole layer (a ``dynamic-update-slice`` of the layer at
-        the loop's index) that it sliced out of the input stack (``dynamic-slice``), copied and
-        updated in part (the new position). The output stack is filled before the loop (a
-        ``broadcast``) and often copied after it into the donated buffer. One finding per such state,
+        the loop's index) that it sliced out of the input stack at the same index (``dynamic-slice``),
+        copied and updated in part (the new position). The output stack is filled before the loop
+        (a ``broadcast``) and often copied after it into the donated buffer. One finding per such state,
         at the scan's line, with the line of the update of the position. Only optimized modules are
         read. With op stats, the time is what carrying the stack removes: the slice, the copy, the
         write of the whole layer, the fill and the copy after the loop (the write of the position
@@ -181,6 +187,7 @@ class ScanStateRestacked(Rule):
     VALID = (
         Example(hlo=(_COMPUTED,), note="decode.py: ys computed per layer, not read from an input stack"),
         Example(hlo=(_CARRIED,), note="decode.py: each layer written back into the stack it was read from"),
+        Example(hlo=(_SHIFTED,), note="decode.py: the layer read at the loop's index written at the next one"),
     )
     INVALID = (
         Example(hlo=(_RESTACKED,), expect=("HD020 bitcast_dynamic-update-slice_fusion",),

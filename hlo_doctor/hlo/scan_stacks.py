@@ -13,6 +13,7 @@ before the loop and a copy of it after the loop.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from hlo_doctor.hlo import HloComputation, HloInstruction, HloModule, HloShape
@@ -101,7 +102,11 @@ def _restacked(module: HloModule, loop: HloInstruction, body: HloComputation, st
     read = _read_from(module, body, state, update, visited)
     if read is None:
         return None
-    read_op, j = read
+    read_op, j, sliced = read
+    read_at = _index_key(module, body, module.operands_of(sliced)[1])
+    written_at = _index_key(module, body, module.operands_of(dus)[2])
+    if read_at is not None and written_at is not None and read_at != written_at:
+        return None  # the layer written is not the layer read (a roll, a shift): no in-place update does that
     if j == k or state.shape.elements[j] != element or body.root.operands[j] != _gte_name(body, state, j):
         return None  # the input stack must be another element of the same shape, passed through
     names = {op.name for op in visited}
@@ -169,8 +174,9 @@ def _element_of(module: HloModule, body: HloComputation, state: HloInstruction,
 
 
 def _read_from(module: HloModule, body: HloComputation, state: HloInstruction, value: HloInstruction,
-               visited: list[HloInstruction]) -> tuple[HloInstruction, int] | None:
-    """(the body-level op slicing a layer out of a state element, that element) that ``value`` is,
+               visited: list[HloInstruction]) -> tuple[HloInstruction, int, HloInstruction] | None:
+    """(the body-level op slicing a layer out of a state element, that element, the dynamic-slice) that
+    ``value`` is,
     with its positions updated and copies on the way; the body-level ops passed are added to
     ``visited``. None when anything but data movement and updates lies between them."""
     cur = value
@@ -192,13 +198,45 @@ def _read_from(module: HloModule, body: HloComputation, state: HloInstruction, v
             j = _element_of(module, body, state, source[0]) if source else None
             if j is None or sizes.split(",")[0].strip("{ ") != "1":
                 return None
-            return _body_op(module, body, cur), j
+            return _body_op(module, body, cur), j, cur
         else:
             return None
         if nxt is None:
             return None
         cur = nxt
     return None
+
+
+_CONSTANT = re.compile(r"constant\(([^)]*)\)")
+
+
+def _index_key(module: HloModule, body: HloComputation, inst: HloInstruction, depth: int = 0) -> object:
+    """What an index computes, comparable across fusions: body-level values by name, constants by
+    value, other ops by opcode (and comparison direction) over their operands' keys; copies, bitcasts
+    and fusion parameters are seen through. None when too deep to tell."""
+    if depth > 24:
+        return None
+    nxt: HloInstruction | None = None
+    if inst.opcode == "parameter" and inst.computation != body.name:
+        nxt = _outer(module, inst)
+        if nxt is None:
+            return ("parameter", inst.computation, inst.name)
+    elif inst.opcode in ("copy", "bitcast"):
+        nxt = _first(module, inst)
+    elif inst.opcode == "fusion":
+        fused = module.fusion_body(inst)
+        nxt = fused.root if fused is not None else None
+    if nxt is not None:
+        return _index_key(module, body, nxt, depth + 1)
+    if inst.opcode == "constant":
+        found = _CONSTANT.search(inst.raw)
+        return ("constant", inst.dtype, found.group(1) if found else inst.name)
+    if inst.computation == body.name and inst.opcode in ("get-tuple-element", "parameter"):
+        return ("value", inst.name)
+    keys = tuple(_index_key(module, body, op, depth + 1) for op in module.operands_of(inst))
+    if any(key is None for key in keys):
+        return None
+    return (inst.opcode, inst.attribute("direction"), keys)
 
 
 def _body_op(module: HloModule, body: HloComputation, inst: HloInstruction) -> HloInstruction:

@@ -88,3 +88,39 @@ def test_hd020_on_a_flax_nn_scan_decoder(tmp_path: Path) -> None:
     assert extra["update_source"].endswith("benchmarks/field/flax_scan_decoder.py:33")  # cache.value = ...
     assert extra["fill"] and "copy.15" in extra["ops"]
     assert not run_rule(book.get("HD013"), ctx) and not run_rule(book.get("HD010"), ctx)  # type: ignore[arg-type]
+
+
+def _optimized(fn, *args):  # type: ignore[no-untyped-def]
+    import jax
+
+    from hlo_doctor.hlo import parse_modules
+
+    return parse_modules(jax.jit(fn, donate_argnums=0).lower(*args).compile().as_text())
+
+
+def test_hd020_reads_the_layer_index_a_shift_is_not_a_restack() -> None:
+    """XLA:CPU's own HLO: a reverse scan reads and writes layer L-1-i (one finding); a ``fori_loop``
+    writing the layer read at (i + 1) % L into slot i is a shift that no update in place does."""
+    import jax
+    import jax.numpy as jnp
+
+    layers = 4
+
+    def layer(h, c):  # type: ignore[no-untyped-def]
+        c = jax.lax.dynamic_update_slice(c, h[:, None, :], (0, 3, 0))
+        return jnp.tanh(h + c[:, 0, :]), c
+
+    def reverse_scan(cache, x):  # type: ignore[no-untyped-def]
+        h, cache = jax.lax.scan(layer, x, cache, reverse=True)
+        return cache, h
+
+    def shift(cache, x):  # type: ignore[no-untyped-def]
+        def body(i, ys):  # type: ignore[no-untyped-def]
+            c = jax.lax.dynamic_index_in_dim(cache, (i + 1) % layers, keepdims=False)
+            c = jax.lax.dynamic_update_slice(c, x[:, None, :], (0, 3, 0))
+            return jax.lax.dynamic_update_index_in_dim(ys, c, i, 0)
+        return jax.lax.fori_loop(0, layers, body, jnp.zeros_like(cache)), x
+
+    args = (jnp.zeros((layers, 4, 32, 8)), jnp.ones((4, 8)))
+    assert len([s for m in _optimized(reverse_scan, *args) for s in restacked_states(m)]) == 1
+    assert not [s for m in _optimized(shift, *args) for s in restacked_states(m)]
