@@ -13,6 +13,7 @@ from hlo_doctor.hlo import HloModule, parse_module
 from hlo_doctor.hlo.printer import PrinterCrash, print_modules
 from hlo_doctor.memory.build import failed_program, program_memory
 from hlo_doctor.memory.capacity import device_memory, kv_cache
+from hlo_doctor.memory.hlo_fields import module_from_hlo_proto
 from hlo_doctor.memory.model import MemoryReport, ProgramMemory
 from hlo_doctor.memory.proto import assignment_from_bytes, assignment_from_hlo_proto, instruction_names
 from hlo_doctor.trace import find_xplanes
@@ -68,7 +69,8 @@ def memory_from_protos(protos: Sequence[ModuleProto], *, origin: str,
     """The memory of each module proto (the first of each (name, program id) over the hosts).
 
     ``modules`` are the same programs already parsed (a trace's op-stats stage parses them); the
-    others are parsed here, where their buffers are described: ``describe`` ``all``, or ``step``
+    others are read here from their ``HloModuleProto`` (:func:`~hlo_doctor.memory.hlo_fields.module_from_hlo_proto`;
+    printed and parsed as text where it cannot be), where their buffers are described: ``describe`` ``all``, or ``step``
     (only the programs that ran in the steps, when ``runs`` says which: the others keep their figures
     and buffer names, without op, shape or line, and their HLO is not parsed). ``only`` (module
     names or ``name(id)`` labels) reads those programs alone. A module whose assignment cannot be
@@ -98,6 +100,10 @@ def memory_from_protos(protos: Sequence[ModuleProto], *, origin: str,
             continue
         module = parsed.get(key)
         rps = _runs(runs, proto.name, proto.program_id)
+        if module is None and (describe == "all" or runs is None or rps):
+            # The fields a buffer's description needs, read from the proto; printed and parsed as
+            # text only where the proto holds a shape the reader here cannot write as the text does.
+            module = module_from_hlo_proto(proto.hlo_proto, program_id=proto.program_id)
         if module is None and (describe == "all" or runs is None or rps):
             try:
                 text = print_modules([(proto.hlo_proto, label, proto.host, proto.path)])[0]
