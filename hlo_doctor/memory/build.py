@@ -6,6 +6,7 @@ from __future__ import annotations
 from hlo_doctor.hlo import HloInstruction, HloModule, HloShape
 from hlo_doctor.hlo.navigation import key_instruction
 from hlo_doctor.memory.heap import HBM, MalformedHeap, replay_heap
+from hlo_doctor.memory.hlo_fields import ProtoModule
 from hlo_doctor.memory.model import AllocationSummary, PeakBuffer, ProgramMemory
 from hlo_doctor.memory.proto import Allocation, BufferAssignment, LogicalBuffer
 
@@ -20,11 +21,11 @@ def _subshape(shape: HloShape, index: tuple[int, ...]) -> HloShape:
     return shape
 
 
-def _source(module: HloModule | None, inst: HloInstruction | None) -> str:
+def _source(module: HloModule | ProtoModule | None, inst: HloInstruction | None) -> str:
     if module is None or inst is None:
         return ""
     if inst.opcode == "fusion":
-        inst = key_instruction(module, inst)
+        inst = module.key_instruction(inst) if isinstance(module, ProtoModule) else key_instruction(module, inst)
     return inst.source
 
 
@@ -32,7 +33,7 @@ class _Namer:
     """Each logical buffer's instruction, opcode, shape and line (from the module where it has them),
     each described once."""
 
-    def __init__(self, module: HloModule | None) -> None:
+    def __init__(self, module: HloModule | ProtoModule | None) -> None:
         self.module = module
         self._described: dict[int, tuple[str, str, str, str]] = {}
 
@@ -66,7 +67,7 @@ def _largest(alloc: Allocation, buffers: dict[int, LogicalBuffer]) -> LogicalBuf
     return best
 
 
-def program_memory(assignment: BufferAssignment, module: HloModule | None, *, name: str = "",
+def program_memory(assignment: BufferAssignment, module: HloModule | ProtoModule | None, *, name: str = "",
                    program_id: int | None = None, host: str = "",
                    runs_per_step: float | None = None) -> ProgramMemory:
     """The memory of one program; a heap trace that contradicts itself gives a program with

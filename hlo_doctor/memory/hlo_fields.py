@@ -22,8 +22,9 @@ from typing import Any
 
 from hlo_doctor.hlo import HloComputation, HloInstruction, HloModule, HloShape
 from hlo_doctor.hlo.frames import Frame
+from hlo_doctor.hlo.navigation import key_instruction
 
-__all__ = ["ELEMENT_TYPES", "module_from_hlo_proto"]
+__all__ = ["ELEMENT_TYPES", "ProtoModule", "module_from_hlo_proto"]
 
 ELEMENT_TYPES: dict[int, str] = {
     1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16", 8: "u32", 9: "u64", 10: "f16",
@@ -181,10 +182,80 @@ class _Reader:
                      self.functions[function_id - 1] if 0 < function_id <= len(self.functions) else "")
 
 
-def module_from_hlo_proto(data: bytes, *, program_id: int | None = None) -> HloModule | None:
-    """The module of a serialized ``HloProto`` with each instruction's name, opcode, shape, called
-    computations and stack; None when some shape cannot be written as the text writes it, or the
-    bytes hold no module (read it as text then)."""
+class ProtoModule:
+    """A module read from its proto on demand: an instruction is built when looked up, a fusion's
+    body when the op that matters inside it is asked for (what the memory view shows of a few
+    buffers costs that few). Every shape was checked writable when it was read."""
+
+    def __init__(self, module: Any, reader: _Reader, program_id: int | None) -> None:
+        self.name: str = module.name
+        self.program_id = program_id
+        self._reader = reader
+        self._names = {c.id: c.name for c in module.computations}
+        self._protos = {c.name: c for c in module.computations}
+        self._where: dict[str, tuple[Any, Any]] = {}
+        for comp in module.computations:
+            for inst in comp.instructions:
+                self._where.setdefault(inst.name, (comp, inst))
+        self._built: dict[tuple[str, str], HloInstruction] = {}
+        self._bodies: dict[str, HloComputation] = {}
+        self.entry_name: str = (module.entry_computation_name or self._names.get(module.entry_computation_id, "")
+                                or module.computations[-1].name)
+
+    def instruction(self, name: str) -> HloInstruction | None:
+        """The instruction named so (the first of that name, as :meth:`HloModule.instruction` finds it)."""
+        found = self._where.get(name)
+        return None if found is None else self._instruction(*found)
+
+    def _instruction(self, comp: Any, inst: Any) -> HloInstruction:
+        key = (comp.name, inst.name)
+        hit = self._built.get(key)
+        if hit is None:
+            stack = self._reader.stack(inst.metadata)
+            hit = self._built[key] = HloInstruction(
+                name=inst.name, opcode=inst.opcode, shape=self._reader.shape(inst.shape), operands=(),
+                computation=comp.name, is_root=inst.id == comp.root_id,
+                called_computations=tuple(self._names.get(i, "") for i in inst.called_computation_ids),
+                source_file=stack[0].file if stack else "", source_line=stack[0].line if stack else 0,
+                stack=stack)
+        return hit
+
+    def _computation(self, name: str, fusion_bodies: frozenset[str] = frozenset()) -> HloComputation:
+        comp = self._protos[name]
+        return HloComputation(name, tuple(self._instruction(comp, i) for i in comp.instructions),
+                              is_entry=name == self.entry_name, is_fusion=name in fusion_bodies)
+
+    def key_instruction(self, op: HloInstruction) -> HloInstruction:
+        """:func:`hlo_doctor.hlo.navigation.key_instruction` of ``op``, on its fusion's bodies alone."""
+        if op.opcode != "fusion" or not op.called_computations or op.called_computations[0] not in self._protos:
+            return op
+        names: list[str] = []
+        todo = [op.called_computations[0]]
+        while todo:
+            name = todo.pop()
+            if name in names or name not in self._protos:
+                continue
+            names.append(name)
+            if name not in self._bodies:
+                self._bodies[name] = self._computation(name, frozenset((name,)))
+            todo.extend(i.called_computations[0] for i in self._bodies[name].instructions
+                        if i.opcode == "fusion" and i.called_computations)
+        bodies = HloModule(self.name, tuple(self._bodies[n] for n in names), names[0])
+        return key_instruction(bodies, op)
+
+    def whole(self) -> HloModule:
+        """Every computation, as an :class:`HloModule` (what the text path's parse gives, less the
+        operands and attributes)."""
+        bodies = frozenset(self._names.get(i.called_computation_ids[0], "") for c in self._protos.values()
+                           for i in c.instructions if i.opcode == "fusion" and i.called_computation_ids)
+        return HloModule(self.name, tuple(self._computation(n, bodies) for n in self._protos), self.entry_name,
+                         program_id=self.program_id)
+
+
+def module_from_hlo_proto(data: bytes, *, program_id: int | None = None) -> ProtoModule | None:
+    """The module of a serialized ``HloProto``, read on demand (:class:`ProtoModule`); None when
+    some shape cannot be written as the text writes it, or the bytes hold no module (read it as
+    text then)."""
     from google.protobuf.message import DecodeError
 
     try:
@@ -194,26 +265,11 @@ def module_from_hlo_proto(data: bytes, *, program_id: int | None = None) -> HloM
     if not module.computations:
         return None
     reader = _Reader(module)
-    names = {c.id: c.name for c in module.computations}
-    computations: list[HloComputation] = []
-    fusion_bodies: set[str] = set()
     try:
+        # Every distinct shape checked now: a module is read from its proto whole, or not at all.
         for comp in module.computations:
-            instructions = []
             for inst in comp.instructions:
-                called = tuple(names.get(i, "") for i in inst.called_computation_ids)
-                if inst.opcode == "fusion" and called:
-                    fusion_bodies.add(called[0])
-                stack = reader.stack(inst.metadata)
-                instructions.append(HloInstruction(
-                    name=inst.name, opcode=inst.opcode, shape=reader.shape(inst.shape), operands=(),
-                    computation=comp.name, is_root=inst.id == comp.root_id, called_computations=called,
-                    source_file=stack[0].file if stack else "", source_line=stack[0].line if stack else 0,
-                    stack=stack))
-            computations.append(HloComputation(comp.name, tuple(instructions)))
+                reader.shape(inst.shape)
     except _Unwritable:
         return None
-    entry = module.entry_computation_name or names.get(module.entry_computation_id, "") or computations[-1].name
-    return HloModule(module.name, tuple(HloComputation(c.name, c.instructions, is_entry=c.name == entry,
-                                                       is_fusion=c.name in fusion_bodies) for c in computations),
-                     entry, program_id=program_id)
+    return ProtoModule(module, reader, program_id)

@@ -13,7 +13,7 @@ from hlo_doctor.hlo import HloModule, parse_module
 from hlo_doctor.hlo.printer import PrinterCrash, print_modules
 from hlo_doctor.memory.build import failed_program, program_memory
 from hlo_doctor.memory.capacity import device_memory, kv_cache
-from hlo_doctor.memory.hlo_fields import module_from_hlo_proto
+from hlo_doctor.memory.hlo_fields import ProtoModule, module_from_hlo_proto
 from hlo_doctor.memory.model import MemoryReport, ProgramMemory
 from hlo_doctor.memory.proto import assignment_from_bytes, assignment_from_hlo_proto, instruction_names
 from hlo_doctor.trace import find_xplanes
@@ -98,7 +98,7 @@ def memory_from_protos(protos: Sequence[ModuleProto], *, origin: str,
         if assignment is None:
             missing.append(label)
             continue
-        module = parsed.get(key)
+        module: HloModule | ProtoModule | None = parsed.get(key)
         rps = _runs(runs, proto.name, proto.program_id)
         if module is None and (describe == "all" or runs is None or rps):
             # The fields a buffer's description needs, read from the proto; printed and parsed as
