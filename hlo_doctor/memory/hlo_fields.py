@@ -29,10 +29,11 @@ __all__ = ["ELEMENT_TYPES", "ProtoModule", "module_from_hlo_proto"]
 ELEMENT_TYPES: dict[int, str] = {
     1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16", 8: "u32", 9: "u64", 10: "f16",
     11: "f32", 12: "f64", 14: "opaque", 15: "c64", 16: "bf16", 17: "token", 18: "c128", 19: "f8e5m2",
-    20: "f8e4m3fn", 21: "s4", 22: "u4", 23: "f8e4m3b11fnuz", 24: "f8e5m2fnuz", 25: "f8e4m3fnuz", 26: "s2",
-    27: "u2", 28: "f8e4m3", 29: "f8e3m4", 30: "s1", 31: "u1", 32: "f8e8m0fnu", 33: "f4e2m1fn",
+    20: "f8e4m3fn", 21: "s4", 22: "u4", 23: "f8e4m3b11fnuz", 24: "f8e5m2fnuz", 25: "f8e4m3fnuz", 28: "f8e4m3",
+    29: "f8e3m4", 32: "f4e2m1fn", 33: "f8e8m0fnu",
 }
-"""``xla.PrimitiveType`` -> the element type as HLO text writes it (``TUPLE`` = 13 is a tuple)."""
+"""``xla.PrimitiveType`` -> the element type as HLO text writes it (``TUPLE`` = 13 is a tuple; the types
+jaxlib's ``PrimitiveType`` does not number, such as ``s2``, are read as text)."""
 
 _TUPLE = 13
 
