@@ -11,8 +11,9 @@ the op that matters inside a fusion (:func:`hlo_doctor.hlo.navigation.key_instru
 
 A shape is written as the text path writes it, or not at all: a shape whose proto holds anything
 besides the element type, dimensions, dynamic dimensions, tuple elements and a layout's dimension
-order (tiles, element sizes, memory spaces...), an element type not known here, or a proto that
-cannot be read gives None, and the caller prints and parses the module as before.
+order (tiles, element sizes, memory spaces...), or an element type not known here, raises
+:class:`UnwritableShape` where it is first needed, and the caller prints and parses the module as
+before; so does a proto that cannot be read (None).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from hlo_doctor.hlo import HloComputation, HloInstruction, HloModule, HloShape
 from hlo_doctor.hlo.frames import Frame
 from hlo_doctor.hlo.navigation import key_instruction
 
-__all__ = ["ELEMENT_TYPES", "ProtoModule", "module_from_hlo_proto"]
+__all__ = ["ELEMENT_TYPES", "ProtoModule", "UnwritableShape", "module_from_hlo_proto"]
 
 ELEMENT_TYPES: dict[int, str] = {
     1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16", 8: "u32", 9: "u64", 10: "f16",
@@ -38,8 +39,9 @@ jaxlib's ``PrimitiveType`` does not number, such as ``s2``, are read as text).""
 _TUPLE = 13
 
 
-class _Unwritable(Exception):
-    """A field the text path would write differently: read the module as text instead."""
+class UnwritableShape(Exception):
+    """A shape the text path would write differently (raised where such a shape is first built):
+    read the module as text instead."""
 
 
 @cache
@@ -111,25 +113,25 @@ class _Reader:
             # Anything the text would write that is not read here (tiles, memory spaces...) is left
             # unknown by this pool, and the shape read back would not serialize to the same bytes.
             if self._known(proto).SerializeToString(deterministic=True) != key:
-                raise _Unwritable("a shape field not read here")
+                raise UnwritableShape("a shape field not read here")
             self.shapes[key] = hit
         return hit
 
     def _shape(self, proto: Any, depth: int) -> HloShape:
         if depth > 64:
-            raise _Unwritable("a shape nested too deep")
+            raise UnwritableShape("a shape nested too deep")
         if proto.element_type == _TUPLE:
             return HloShape("tuple", elements=tuple(self._shape(e, depth + 1) for e in proto.tuple_shapes))
         dtype = ELEMENT_TYPES.get(proto.element_type)
         if dtype is None or proto.tuple_shapes:
-            raise _Unwritable(f"element type {proto.element_type}")
+            raise UnwritableShape(f"element type {proto.element_type}")
         dynamic = tuple(proto.is_dynamic_dimension)
         if dynamic and len(dynamic) != len(proto.dimensions):
-            raise _Unwritable("dynamic dimensions that do not match the dimensions")
+            raise UnwritableShape("dynamic dimensions that do not match the dimensions")
         dims = tuple(-1 if dyn and d < 0 else d for d, dyn in zip(proto.dimensions, dynamic or
                                                                   (False,) * len(proto.dimensions), strict=True))
         if proto.layout.tail_padding_alignment_in_elements > 1:
-            raise _Unwritable("a layout's tail padding")
+            raise UnwritableShape("a layout's tail padding")
         layout = ",".join(str(d) for d in proto.layout.minor_to_major)
         return HloShape(dtype, dims, layout, dynamic=dynamic if any(dynamic) else ())
 
@@ -186,7 +188,8 @@ class _Reader:
 class ProtoModule:
     """A module read from its proto on demand: an instruction is built when looked up, a fusion's
     body when the op that matters inside it is asked for (what the memory view shows of a few
-    buffers costs that few). Every shape was checked writable when it was read."""
+    buffers costs that few). Building an instruction whose shape the text would write otherwise
+    raises :class:`UnwritableShape`."""
 
     def __init__(self, module: Any, reader: _Reader, program_id: int | None) -> None:
         self.name: str = module.name
@@ -255,8 +258,7 @@ class ProtoModule:
 
 def module_from_hlo_proto(data: bytes, *, program_id: int | None = None) -> ProtoModule | None:
     """The module of a serialized ``HloProto``, read on demand (:class:`ProtoModule`); None when
-    some shape cannot be written as the text writes it, or the bytes hold no module (read it as
-    text then)."""
+    the bytes hold no module (read it as text then)."""
     from google.protobuf.message import DecodeError
 
     try:
@@ -265,12 +267,4 @@ def module_from_hlo_proto(data: bytes, *, program_id: int | None = None) -> Prot
         return None
     if not module.computations:
         return None
-    reader = _Reader(module)
-    try:
-        # Every distinct shape checked now: a module is read from its proto whole, or not at all.
-        for comp in module.computations:
-            for inst in comp.instructions:
-                reader.shape(inst.shape)
-    except _Unwritable:
-        return None
-    return ProtoModule(module, reader, program_id)
+    return ProtoModule(module, _Reader(module), program_id)

@@ -15,7 +15,7 @@ from hlo_doctor.hlo import parse_module
 from hlo_doctor.hlo.navigation import key_instruction
 from hlo_doctor.hlo.printer import print_modules
 from hlo_doctor.memory import read_memory
-from hlo_doctor.memory.hlo_fields import ELEMENT_TYPES, module_from_hlo_proto
+from hlo_doctor.memory.hlo_fields import ELEMENT_TYPES, UnwritableShape, module_from_hlo_proto
 from hlo_doctor.memory.read import memory_from_protos
 from hlo_doctor.trace import find_xplanes
 from hlo_doctor.trace.read import read_module_protos
@@ -105,11 +105,16 @@ def test_a_shape_field_not_read_falls_back_to_the_text() -> None:
     msg.f.f[-1].f[0].f.f.f = 1  # the entry's first instruction: memory space 1
     changed = msg.SerializeToString()
     assert module_from_hlo_proto(protos[0].hlo_proto) is not None
-    assert module_from_hlo_proto(changed) is None
+    lazy = module_from_hlo_proto(changed)
+    assert lazy is not None
+    with pytest.raises(UnwritableShape):
+        lazy.whole()
     before = memory_from_protos(protos, origin="x").programs[0]
     after = memory_from_protos([type(protos[0])(protos[0].name, protos[0].program_id, changed, protos[0].host,
                                                 protos[0].path)], origin="x").programs[0]
     assert after.peak_bytes == before.peak_bytes
     assert [b.shape for b in after.buffers_at_peak if b.category == "temporary"] == \
         [b.shape for b in before.buffers_at_peak if b.category == "temporary"]
+    assert not any("S(1)" in b.shape for b in before.buffers_at_peak)
     assert all(b.shape for b in after.buffers_at_peak)
+    assert any("S(1)" in b.shape for b in after.buffers_at_peak)  # as XLA's printer writes it
