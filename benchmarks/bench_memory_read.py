@@ -10,7 +10,7 @@ xplane (default: ``sample_traces/engine_b64_original_a``, 67 programs on XLA:CPU
 - ``hlo-doctor step``: ``read_memory(RUN, describe="step")``: every program's figures, the buffers of
   the step's programs described (what ``memory`` and ``stats --memory`` print as a table);
 - ``hlo-doctor all``: ``read_memory(RUN)``: every program's buffers described (``--format json``),
-  which parses every module's HLO, as every view did before.
+  which reads the instructions every module's buffers need from its ``HloModuleProto``.
 
 Each round also checks that the program's peak equals xprof's ``peakHeapMib`` and that the step view
 gives the same peaks as the whole read. The median seconds and the ratio to xprof's are printed with

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hlo_doctor.hlo import HloInstruction, HloModule, HloShape
 from hlo_doctor.hlo.navigation import key_instruction
 from hlo_doctor.memory.heap import HBM, MalformedHeap, replay_heap
+from hlo_doctor.memory.hlo_fields import ProtoModule
 from hlo_doctor.memory.model import AllocationSummary, PeakBuffer, ProgramMemory
 from hlo_doctor.memory.proto import Allocation, BufferAssignment, LogicalBuffer
 
@@ -20,24 +21,38 @@ def _subshape(shape: HloShape, index: tuple[int, ...]) -> HloShape:
     return shape
 
 
-def _source(module: HloModule | None, inst: HloInstruction | None) -> str:
+def _source(module: HloModule | ProtoModule | None, inst: HloInstruction | None) -> str:
     if module is None or inst is None:
         return ""
     if inst.opcode == "fusion":
-        inst = key_instruction(module, inst)
+        inst = module.key_instruction(inst) if isinstance(module, ProtoModule) else key_instruction(module, inst)
     return inst.source
 
 
 class _Namer:
-    """Each logical buffer's instruction, opcode, shape and line (from the module where it has them)."""
+    """Each logical buffer's instruction, opcode, shape and line (from the module where it has them),
+    each described once."""
 
-    def __init__(self, module: HloModule | None) -> None:
+    def __init__(self, module: HloModule | ProtoModule | None) -> None:
         self.module = module
+        self._described: dict[int, tuple[str, str, str, str]] = {}
+
+    @staticmethod
+    def label(b: LogicalBuffer) -> str:
+        """The instruction's name, with the shape index of a tuple's element (``fusion{1}``)."""
+        name = b.instruction_name
+        return name + ("{" + ",".join(str(i) for i in b.shape_index) + "}" if b.shape_index else "")
 
     def describe(self, b: LogicalBuffer) -> tuple[str, str, str, str]:
+        hit = self._described.get(b.id)
+        if hit is None:
+            hit = self._described[b.id] = self._describe(b)
+        return hit
+
+    def _describe(self, b: LogicalBuffer) -> tuple[str, str, str, str]:
         name = b.instruction_name
         inst = self.module.instruction(name) if self.module is not None and name else None
-        label = name + ("{" + ",".join(str(i) for i in b.shape_index) + "}" if b.shape_index else "")
+        label = self.label(b)
         if inst is None:
             return label, "", "", ""
         return label, inst.opcode, _subshape(inst.shape, b.shape_index).text(), _source(self.module, inst)
@@ -52,7 +67,7 @@ def _largest(alloc: Allocation, buffers: dict[int, LogicalBuffer]) -> LogicalBuf
     return best
 
 
-def program_memory(assignment: BufferAssignment, module: HloModule | None, *, name: str = "",
+def program_memory(assignment: BufferAssignment, module: HloModule | ProtoModule | None, *, name: str = "",
                    program_id: int | None = None, host: str = "",
                    runs_per_step: float | None = None) -> ProgramMemory:
     """The memory of one program; a heap trace that contradicts itself gives a program with
@@ -90,7 +105,7 @@ def program_memory(assignment: BufferAssignment, module: HloModule | None, *, na
             continue
         big = _largest(alloc, buffers)
         label, _, shape, _ = namer.describe(big) if big is not None else ("", "", "", "")
-        held = tuple(dict.fromkeys(namer.describe(buffers[a.logical_buffer_id])[0] for a in alloc.assigned
+        held = tuple(dict.fromkeys(namer.label(buffers[a.logical_buffer_id]) for a in alloc.assigned
                                    if a.logical_buffer_id in buffers))
         summaries.append(AllocationSummary(
             alloc.index, alloc.size, alloc.category,

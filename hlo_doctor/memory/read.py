@@ -13,6 +13,7 @@ from hlo_doctor.hlo import HloModule, parse_module
 from hlo_doctor.hlo.printer import PrinterCrash, print_modules
 from hlo_doctor.memory.build import failed_program, program_memory
 from hlo_doctor.memory.capacity import device_memory, kv_cache
+from hlo_doctor.memory.hlo_fields import UnwritableShape, module_from_hlo_proto
 from hlo_doctor.memory.model import MemoryReport, ProgramMemory
 from hlo_doctor.memory.proto import assignment_from_bytes, assignment_from_hlo_proto, instruction_names
 from hlo_doctor.trace import find_xplanes
@@ -68,7 +69,8 @@ def memory_from_protos(protos: Sequence[ModuleProto], *, origin: str,
     """The memory of each module proto (the first of each (name, program id) over the hosts).
 
     ``modules`` are the same programs already parsed (a trace's op-stats stage parses them); the
-    others are parsed here, where their buffers are described: ``describe`` ``all``, or ``step``
+    others are read here from their ``HloModuleProto`` (:func:`~hlo_doctor.memory.hlo_fields.module_from_hlo_proto`;
+    printed and parsed as text where it cannot be), where their buffers are described: ``describe`` ``all``, or ``step``
     (only the programs that ran in the steps, when ``runs`` says which: the others keep their figures
     and buffer names, without op, shape or line, and their HLO is not parsed). ``only`` (module
     names or ``name(id)`` labels) reads those programs alone. A module whose assignment cannot be
@@ -98,24 +100,42 @@ def memory_from_protos(protos: Sequence[ModuleProto], *, origin: str,
             continue
         module = parsed.get(key)
         rps = _runs(runs, proto.name, proto.program_id)
+        p = None
         if module is None and (describe == "all" or runs is None or rps):
+            # The fields a buffer's description needs, read from the proto; printed and parsed as
+            # text only where the proto holds a shape the reader here cannot write as the text does.
+            from_proto = module_from_hlo_proto(proto.hlo_proto, program_id=proto.program_id)
             try:
-                text = print_modules([(proto.hlo_proto, label, proto.host, proto.path)])[0]
-                if isinstance(text, InputError):
-                    raise text
-                module = parse_module(text, origin=label)
-            except PrinterCrash:
-                raise
-            except (InputError, ValueError) as exc:
-                warnings.append(f"{label}: HLO not parsed ({exc}); buffers are named without shapes or lines")
-        p = program_memory(assignment, module, name=proto.name, program_id=proto.program_id,
-                           host=proto.host, runs_per_step=rps)
+                p = None if from_proto is None else program_memory(
+                    assignment, from_proto, name=proto.name, program_id=proto.program_id, host=proto.host,
+                    runs_per_step=rps)
+            except UnwritableShape:
+                p = None
+            if p is None:
+                module = _parsed(proto, label, warnings)
+        if p is None:
+            p = program_memory(assignment, module, name=proto.name, program_id=proto.program_id,
+                               host=proto.host, runs_per_step=rps)
         if p.error:
             warnings.append(f"{label}: {p.error}")
         programs.append(p)
     ordered = _ordered(programs)
     return MemoryReport(origin, ordered, backend, device_kind, None, tuple(missing), tuple(warnings),
                         kv_cache=kv_cache(ordered))
+
+
+def _parsed(proto: ModuleProto, label: str, warnings: list[str]) -> HloModule | None:
+    """The module printed by XLA and parsed; None (and a warning) where it cannot be."""
+    try:
+        text = print_modules([(proto.hlo_proto, label, proto.host, proto.path)])[0]
+        if isinstance(text, InputError):
+            raise text
+        return parse_module(text, origin=label)
+    except PrinterCrash:
+        raise
+    except (InputError, ValueError) as exc:
+        warnings.append(f"{label}: HLO not parsed ({exc}); buffers are named without shapes or lines")
+        return None
 
 
 def read_memory(path: str | Path, *, runs: Mapping[ProgramKey, float] | None = None,
