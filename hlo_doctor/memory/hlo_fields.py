@@ -24,6 +24,7 @@ from typing import Any
 from hlo_doctor.hlo import HloComputation, HloInstruction, HloModule, HloShape
 from hlo_doctor.hlo.frames import Frame
 from hlo_doctor.hlo.navigation import key_instruction
+from hlo_doctor.memory.proto import Fields, message_classes
 
 __all__ = ["ELEMENT_TYPES", "ProtoModule", "UnwritableShape", "module_from_hlo_proto"]
 
@@ -47,23 +48,10 @@ class UnwritableShape(Exception):
 @cache
 def _messages() -> tuple[Any, Any]:
     """``HloProto`` (its module's instructions only) and ``ShapeProto`` classes."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    messages: list[tuple[str, Fields]] = []
 
-    F = descriptor_pb2.FieldDescriptorProto
-    file = descriptor_pb2.FileDescriptorProto(name="hlo_doctor/memory/hlo_fields.proto",
-                                              package="hlo_doctor.memory.fields", syntax="proto3")
-    types = {"i": F.TYPE_INT64, "b": F.TYPE_BOOL, "s": F.TYPE_STRING, "e": F.TYPE_INT32}
-
-    def message(name: str, fields: list[tuple[str, int, str, bool]]) -> None:
-        m = file.message_type.add(name=name)
-        for field_name, number, kind, repeated in fields:
-            f = m.field.add(name=field_name, number=number,
-                            label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL)
-            if kind in types:
-                f.type = types[kind]
-            else:
-                f.type = F.TYPE_MESSAGE
-                f.type_name = f".hlo_doctor.memory.fields.{kind}"
+    def message(name: str, fields: Fields) -> None:
+        messages.append((name, fields))
 
     message("Layout", [("minor_to_major", 1, "i", True), ("tail_padding_alignment_in_elements", 16, "i", False)])
     message("Shape", [("element_type", 2, "e", False), ("dimensions", 3, "i", True),
@@ -86,10 +74,8 @@ def _messages() -> tuple[Any, Any]:
                        ("computations", 3, "Computation", True), ("entry_computation_id", 6, "i", False),
                        ("stack_frame_index", 17, "StackFrameIndex", False)])
     message("HloProto", [("hlo_module", 1, "Module", False)])
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(file)
-    return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"hlo_doctor.memory.fields.{n}"))
-                 for n in ("HloProto", "Shape"))  # type: ignore[return-value]
+    return message_classes("hlo_doctor/memory/hlo_fields.proto", "hlo_doctor.memory.fields", messages,
+                           ("HloProto", "Shape"))  # type: ignore[return-value]
 
 
 class _Reader:

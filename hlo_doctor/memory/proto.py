@@ -107,17 +107,24 @@ class BufferAssignment:
         return not self.allocations
 
 
-@cache
-def _messages() -> tuple[Any, ...]:
-    """``HloProto`` and ``BufferAssignmentProto`` classes holding only the fields read here."""
+Fields = list[tuple[str, int, str, bool]]
+"""A message's fields: (name, number, kind, repeated); kind ``i`` int64, ``b`` bool, ``s`` string,
+``e`` an enum read as int32, or the name of another message of the same file."""
+
+
+def message_classes(file_name: str, package: str, messages: list[tuple[str, Fields]],
+                    wanted: tuple[str, ...]) -> tuple[Any, ...]:
+    """The classes named ``wanted`` of a proto file declared here, in a descriptor pool of its own.
+
+    Each reader declares only the fields it reads (unknown fields are skipped by the runtime), so no
+    generated module and no other pool is touched.
+    """
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     F = descriptor_pb2.FieldDescriptorProto
-    file = descriptor_pb2.FileDescriptorProto(name="hlo_doctor/memory/buffer_assignment.proto",
-                                              package="hlo_doctor.memory", syntax="proto3")
+    file = descriptor_pb2.FileDescriptorProto(name=file_name, package=package, syntax="proto3")
     types = {"i": F.TYPE_INT64, "b": F.TYPE_BOOL, "s": F.TYPE_STRING, "e": F.TYPE_INT32}
-
-    def message(name: str, fields: list[tuple[str, int, str, bool]]) -> None:
+    for name, fields in messages:
         m = file.message_type.add(name=name)
         for field_name, number, kind, repeated in fields:
             f = m.field.add(name=field_name, number=number,
@@ -126,7 +133,19 @@ def _messages() -> tuple[Any, ...]:
                 f.type = types[kind]
             else:
                 f.type = F.TYPE_MESSAGE
-                f.type_name = f".hlo_doctor.memory.{kind}"
+                f.type_name = f".{package}.{kind}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{n}")) for n in wanted)
+
+
+@cache
+def _messages() -> tuple[Any, ...]:
+    """``HloProto`` and ``BufferAssignmentProto`` classes holding only the fields read here."""
+    messages: list[tuple[str, Fields]] = []
+
+    def message(name: str, fields: Fields) -> None:
+        messages.append((name, fields))
 
     message("Instruction", [("name", 1, "s", False), ("opcode", 2, "s", False), ("id", 35, "i", False)])
     message("Computation", [("name", 1, "s", False), ("instructions", 2, "Instruction", True)])
@@ -148,10 +167,8 @@ def _messages() -> tuple[Any, ...]:
                            ("buffer_allocations", 3, "Allocation", True),
                            ("heap_simulator_traces", 4, "HeapTrace", True)])
     message("HloProto", [("hlo_module", 1, "Module", False), ("buffer_assignment", 3, "Assignment", False)])
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(file)
-    return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"hlo_doctor.memory.{n}"))
-                 for n in ("HloProto", "Assignment", "Module"))
+    return message_classes("hlo_doctor/memory/buffer_assignment.proto", "hlo_doctor.memory", messages,
+                           ("HloProto", "Assignment", "Module"))
 
 
 def assignment_from_hlo_proto(data: bytes, *, origin: str = "") -> BufferAssignment | None:
