@@ -11,13 +11,11 @@ vocabulary 32,000, batch 4, a 1,024-token cache; ``benchmarks/field/kerashub_gem
 from __future__ import annotations
 
 import gzip
-import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from profiled_rules import profile_and_diagnose
 
-from hlo_doctor.cli import main
 from hlo_doctor.hlo.loops import loop_rebuilds
 from hlo_doctor.lint import load_context, load_rulebook, run_rule
 
@@ -27,13 +25,7 @@ LAYERS, HEADS, DIM, TOKENS = 2, 2, 16, 8
 
 
 def _profile_and_diagnose(target: str, out: Path) -> dict:  # type: ignore[type-arg]
-    runner = CliRunner()
-    result = runner.invoke(main, ["profile", f"{PROGRAM}:{target}", "--steps", "3", "--warmup", "1",
-                                  "--out", str(out), "--format", "json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    result = runner.invoke(main, ["diagnose", str(out), "--format", "json"], catch_exceptions=False)
-    assert result.exit_code in (0, 1), result.output
-    return json.loads(result.stdout)  # type: ignore[no-any-return]
+    return profile_and_diagnose(PROGRAM, target, out)
 
 
 def _codes(doc: dict, code: str) -> list[dict]:  # type: ignore[type-arg]

@@ -11,13 +11,11 @@ scanned variable collection; 64 positions, width 32), paths shortened to ``/src`
 from __future__ import annotations
 
 import gzip
-import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from profiled_rules import line_of, profile_and_diagnose
 
-from hlo_doctor.cli import main
 from hlo_doctor.hlo.scan_stacks import restacked_states
 from hlo_doctor.lint import load_context, load_rulebook, run_rule
 from hlo_doctor.lint.op_union import overlap_ratio
@@ -26,17 +24,11 @@ PROGRAM = Path(__file__).parent / "programs" / "scan_cache.py"
 
 
 def _profile_and_diagnose(target: str, out: Path) -> dict:  # type: ignore[type-arg]
-    runner = CliRunner()
-    result = runner.invoke(main, ["profile", f"{PROGRAM}:{target}", "--steps", "3", "--warmup", "1",
-                                  "--out", str(out), "--format", "json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    result = runner.invoke(main, ["diagnose", str(out), "--format", "json"], catch_exceptions=False)
-    assert result.exit_code in (0, 1), result.output
-    return json.loads(result.stdout)  # type: ignore[no-any-return]
+    return profile_and_diagnose(PROGRAM, target, out)
 
 
 def _line(text: str) -> int:
-    return next(i for i, line in enumerate(PROGRAM.read_text().splitlines(), 1) if text in line)
+    return line_of(PROGRAM, text)
 
 
 def test_hd020_one_finding_at_the_scan_sized_by_what_carrying_removes(tmp_path: Path) -> None:

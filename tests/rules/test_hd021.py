@@ -7,13 +7,11 @@ diagnosed on XLA:CPU through the CLI.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from profiled_rules import line_of, profile_and_diagnose
 
-from hlo_doctor.cli import main
 from hlo_doctor.hlo.dead_outputs import state_outputs
 from hlo_doctor.lint import load_context
 from hlo_doctor.lint.op_union import overlap_ratio
@@ -22,17 +20,11 @@ PROGRAM = Path(__file__).parent / "programs" / "dead_output.py"
 
 
 def _profile_and_diagnose(target: str, out: Path) -> dict:  # type: ignore[type-arg]
-    runner = CliRunner()
-    result = runner.invoke(main, ["profile", f"{PROGRAM}:{target}", "--steps", "3", "--warmup", "1",
-                                  "--out", str(out), "--format", "json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    result = runner.invoke(main, ["diagnose", str(out), "--format", "json"], catch_exceptions=False)
-    assert result.exit_code in (0, 1), result.output
-    return json.loads(result.stdout)  # type: ignore[no-any-return]
+    return profile_and_diagnose(PROGRAM, target, out)
 
 
 def _line(text: str) -> int:
-    return next(i for i, line in enumerate(PROGRAM.read_text().splitlines(), 1) if text in line)
+    return line_of(PROGRAM, text)
 
 
 def test_hd021_the_unread_output_sized_by_the_ops_feeding_only_it(tmp_path: Path) -> None:
