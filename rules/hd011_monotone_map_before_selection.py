@@ -22,7 +22,7 @@ from hlo_doctor.lint.testing import ARGMAX_F32_TOKENS
 
 # keras-hub 0.32.0's GemmaCausalLM.generate (GreedySampler, vocab 256000, XLA:CPU): the sampler's
 # softmax(logits / temperature) and keras' argmax, cut from the while body of the optimized module
-# (/work/field/hlo/kh-gemma-v256k-s32, module_0030): the computations involved and the body's lines,
+# (runs/field/hlo/kh-gemma-v256k-s32, module_0030): the computations involved and the body's lines,
 # as printed; the LM head's result (copy_dot_fusion) is the entry parameter, stacks kept 4 frames deep.
 _KERAS_HUB_SAMPLER = """\
 HloModule jit_compiled_generate_function, is_scheduled=true, entry_computation_layout={(f32[256000]{0})->s32[1]{0}}

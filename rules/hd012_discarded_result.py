@@ -18,7 +18,7 @@ _LEVEL_CALLERS = frozenset({"while", "conditional", "call"})
 
 # transformers 4.57.6 Flax Gemma, greedy generate (vocab 256000, 16 prompt positions, XLA:CPU): the LM
 # head over every prompt position and the argmax of the last one (``logits[:, -1]``, the slice fused
-# into the argmax), cut from the optimized module (/work/field/hlo/tf-gemma-jit-v256k-s32,
+# into the argmax), cut from the optimized module (runs/field/hlo/tf-gemma-jit-v256k-s32,
 # module_0204): the computations involved and the entry's lines as printed; the LM head's input
 # (multiply_bitcast_fusion) is an entry parameter, stacks kept 4 frames deep.
 _LM_HEAD_EVERY_POSITION = r"""HloModule jit_generate, is_scheduled=true, entry_computation_layout={(f32[16,128]{1,0}, f32[256000,128]{1,0})->s32[1]{0}}

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Capture one field loop: trace + optimized-HLO dump, op-stats table, and the "before" diagnosis.
 #   benchmarks/field/capture.sh NAME TARGET OUTROOT [VAR=VALUE ...]
-# e.g. benchmarks/field/capture.sh kh-gemma-v256k benchmarks/field/kerashub_gemma.py:step /work/field FIELD_VOCAB=256000
+# e.g. benchmarks/field/capture.sh kh-gemma-v256k benchmarks/field/kerashub_gemma.py:step runs/field FIELD_VOCAB=256000
 # Writes OUTROOT/runs/NAME (run dir), OUTROOT/hlo/NAME (--xla_dump_to), OUTROOT/stats/NAME.{txt,csv},
-# OUTROOT/diagnose-before/NAME.{txt,md,json}. VENV (default /work/fieldvenv) holds the libraries;
+# OUTROOT/diagnose-before/NAME.{txt,md,json}. VENV (default .venv-field) holds the libraries;
 # HLO_DOCTOR (default VENV/bin/hlo-doctor) is the hlo-doctor command, e.g. a pinned checkout:
 #   HLO_DOCTOR="env PYTHONPATH=/path/to/checkout VENV/bin/python -m hlo_doctor.cli"
 set -euo pipefail
 name=$1; target=$2; root=$3; shift 3
 # STEPS=N and WARMUP=N among the settings are capture.sh's own (the rest go to the target).
 for a in "$@"; do case $a in STEPS=*) STEPS=${a#*=};; WARMUP=*) WARMUP=${a#*=};; esac; done
-venv=${VENV:-/work/fieldvenv}
+venv=${VENV:-.venv-field}
 read -r -a hd <<< "${HLO_DOCTOR:-$venv/bin/hlo-doctor}"
 mkdir -p "$root"/runs "$root"/hlo "$root"/stats "$root"/diagnose-before
 rm -rf "$root/hlo/$name"

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Diagnose every capture under OUTROOT/runs into OUTROOT/DEST/NAME.{txt,json} (and .md with MD=1)
 # (DEST default diagnose-before), with HLO_DOCTOR (see capture.sh), e.g. a pinned checkout:
-#   HLO_DOCTOR="env PYTHONPATH=/path/to/old-checkout /work/fieldvenv/bin/python -m hlo_doctor.cli" \
-#     benchmarks/field/diagnose_all.sh /work/field diagnose-before
+#   HLO_DOCTOR="env PYTHONPATH=/path/to/old-checkout .venv-field/bin/python -m hlo_doctor.cli" \
+#     benchmarks/field/diagnose_all.sh runs/field diagnose-before
 set -uo pipefail
 root=$(realpath "$1"); dest=$root/${2:-diagnose-before}
 # Run from / so that `python -m` finds the checkout named in PYTHONPATH, not one in the cwd.
 cd /
-venv=${VENV:-/work/fieldvenv}
+venv=${VENV:-.venv-field}
 read -r -a hd <<< "${HLO_DOCTOR:-$venv/bin/hlo-doctor}"
 mkdir -p "$dest"
 for run in "$root"/runs/*/; do

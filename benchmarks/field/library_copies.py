@@ -10,7 +10,7 @@ whose code the fix changes. This writes, for each library below, a byte copy of 
   downloaded) and runs the library's decode loop once, cycling over ``FIELD_PROMPTS`` prompts so
   that the outputs are compared over several inputs (both sides call in lockstep).
 
-Usage (the field venv): ``/work/fieldvenv/bin/python benchmarks/field/library_copies.py OUT_DIR [NAME...]``
+Usage (the field venv): ``.venv-field/bin/python benchmarks/field/library_copies.py OUT_DIR [NAME...]``
 (names: ``tf_gpt2``, ``tf_gemma``, ``kh_gemma``, ``rg_griffin``); then e.g. ``hlo-doctor verify OUT_DIR/tf_gpt2/modeling_flax_gpt2.py:step
 --fix init-once`` (docs/field.md, "Fixes proven on library loops").
 
@@ -197,7 +197,7 @@ WRITERS = {"tf_gpt2": lambda out: write_transformers(out, "gpt2"),
 
 
 if __name__ == "__main__":
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/field/fixes")
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/field/fixes")
     for name in sys.argv[2:] or list(WRITERS):
         path = WRITERS[name](root)
         print(path)

@@ -2,13 +2,13 @@
 # Rerun the whole field set into OUTROOT: captures (trace + HLO dump + op stats + diagnosis), the
 # what-if measurements, the compile counts and OUTROOT/README.md.
 #   benchmarks/field/run_all.sh OUTROOT
-# Environment: VENV (default /work/fieldvenv), HLO_DOCTOR (see capture.sh), ONLY=name,name
+# Environment: VENV (default .venv-field), HLO_DOCTOR (see capture.sh), ONLY=name,name
 # (a subset of loops.txt), SKIP_CAPTURE=1, SKIP_WHATIF=1, ROUNDS (default 12). Every what-if run
 # also times the baseline against itself (variant a/a): the noise floor of its savings.
 set -euo pipefail
 root=$(realpath -m "$1")
 here=$(cd "$(dirname "$0")" && pwd)
-venv=${VENV:-/work/fieldvenv}
+venv=${VENV:-.venv-field}
 mkdir -p "$root/whatif" "$root/logs"
 cd "$here/../.."
 grep -v '^#' "$here/loops.txt" | while read -r name loop rest; do
