@@ -47,9 +47,13 @@ def test_a_folder_swapped_for_a_link_during_writes_is_never_followed(tmp_path: P
     outside.mkdir()
     stop = threading.Event()
     thread = _swapper(folder, outside, stop)
-    written = refused = 0
+    written = refused = i = 0
+    deadline = time.monotonic() + 30
     try:
-        for i in range(400):
+        # Until the race has gone both ways (the swapper thread shares the interpreter with the
+        # writer, so on a loaded machine it may take many writes), 400 writes at least.
+        while i < 400 or (not (written and refused) and time.monotonic() < deadline):
+            i += 1
             try:
                 write_atomically(folder / f"chart{i % 7}.svg", b"<svg/>", folder_no_link=True)
                 written += 1
