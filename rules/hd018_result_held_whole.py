@@ -17,6 +17,7 @@ from hlo_doctor.lint import (
     fmt_bytes,
     peak_with_resized,
 )
+from hlo_doctor.lint.testing import ARGMAX_REDUCER
 
 THRESHOLD = 0.5
 """Flag a result only when its uses keep less than this fraction of it (HD012's threshold)."""
@@ -36,17 +37,7 @@ HloModule jit_prefill, is_scheduled=true, entry_computation_layout={(f32[4,16,12
   ROOT %dot.1 = f32[64,32000]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(prefill)/dot_general" source_file="prefill.py" source_line=19}
 }
 
-%region_0.1 (a: f32[], b: s32[], c: f32[], d: s32[]) -> (f32[], s32[]) {
-  %a = f32[] parameter(0)
-  %b = s32[] parameter(1)
-  %c = f32[] parameter(2)
-  %d = s32[] parameter(3)
-  %gt = pred[] compare(%a, %c), direction=GT
-  %sel = f32[] select(%gt, %a, %c)
-  %seli = s32[] select(%gt, %b, %d)
-  ROOT %t = (f32[], s32[]) tuple(%sel, %seli)
-}
-
+""" + ARGMAX_REDUCER + """
 %fused_computation.1 (param_0.4: f32[64,32000]) -> (f32[4], s32[4]) {
   %param_0.4 = f32[64,32000]{1,0} parameter(0)
   %bitcast.4 = f32[4,16,32000]{2,1,0} bitcast(%param_0.4)

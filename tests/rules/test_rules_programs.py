@@ -6,32 +6,24 @@ donation, and a loop that copies its carried cache on every iteration, without a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from profiled_rules import line_of, profile_and_diagnose
 
 from hlo_doctor.capture import resolve_target
-from hlo_doctor.cli import main
 
 PROGRAMS = Path(__file__).parent / "programs"
 
 
 def _profile_and_diagnose(target: str, out: Path) -> dict:  # type: ignore[type-arg]
-    runner = CliRunner()
-    result = runner.invoke(main, ["profile", f"{PROGRAMS / target}", "--steps", "3", "--warmup", "1",
-                                  "--out", str(out), "--format", "json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    result = runner.invoke(main, ["diagnose", str(out), "--format", "json"], catch_exceptions=False)
-    assert result.exit_code in (0, 1), result.output
-    return json.loads(result.stdout)  # type: ignore[no-any-return]
+    file, function = target.rsplit(":", 1)
+    return profile_and_diagnose(PROGRAMS / file, function, out)
 
 
 def _line(program: str, text: str) -> int:
     """The line of ``program`` holding ``text``."""
-    lines = (PROGRAMS / program).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line)
+    return line_of(PROGRAMS / program, text)
 
 
 def _codes(doc: dict, code: str) -> list[dict]:  # type: ignore[type-arg]
