@@ -130,11 +130,14 @@ class DoctorResult:
         if st is None or not st.significant:
             measured["decode_step_ms"] = None
         net = None if promise is None else promise.net_us / 1e3
+        rng = None if promise is None else promise.interval_us
         return {
             "promised_ms": net,
             "promise": None if promise is None else promise.verdict,
-            "promised_range_ms": None if promise is None or promise.net_low_us is None or promise.net_high_us is None
-            else [promise.net_low_us / 1e3, promise.net_high_us / 1e3],
+            # The range of the figure the promise is (the program A/B's, the replay's or the what-if's).
+            "promised_range_ms": None if rng is None else [rng[0] / 1e3, rng[1] / 1e3],
+            "how": None if promise is None else promise.how,
+            "measured_by": None if promise is None else _measured_by(promise),
             "recovered_ms": None if promise is None else promise.recoverable_us / 1e3,
             "cost_ms": None if promise is None else promise.cost_us / 1e3,
             "decode_step": "not measured" if st is None else (
@@ -271,3 +274,12 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
         render_doctor_json(result), diagnosis_json(diagnosis), stats_json.read_text() if stats_json.is_file() else None,
         render_json(verify) if verify is not None else None))
     return result
+
+
+def _measured_by(promise: Any) -> str | None:
+    """How the promise was measured here, in the words of its own line (None for a model)."""
+    if promise.program is not None:
+        return str(promise.program.line())
+    if promise.replay is not None:
+        return str(promise.replay.line())
+    return "; ".join(promise.measured) or None

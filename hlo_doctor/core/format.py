@@ -78,12 +78,12 @@ def fmt_ms(us: float | None) -> str:
     """A measured latency: ``72.53 ms`` (from 1 ms) or ``480 us``; ``-`` for unknown."""
     if us is None:
         return "-"
-    return f"{us / 1000:,.2f} ms" if us >= 1000 else f"{us:,.0f} us"
+    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.0f} us"
 
 
 def fmt_duration(us: float) -> str:
     """A duration in a one-line summary: ``0.8 ms`` from 100 us, ``42 us`` under."""
-    return f"{us / 1000:.1f} ms" if us >= 100 else f"{us:.0f} us"
+    return f"{us / 1000:.1f} ms" if abs(us) >= 100 else f"{us:.0f} us"
 
 
 def fmt_num(x: float | None, digits: int = 1) -> str:

@@ -103,13 +103,25 @@ class FixPromise:
         return self.replay.promise_us if self.replay.significant else 0.0
 
     @property
+    def interval_us(self) -> tuple[float, float] | None:
+        """The range of the promise per step, from the figure :attr:`net_us` comes from: the program
+        A/B's interval, else the replay's, else the what-if's range; None for a model with nothing
+        measured here (its range is :attr:`model_range_us`)."""
+        if self.program is not None:
+            return self.program.interval_us
+        if self.replay is not None:
+            return self.replay.promise_interval_us
+        if self.net_low_us is None or self.net_high_us is None:
+            return None
+        return (min(self.net_low_us, self.net_us), max(self.net_high_us, self.net_us))
+
+    @property
     def verdict(self) -> str:
         """``saving`` (the whole range above 0), ``may cost`` (it straddles 0) or ``no saving expected``."""
         if self.program is not None or self.replay is not None:
-            low, high = self.program.interval_us if self.program is not None else self.replay.promise_interval_us  # type: ignore[union-attr]
+            low, high = self.interval_us  # type: ignore[misc]
             return "saving" if low > 0 else "may cost" if high > 0 else "no saving expected"
-        low = self.net_us if self.net_low_us is None else min(self.net_low_us, self.net_us)
-        high = self.net_us if self.net_high_us is None else max(self.net_high_us, self.net_us)
+        low, high = self.interval_us or (self.net_us, self.net_us)
         if low > 0:
             return "saving"
         return "may cost" if high > 0 else "no saving expected"

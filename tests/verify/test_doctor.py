@@ -42,6 +42,18 @@ def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:
     est = doc["estimate"]
     (promise,) = [p for p in diagnosis["fixes"] if p["fix"] == "bf16-greedy-sampler"]
     assert est["promised_ms"] == promise["net_us"] / 1e3
+    # The range shown beside the promise is the range of the figure the promise is (the replay's, the
+    # program A/B's or the what-if's), so it holds the promise; how it was measured goes with it.
+    assert est["how"] == promise["how"]
+    if est["promised_range_ms"] is not None:
+        lo, hi = est["promised_range_ms"]
+        assert lo - 1e-9 <= est["promised_ms"] <= hi + 1e-9, est
+    if promise["how"] == "replay":
+        lo, hi = promise["replay"]["promise_interval_us"]
+        assert est["promised_range_ms"] == [lo / 1e3, hi / 1e3]
+    if est["measured_profiled_step_ms"] is not None:  # one capture a side: a difference, never "measured"
+        assert "(one capture a side, not tested)" in result.stderr
+        assert "of the profiled step" not in result.stderr.split("estimate:")[-1]
     decode = verify["step"]["decode_step_ms"]
     # The table's medians and the verdict's statistic, each labelled.
     assert decode["medians_ratio"] == decode["treatment"] / decode["baseline"]
