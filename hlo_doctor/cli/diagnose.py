@@ -88,7 +88,7 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     from hlo_doctor.hosts import CaptureReader
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
     from hlo_doctor.lint.promise import with_fixes
-    from hlo_doctor.lint.runner import replayed
+    from hlo_doctor.lint.runner import replay_unfixed, replayed
     from hlo_doctor.lint.store import MeasurementStore
 
     fmt = fmt or ("github" if in_github_actions() and output is None else "table")
@@ -115,6 +115,8 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     result = dataclasses.replace(result, findings=applicable, fix_promises=with_fixes(result.fix_promises, applicable))
     # Each fix offered only on this code is replayed too, where this machine can run the capture.
     result = dataclasses.replace(result, fix_promises=replayed(ctx, result.fix_promises, applicable))
+    # A waste no fix here answers (a library's code) is measured the same way where a replay removes it.
+    result = replay_unfixed(ctx, result)
     if what_if and result.fix_promises:
         # A capture of `profile FILE.py:FUNC` this machine can run: each file fix timed on the program
         # itself, read from the store; verify is imported only when it measures.

@@ -64,6 +64,14 @@ class FixPromise:
     that is the promise (:mod:`hlo_doctor.lint.program_ab`), before the replay's."""
     program_unmeasured: str = ""
     """Why no program A/B measured it (one line), where the capture is of a program target."""
+    label: str = ""
+    """What the line calls it where it is not a bundled fix: a finding whose waste a replay removed
+    with no fix offered for it (``HD011 at keras_hub/src/samplers/sampler.py:139, removed``)."""
+
+    @property
+    def name(self) -> str:
+        """``fix bf16-greedy-sampler``, or :attr:`label`."""
+        return self.label or f"fix {self.fix}"
 
     @property
     def basis(self) -> str:
@@ -133,7 +141,7 @@ class FixPromise:
                 "basis": self.basis, "model_us": self.model_us, "model_range_us": list(self.model_range_us),
                 "replay": self.replay.to_dict() if self.replay is not None else None, "unmeasured": self.unmeasured,
                 "how": self.how, "program_ab": self.program.to_dict() if self.program is not None else None,
-                "program_unmeasured": self.program_unmeasured}
+                "program_unmeasured": self.program_unmeasured, **({"label": self.label} if self.label else {})}
 
     def range_text(self) -> str:
         """`` [12.1, 19.8 ms]`` where something was measured here, else ""."""
@@ -161,7 +169,7 @@ class FixPromise:
                 what = "no saving promised, none significant"
             else:
                 what = f"~{fmt_duration(self.net_us)} per step{pct}"
-            return f"fix {self.fix}: {what}, {self.program.line()}"
+            return f"{self.name}: {what}, {self.program.line()}"
         if self.replay is not None:
             pct = f" (~{100.0 * self.net_us / step_us:.0f}% of the step)" if step_us else ""
             if self.replay.slower:
@@ -174,7 +182,7 @@ class FixPromise:
                 what = "no saving promised, none significant"
             else:
                 what = f"~{fmt_duration(self.net_us)} per step{pct}"
-            return f"fix {self.fix}: {what}, {self.replay.line()}"
+            return f"{self.name}: {what}, {self.replay.line()}"
         model = ""
         if self.unmeasured:
             lo, hi = self.model_range_us
@@ -183,7 +191,7 @@ class FixPromise:
 
     def _line(self, step_us: float | None) -> str:
         how = "; ".join(self.measured) or ("what-if run" if self.cost_us > 0 or not self.unmeasured else "")
-        head = (f"fix {self.fix}: ~{fmt_duration(self.recoverable_us)} recovered by {self.findings} "
+        head = (f"{self.name}: ~{fmt_duration(self.recoverable_us)} recovered by {self.findings} "
                 f"finding{'s' if self.findings != 1 else ''}")
         head += (f", less ~{fmt_duration(self.cost_us)} it costs on this machine ({how})" if self.cost_us > 0
                  else f" ({how})" if how else "")

@@ -9,6 +9,7 @@ estimate wins). Nothing here prints.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import traceback
@@ -55,6 +56,9 @@ class Diagnosis:
     """Programs compiled inside the window and eager ops compiled apart (see :mod:`.compiles`)."""
     fix_promises: tuple[FixPromise, ...] = ()
     """Each fix the rules offered, with what its findings recover and what it costs here."""
+    removed: tuple[FixPromise, ...] = ()
+    """Findings no bundled fix answers (a library's code, a remedy to make by hand) whose waste a
+    replay of the capture's programs removed here: what removing it measured (:func:`replay_unfixed`)."""
     step_basis: str = ""
     """What the step divided by is (``mean of 5 traced step annotations``); "" when the input says
     nothing of its steps (an ``opstats.json`` export, HLO text)."""
@@ -74,8 +78,9 @@ class Diagnosis:
     def fixes_line(self) -> str:
         """The promise of each fix that a what-if run priced here (a cost, or a figure measured here,
         with its label), that a replay measured, or that a replay could not (the reason); "" when none."""
-        return "; ".join(p.line(self.step_time_us) for p in self.fixes
-                         if p.cost_us > 0 or p.measured or p.replay is not None or p.unmeasured)
+        return "; ".join([p.line(self.step_time_us) for p in self.fixes
+                          if p.cost_us > 0 or p.measured or p.replay is not None or p.unmeasured]
+                         + [p.line(self.step_time_us) for p in self.removed])
 
     def compile_line(self) -> str:
         """``compiles in the window: jit_f 3 (on every call); 27 eager ops compiled (1.2 s)``, or ""."""
@@ -129,6 +134,7 @@ class Diagnosis:
             **(self.compiles.to_dict() if self.compiles is not None
                else {"compiles": [], "eager_compiles": {"count": 0, "time_us": 0.0, "ops": {}}}),
             "fixes": [p.to_dict() for p in self.fixes],
+            "removed_by_replay": [p.to_dict() for p in self.removed],
             "findings": [f.to_dict() for f in self.findings],
         }
 
@@ -242,6 +248,28 @@ def replayed(ctx: Context, fix_promises: tuple[FixPromise, ...], findings: Itera
 
     done = {p.fix: p for p in with_replays(fresh, findings, lambda fix, fs: measure_fix(ctx, fix, fs))}
     return tuple(sorted((done.get(p.fix, p) for p in fix_promises), key=lambda p: (-p.net_us, p.fix)))
+
+
+def replay_unfixed(ctx: Context, diagnosis: Diagnosis) -> Diagnosis:
+    """``diagnosis`` with each finding that no fix answers, but whose change a replay makes (an
+    order-keeping map before an argmax in a library's sampler, say), measured by that replay here:
+    what removing its waste gives back per step (``removed``). A finding the replay cannot stand for,
+    or a capture it cannot run, is left as it was (its figure stays the rule's model)."""
+    from hlo_doctor.lint.replay import measure_fix
+    from hlo_doctor.lint.replay.plan import REPLAYED
+
+    if not ctx.what_if or not ctx.has_opstats:
+        return diagnosis
+    out = []
+    for f in diagnosis.findings:
+        if f.fix or f.code not in REPLAYED or not f.recoverable_us:
+            continue
+        where = f.source or f"{f.module}/{f.op}"
+        got = measure_fix(ctx, f"{f.code}@{where}", [f])
+        if isinstance(got, str):
+            continue
+        out.append(FixPromise(got.fix, 1, f.recoverable_us, 0.0, replay=got, label=f"{f.code} at {where}, removed"))
+    return dataclasses.replace(diagnosis, removed=tuple(sorted(out, key=lambda p: (-p.net_us, p.fix))))
 
 
 _STEP_SOURCES = {

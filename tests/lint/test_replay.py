@@ -137,6 +137,24 @@ def test_the_changed_programs_compiled_hlo_lacks_what_the_change_removes(tmp_pat
     assert len(doc["a_us"]) == len(doc["b_us"]) >= 4  # type: ignore[arg-type]
 
 
+def test_a_softmax_behind_argmax_special_value_select_is_dropped_too(tmp_path: Path) -> None:
+    """keras' ``ops.argmax`` on JAX sets -0.0 apart with a select before the reduce (as the captured
+    keras-hub sampler does): the selection and that select's test both read the logits then."""
+
+    def keras_like(x: jax.Array) -> jax.Array:
+        p = jax.nn.softmax(x)
+        return jnp.argmax(jnp.where((p == 0) & jnp.signbit(p), -1.17549435e-38, p), -1)
+
+    (tmp_path / "k.pb").write_bytes(_proto(jax.jit(keras_like), jnp.zeros((B, V), jnp.float32)))
+    wide = (Parameter("f32", (B, V)),)
+    doc = _child(tmp_path, ReplaySpec(a=(Call("k", "k.pb", wide),), b=(Call("k", "k.pb", wide, drop_maps=True),),
+                                      seconds=0.2, min_pairs=4))
+    a_ops, b_ops = doc["a_ops"], doc["b_ops"]
+    assert isinstance(a_ops, list) and isinstance(b_ops, list)
+    assert doc["b_rewired"] == [1]
+    assert a_ops[0].get("exponential", 0) >= 1 and b_ops[0].get("exponential", 0) == 0
+
+
 def test_a_narrowed_argmax_reads_the_narrow_parameter_itself(tmp_path: Path) -> None:
     argmax = jax.jit(lambda x: jnp.argmax(x, -1))
     (tmp_path / "argmax.pb").write_bytes(_proto(argmax, jnp.zeros((B, V), jnp.float32)))

@@ -134,22 +134,59 @@ def alias_output(text: str, number: int, outputs: tuple[int, ...]) -> str:
 def drop_monotone_maps(text: str) -> tuple[str, int]:
     """``text`` with every argmax/argmin/max/min in main fed the value before the order-keeping maps
     that precede it (softmax, an exp in the LM head's fusion); the maps' other users keep them.
-    Returns the text and how many reductions were rewired (0: nothing to drop)."""
+    Where none is found, the functions main calls (XLA:CPU's custom fusions come back as calls) are
+    inlined first, as XLA's own call inliner would, and main looked at again. Returns the text and
+    how many reductions were rewired (0: nothing to drop)."""
     from jax._src.interpreters import mlir
-    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir import ir, passmanager
 
-    rewired = 0
     with mlir.make_ir_context():
         module = ir.Module.parse(text)
-        for reduce in _ops(_main(module), "stablehlo.reduce"):
-            if not _is_selection(reduce):
-                continue
-            value = reduce.operands[0]
-            source = _before_maps(value)
-            if source is not None and str(source.type) == str(value.type):
-                reduce.operands[0] = source
-                rewired += 1
+        rewired = _rewire_selections(module)
+        if not rewired:
+            passmanager.PassManager.parse("builtin.module(inline)").run(module.operation)
+            rewired = _rewire_selections(module)
         return str(module), rewired
+
+
+def _rewire_selections(module: Any) -> int:
+    """Each selection in main fed the value before its maps, through the selects that only set
+    special values (argmax's -0 and NaN handling): they then test the value before the maps too."""
+    rewired = 0
+    for reduce in _ops(_main(module), "stablehlo.reduce"):
+        if not _is_selection(reduce):
+            continue
+        slot, index = reduce, 0
+        value = reduce.operands[0]
+        while (owner := _owner(value)) is not None and owner.name == "stablehlo.select" \
+                and _is_row_value(owner.operands[1]):
+            slot, index, value = owner, 2, owner.operands[2]
+        source = _before_maps(value)
+        if source is None or str(source.type) != str(value.type):
+            continue
+        if slot is not reduce:
+            _replace_uses(slot.operands[0], value, source, depth=12)
+        slot.operands[index] = source
+        rewired += 1
+    return rewired
+
+
+def _owner(value: Any) -> Any | None:
+    from jax._src.lib.mlir import ir
+
+    return value.owner.operation if isinstance(value.owner, (ir.Operation, ir.OpView)) else None
+
+
+def _replace_uses(root: Any, old: Any, new: Any, depth: int) -> None:
+    """In the ops ``root`` is computed by (``depth`` deep), each use of ``old`` made a use of ``new``."""
+    op = _owner(root)
+    if op is None or depth <= 0:
+        return
+    for i, operand in enumerate(op.operands):
+        if operand == old:
+            op.operands[i] = new
+        else:
+            _replace_uses(operand, old, new, depth - 1)
 
 
 def _before_maps(value: Any) -> Any | None:
