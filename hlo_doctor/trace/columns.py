@@ -116,12 +116,14 @@ class OpColumns:
 
             def gather(a: np.ndarray) -> np.ndarray:
                 return a[order]
-        start_ns, duration_ns = gather(start_ns).astype(np.float64), gather(duration_ns).astype(np.float64)
+        # (Arrays already of their column's type are kept as they are, not copied: the caller's are fresh.)
+        start_ns = gather(start_ns).astype(np.float64, copy=False)
+        duration_ns = gather(duration_ns).astype(np.float64, copy=False)
         parts: tuple[np.ndarray, ...] = (
             np.full(n, self.hosts.code(host), np.int32), np.full(n, self.devices.code(device), np.int32),
-            gather(module).astype(np.int32), gather(program_id).astype(np.int32), gather(op).astype(np.int32),
-            start_ns, duration_ns, self_times(start_ns, duration_ns),
-            gather(run_id).astype(np.int64), gather(occurrences).astype(np.int32))
+            gather(module).astype(np.int32, copy=False), gather(program_id).astype(np.int32, copy=False),
+            gather(op).astype(np.int32, copy=False), start_ns, duration_ns, self_times(start_ns, duration_ns),
+            gather(run_id).astype(np.int64, copy=False), gather(occurrences).astype(np.int32, copy=False))
         for column, part in zip(self.chunks, parts, strict=True):
             column.append(part)
         self.count += n
