@@ -86,21 +86,28 @@ _MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 _released: list[bool] = []
 
 
+RELEASE_FROM_BYTES = 4 << 20
+"""Freed arrays from this size go back to the system at once (:func:`return_freed_memory`)."""
+
+
 def return_freed_memory() -> None:
-    """Have the C allocator give a freed large array back to the system at once (glibc: a fixed
-    ``M_MMAP_THRESHOLD`` of 128 KiB; elsewhere nothing is done).
+    """Have the C allocator give a freed large array (:data:`RELEASE_FROM_BYTES` or more) back to the
+    system at once (glibc: a fixed ``M_MMAP_THRESHOLD``; elsewhere nothing is done).
 
     By default glibc raises that threshold to the size of the last large block freed, so the
     columns of the next line of events (a few MiB each) are carved out of the heap, which the
     process then keeps: its resident memory stays at its high-water mark while the columns of a
-    large trace are joined, summed and dropped. Called once per process, before the first read."""
+    large trace are joined, summed and dropped. Smaller blocks stay on the heap: a fresh mapping
+    per array costs a page fault per page (with the numpy decoder's many passes over each chunk,
+    seconds of system time on a 100 MiB trace; it is not used there). Called once per process,
+    before the first read."""
     if _released:
         return
     _released.append(True)
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6").mallopt(_MMAP_THRESHOLD, 128 << 10)
+        ctypes.CDLL("libc.so.6").mallopt(_MMAP_THRESHOLD, RELEASE_FROM_BYTES)
     except (OSError, AttributeError):  # not glibc
         pass
 
