@@ -347,13 +347,15 @@ def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | No
     opstats.json export. The host files of a log directory are read side by side (--jobs, or a Dask
     cluster: --scheduler) into one table.
     """
-    from hlo_doctor.hosts import read_capture
     from hlo_doctor.opstats.parquet import require_pyarrow, wants_parquet
 
     # A Parquet export that cannot be written is said before the capture is read (one line).
     if not memory and not breakdown and wants_parquet(fmt, output):
         require_pyarrow()
     say_capture = announce_capture(source)
+    _warm_printer(source)
+    from hlo_doctor.hosts import read_capture
+
     stats, _ = read_capture(source, pod_options(jobs, scheduler, skip_bad_hosts))
     say_capture()
     if memory:
@@ -363,6 +365,15 @@ def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | No
         emit_breakdown(stats, fmt, output)
         return
     _emit(stats, fmt, top, group_by, output, wide, per_step)
+
+
+def _warm_printer(source: Path) -> None:
+    """Start XLA's HLO printer (a process importing jaxlib) for xplane files now: it overlaps our imports."""
+    from hlo_doctor.hlo.printer import warm
+    from hlo_doctor.trace.locate import locate_capture
+
+    if source.exists() and locate_capture(source).kind in ("run", "xplane"):  # (announce_capture raised first)
+        warm()
 
 
 def emit_memory(source: Path, stats: OpStats, fmt: str, output: Path | None) -> None:

@@ -62,12 +62,14 @@ Run = Callable[[Sequence[HostTask]], Iterable[Result]]
 
 
 WORKER_MIN_BYTES = 32 << 20
-"""A capture of one host file this large is read in a worker process too (with ``jobs`` > 1): the
-command's own process then holds the table, not the file's events; a smaller one is read in it."""
+"""A capture of one host file this large is read as a host of a pod is (its events summed, then
+dropped: the command holds the table, not the file's events), in the command's own process (a
+worker would cost a second interpreter and its imports, and one file has nothing to share the
+work with); a smaller one is read whole, as it always was."""
 
 
 def _runner(options: PodOptions, hosts: int) -> InProcess | LocalPool:
-    if options.jobs <= 1:
+    if options.jobs <= 1 or hosts == 1:
         return InProcess()
     return LocalPool(min(options.jobs, hosts), timeout_s=options.host_timeout_s)
 
@@ -96,7 +98,7 @@ def read_capture(path: str | Path, options: PodOptions, *,
     if not _is_xplane_capture(p):
         return load_opstats(p), None
     xplanes = find_xplanes(p)
-    if len(xplanes) < 2 and options.scheduler is None and (options.jobs <= 1 or _size(xplanes[0]) < WORKER_MIN_BYTES):
+    if len(xplanes) < 2 and options.scheduler is None and _size(xplanes[0]) < WORKER_MIN_BYTES:
         return load_opstats(p), None
     warm_printer()  # XLA's printer starts (imports jaxlib) while the hosts are read
     if options.scheduler is None:

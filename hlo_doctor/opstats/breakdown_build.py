@@ -35,18 +35,36 @@ class _Busy:
     """The merged op intervals of one device and ``busy(t)``, the busy time before ``t`` (ns)."""
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
-        order = np.argsort(starts, kind="stable")
-        s, e = starts[order], ends[order]
+        # (A device's ops come in start order, and on a TPU most are an interval of their own: then
+        # no array per op is sorted, gathered or copied here; a device holds close to a million.)
+        if len(starts) > 1 and not bool(np.all(starts[1:] >= starts[:-1])):
+            order = np.argsort(starts, kind="stable")
+            s, e = starts[order], ends[order]
+            del order
+        else:
+            s, e = starts, ends
         if len(s):
             # A new busy interval starts where an op starts after every earlier op has ended; it
             # ends at the running maximum of the ends just before the next one starts.
             reach = np.maximum.accumulate(e)
-            heads = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
-            self.start = s[heads]
-            self.end = reach[np.r_[heads[1:] - 1, len(s) - 1]]
+            new = np.empty(len(s), bool)
+            new[0] = True
+            np.greater(s[1:], reach[:-1], out=new[1:])
+            heads = np.flatnonzero(new)
+            del new
+            if len(heads) == len(s):  # no two ops overlap: each is its own interval
+                self.start, self.end = s, reach
+            else:
+                self.start = s[heads]
+                last = np.empty_like(heads)
+                last[:-1] = heads[1:] - 1
+                last[-1] = len(s) - 1
+                self.end = reach[last]
         else:
             self.start, self.end = s, e
-        self.before = np.r_[0.0, np.cumsum(self.end - self.start)]
+        self.before = np.empty(len(self.start) + 1)
+        self.before[0] = 0.0
+        np.cumsum(self.end - self.start, out=self.before[1:])
 
     def __call__(self, t: np.ndarray) -> np.ndarray:
         k = np.searchsorted(self.start, t, side="right") - 1
@@ -140,7 +158,7 @@ def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
         part = slice(int(bounds[i]), int(bounds[i + 1]))
         starts, durations, timed = starts_all[part], durations_all[part], timed_all[part]
         ends = starts + durations
-        busy = _Busy(starts[timed], ends[timed])
+        busy = _Busy(starts, ends) if bool(timed.all()) else _Busy(starts[timed], ends[timed])
         steps = spans[(host, device)]
         windows.append(_window(host, device, busy, starts, ends, durations,
                                steps if step_source == "device-steps" else None))

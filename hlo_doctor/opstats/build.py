@@ -323,13 +323,18 @@ def _per_step(totals: EventTotals, rows: list[dict[str, Any]]) -> pd.DataFrame:
     devices = np.asarray([r["devices"] for r in rows], np.float64)[:, None]
     # Every (op, step) pair, so a step in which an op did not run counts as 0 for the statistics.
     time_us = (totals.step_ns[groups] / 1e3 / devices).ravel()
+    row_of = np.repeat(np.arange(len(rows)), len(steps))
+
+    def strings(name: str) -> Any:
+        # Each row's string once, then taken per step (not a string conversion per cell).
+        return pd.array([r[name] for r in rows], dtype=dtypes[name]).take(row_of)
+
     frame = pd.DataFrame({
         "step": np.tile(steps, len(rows)),
-        "module": np.repeat(np.asarray([r["module"] for r in rows], dtype=object), len(steps)),
-        "program_id": np.repeat(np.asarray([r["program_id"] for r in rows] + [None], dtype=object)[:-1],
-                                len(steps)),
-        "op": np.repeat(np.asarray([r["op"] for r in rows], dtype=object), len(steps)),
-        "canonical_key": np.repeat(np.asarray([r["canonical_key"] for r in rows], dtype=object), len(steps)),
+        "module": strings("module"),
+        "program_id": np.asarray([r["program_id"] for r in rows] + [None], dtype=object)[:-1][row_of],
+        "op": strings("op"),
+        "canonical_key": strings("canonical_key"),
         "time_us": time_us,
     })
     return frame.astype({c: t for c, t in dtypes.items() if c != "program_id"})

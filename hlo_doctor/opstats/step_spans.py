@@ -45,7 +45,10 @@ def device_index(ev: pd.DataFrame) -> tuple[np.ndarray, list[Device]]:
     host = ev["host"] if isinstance(ev["host"].dtype, pd.CategoricalDtype) else ev["host"].astype("category")
     dev = ev["device"] if isinstance(ev["device"].dtype, pd.CategoricalDtype) else ev["device"].astype("category")
     width = len(dev.cat.categories) + 1
-    key = host.cat.codes.to_numpy(np.int64) * width + dev.cat.codes.to_numpy(np.int64)
+    # In place: one int64 array per event at a time (a device trace holds millions of events).
+    key = host.cat.codes.to_numpy(np.int64)
+    key *= width
+    key += dev.cat.codes.to_numpy()
     if not len(key):
         return np.zeros(0, np.int64), []
     present = np.flatnonzero(np.bincount(key))

@@ -49,9 +49,12 @@ def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: 
         mark_starts = np.asarray([s.start_ns for s in group])
         mark_ends = mark_starts + np.asarray([s.duration_ns for s in group])
         labels = np.asarray([s.step_num if s.step_num >= 0 else k for k, s in enumerate(group)], np.int64)
-        idx = np.searchsorted(mark_starts, starts, side="right") - 1
-        inside = on & (idx >= 0) & (starts <= mark_ends[np.maximum(idx, 0)])
-        step_of[inside] = labels[idx[inside]]
+        # Only the group's own events are looked up (a device's marks among its events, not all).
+        where = np.flatnonzero(on)
+        mine = starts[where]
+        idx = np.searchsorted(mark_starts, mine, side="right") - 1
+        inside = (idx >= 0) & (mine <= mark_ends[np.maximum(idx, 0)])
+        step_of[where[inside]] = labels[idx[inside]]
     return step_of, times, max(counts) if counts else 0
 
 

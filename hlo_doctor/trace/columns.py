@@ -82,6 +82,51 @@ def self_times(starts: np.ndarray, durations: np.ndarray) -> np.ndarray:
     return out
 
 
+_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+_released: list[bool] = []
+
+
+RELEASE_FROM_BYTES = 4 << 20
+"""Freed arrays from this size go back to the system at once (:func:`return_freed_memory`)."""
+
+
+def return_freed_memory() -> None:
+    """Have the C allocator give a freed large array (:data:`RELEASE_FROM_BYTES` or more) back to the
+    system at once (glibc: a fixed ``M_MMAP_THRESHOLD``; elsewhere nothing is done).
+
+    By default glibc raises that threshold to the size of the last large block freed, so the
+    columns of the next line of events (a few MiB each) are carved out of the heap, which the
+    process then keeps: its resident memory stays at its high-water mark while the columns of a
+    large trace are joined, summed and dropped. Smaller blocks stay on the heap: a fresh mapping
+    per array costs a page fault per page (with the numpy decoder's many passes over each chunk,
+    seconds of system time on a 100 MiB trace; it is not used there). Called once per process,
+    before the first read."""
+    if _released:
+        return
+    _released.append(True)
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(_MMAP_THRESHOLD, RELEASE_FROM_BYTES)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def _codes(codes: np.ndarray) -> np.ndarray:
+    """A line's codes as int16 where they fit (they are joined at :meth:`OpColumns.finish`)."""
+    if codes.size and int(codes.max()) < np.iinfo(np.int16).max:
+        return codes.astype(np.int16)
+    return codes.astype(np.int32, copy=False)
+
+
+def _code_dtype(categories: int) -> type[np.signedinteger[Any]]:
+    """The codes' type of a Categorical of that many categories (as pandas narrows them)."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if categories < np.iinfo(dtype).max:
+            return dtype
+    return np.int64
+
+
 @dataclass(slots=True)
 class OpColumns:
     """The op-event columns of a trace while it is read (becomes :class:`OpEvents`)."""
@@ -116,23 +161,41 @@ class OpColumns:
 
             def gather(a: np.ndarray) -> np.ndarray:
                 return a[order]
-        start_ns, duration_ns = gather(start_ns).astype(np.float64), gather(duration_ns).astype(np.float64)
-        parts: tuple[np.ndarray, ...] = (
-            np.full(n, self.hosts.code(host), np.int32), np.full(n, self.devices.code(device), np.int32),
-            gather(module).astype(np.int32), gather(program_id).astype(np.int32), gather(op).astype(np.int32),
-            start_ns, duration_ns, self_times(start_ns, duration_ns),
-            gather(run_id).astype(np.int64), gather(occurrences).astype(np.int32))
+        # (Arrays already of their column's type are kept as they are, not copied: the caller's are fresh.)
+        start_ns = gather(start_ns).astype(np.float64, copy=False)
+        duration_ns = gather(duration_ns).astype(np.float64, copy=False)
+        self_ns = self_times(start_ns, duration_ns)
+        parts: tuple[np.ndarray | None, ...] = (
+            _codes(np.full(n, self.hosts.code(host))), _codes(np.full(n, self.devices.code(device))),
+            _codes(gather(module)), _codes(gather(program_id)), _codes(gather(op)), start_ns, duration_ns,
+            None if self_ns is duration_ns else self_ns,  # None: nothing nested, the durations themselves
+            gather(run_id).astype(np.int64, copy=False), gather(occurrences).astype(np.int32, copy=False))
         for column, part in zip(self.chunks, parts, strict=True):
-            column.append(part)
+            column.append(part)  # type: ignore[arg-type]
         self.count += n
 
     def finish(self) -> OpEvents:
         """The columns as :class:`OpEvents`, in the order the lines were added."""
-        dtypes = (np.int32,) * 5 + (np.float64,) * 3 + (np.int64, np.int32)
+        vocabularies = (self.hosts, self.devices, self.modules, self.program_ids, self.ops)
+        # Codes as narrow as the Categorical keeps them (pandas' own choice for that many categories).
+        dtypes = tuple(_code_dtype(len(v.values)) for v in vocabularies) + (np.float64,) * 3 + (np.int64, np.int32)
+        durations = self.chunks[6]
+        selfs = self.chunks[7]
+        if all(part is None for part in selfs):
+            selfs.clear()  # nothing nested anywhere: the self times are the durations (one array)
+        else:
+            selfs[:] = [d if part is None else part for d, part in zip(durations, selfs, strict=True)]
         cols: list[np.ndarray] = []
-        for column, dtype in zip(self.chunks, dtypes, strict=True):
+        for i, (column, dtype) in enumerate(zip(self.chunks, dtypes, strict=True)):
             # Column by column, each freed once joined: the peak is the columns plus one.
-            cols.append(np.concatenate(column).astype(dtype, copy=False) if column else np.zeros(0, dtype))
+            if i == 7 and not column and self.count:
+                cols.append(cols[6])
+                continue
+            if len(column) == 1 and column[0].dtype == dtype and column[0].flags.writeable:
+                cols.append(column[0])
+            else:
+                cols.append(np.concatenate(column, dtype=dtype, casting="same_kind") if column
+                            else np.zeros(0, dtype))
             column.clear()
         return OpEvents(
             host=self.hosts.categorical(cols[0]), device=self.devices.categorical(cols[1]),

@@ -164,9 +164,11 @@ def annotate_compiles(events: Sequence[CompileEvent], steps: Sequence[StepMark],
     """
     by_host = _steps_by_host(steps)
     events = [_with_step(e, by_host) for e in events]
-    firsts = _first_runs(ops)
     backend = _backend_events(events)
-    if not backend or not firsts:
+    if not backend:
+        return tuple(events)
+    firsts = _first_runs(ops)  # (a sort of every op event: only when a compile needs it)
+    if not firsts:
         return tuple(events)
     clusters = sorted(_clusters(backend), key=lambda c: c.end)
     ends_by_host: dict[str, list[float]] = {}

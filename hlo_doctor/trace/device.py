@@ -77,12 +77,22 @@ def _scan(line: object, off_id: int, dur_id: int, op_ids: dict[int, str], snames
             for part in parts:
                 own.update(part.own)
 
+            chunks = {name: [getattr(part, name) for part in parts]
+                      for name in ("mids", "offsets_ps", "durations_ps", "occurrences")}
+            del parts
+
             def joined(name: str) -> np.ndarray:
-                arrays = [getattr(part, name) for part in parts]
+                # Each column of the chunks joined, then the chunks' column dropped (the peak is the
+                # line's columns plus one); the times are made floats in place.
+                arrays = chunks.pop(name)
+                if len(arrays) == 1:
+                    return arrays[0]
                 return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
 
-            return _Line(joined("mids"), ts + joined("offsets_ps") / 1000, joined("durations_ps") / 1000,
-                         joined("occurrences"), own)
+            start_ns = joined("offsets_ps") / 1000
+            start_ns += ts
+            duration_ns = joined("durations_ps") / 1000
+            return _Line(joined("mids"), start_ns, duration_ns, joined("occurrences"), own)
     return _scan_messages(line, off_id, dur_id, op_ids, snames)
 
 
@@ -317,7 +327,7 @@ class DevicePlaneReader:
         span_of = np.where(need_span, run, -1)
         pairs = which * (len(span_what) + 1) + (span_of + 1)
         uniq, inverse = unique_inverse(pairs)
-        codes = np.empty((len(uniq), 3), np.int64)
+        codes = np.empty((len(uniq), 3), np.int32)
         no_pid = np.zeros(len(uniq), bool)
         for u, pair in enumerate(uniq.tolist()):
             k, s = divmod(pair, len(span_what) + 1)
@@ -330,9 +340,16 @@ class DevicePlaneReader:
             self._warn(("no pid", line.name), f"{int(ev.occurrences[unkeyed].sum())} op events on "  # type: ignore[attr-defined]
                                                f"{line.name} have no program id (xprof's hlo_stats "  # type: ignore[attr-defined]
                                                "leaves them out): counted without one")
-        mod_code, pid_code, op_code = codes[inverse, 0], codes[inverse, 1], codes[inverse, 2]
-        self.cols.add(self.host, self.name, mod_code[keep], pid_code[keep], op_code[keep],
-                      ev.start_ns[keep], ev.duration_ns[keep], run[keep], ev.occurrences[keep])
+        del which, pos, inside, need_span, span_of, pairs
+        if bool(keep.all()):  # the usual case: no copy of the columns
+            inverse_kept, start_ns, duration_ns, occurrences = inverse, ev.start_ns, ev.duration_ns, ev.occurrences
+        else:
+            inverse_kept, start_ns, duration_ns, occurrences = (
+                inverse[keep], ev.start_ns[keep], ev.duration_ns[keep], ev.occurrences[keep])
+            run = run[keep]
+        del inverse
+        self.cols.add(self.host, self.name, codes[inverse_kept, 0], codes[inverse_kept, 1], codes[inverse_kept, 2],
+                      start_ns, duration_ns, run, occurrences)
 
     def _codes(self, info: _Op | None, span: tuple[str, int] | None) -> tuple[int, int, int]:
         """Codes of (module, program id, op) of an op, completed from its enclosing module run."""

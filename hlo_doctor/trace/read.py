@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from hlo_doctor.core.errors import InputError, NoOpsError
-from hlo_doctor.trace.columns import OpColumns
+from hlo_doctor.trace.columns import OpColumns, return_freed_memory
 from hlo_doctor.trace.compiles import annotate_compiles
 from hlo_doctor.trace.conventions import device_plane_backend, read_host_plane
+from hlo_doctor.trace.cwire import COMPILED
 from hlo_doctor.trace.device import DevicePlaneReader
 from hlo_doctor.trace.locate import XPLANE_SUFFIX, locate_capture
 from hlo_doctor.trace.model import CompileEvent, ModuleProto, OpEvents, StepMark, Trace
@@ -97,6 +98,8 @@ def read_host(source: Path | bytes, cols: OpColumns, origin: str = "") -> HostRe
     have them). Raises :class:`InputError` for a file that cannot be read, is not an xplane or is
     truncated.
     """
+    if COMPILED:  # (the numpy decoder's passes allocate and free too often for it)
+        return_freed_memory()
     origin = origin or str(source)
     out = HostRead(path=origin, host=host_of(origin))
     host = out.host
