@@ -183,3 +183,26 @@ def test_the_median_interval_is_the_sign_tests() -> None:
     # n = 10: P(Binomial(10, 1/2) <= 1) = 0.0107 <= 0.025 < P(<= 2): ranks 2 and 9.
     assert median_interval([float(i) for i in range(10, 0, -1)]) == (2.0, 9.0)
     assert median_interval([3.0, 1.0]) == (1.0, 3.0)  # too few pairs: the whole range
+
+
+def test_the_promise_scales_the_captures_median_step_not_its_mean(capture: Path) -> None:
+    """Side A's time in the capture is each program's median over the traced steps (the capture's own
+    per-step op times, as its opstats.json exports them): a step a loaded machine slowed moves the
+    mean, not the median the replay's pairs report."""
+    import statistics
+
+    ctx = replace(load_context(capture), what_if=True)
+    d = diagnose(ctx, load_rulebook())
+    m = next(p for p in d.fixes if p.fix == "bf16-greedy-sampler").replay
+    assert m is not None
+    doc = json.loads((capture / "opstats.json").read_text())
+    cols = doc["per_step"]["columns"]
+    rows = [dict(zip(cols, r, strict=True)) for r in doc["per_step"]["rows"]]
+    steps = sorted({r["step"] for r in rows})
+    want = 0.0
+    for key in m.programs:  # ``name(program id)``
+        name, _, pid = key.rstrip(")").partition("(")
+        mine = [r for r in rows if r["module"] == name and str(r["program_id"]) == pid]
+        want += statistics.median(sum(r["time_us"] for r in mine if r["step"] == s) for s in steps)
+    assert m.capture_us == pytest.approx(want, rel=1e-6)
+    assert m.promise_us == pytest.approx(m.fraction * m.capture_us + m.modelled_us)
