@@ -97,6 +97,10 @@ def test_the_stopping_rule_decides_a_clear_change_and_a_negligible_one_and_waits
     assert decision(a, [x + (0.5 if i % 2 else -0.5) for i, x in enumerate(a)], 1) == "negligible"
     # Alternating +-30%: the interval holds 0 and reaches far beyond the band; add pairs.
     assert decision(a, [x + (30.0 if i % 2 else -30.0) for i, x in enumerate(a)], 1) == ""
+    # A median saving of 1 with a third of the pairs at 60: significant, but its interval is wider than the saving
+    # itself, so pairs are added (stopping there overstates the change); at the cap it decides as it stands.
+    wide = [x - (1.0 if i % 3 else 60.0) for i, x in enumerate(a)]
+    assert decision(a, wide, 1) == "" and decision(a, wide, 1, precise=False) == "saving"
     # Later looks decide at a higher confidence (the error spent over the looks sums to 5%).
     assert look_confidence(1) < look_confidence(2) < 1.0 and look_confidence(1) > 0.95
 
