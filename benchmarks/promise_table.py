@@ -173,6 +173,16 @@ def _verdict(promised: float | None, lo_hi: tuple[float, float] | None, direct: 
     return f"{ratio} {'holds' if holds else 'misses'}"
 
 
+def _share_verdict(saving: float, interval: tuple[float, float], a_us: float, direct: dict[str, Any]) -> str:
+    """``0.93 holds``: a measured promise as a share of its own side A's step against the direct A/B's
+    saving as a share of its side A. The two run minutes apart on a shared machine whose speed moves
+    (the same step 2x slower from one to the other): the shares stand for each other where the ms do not."""
+    if not a_us or not direct["a_us"]:
+        return "-"
+    scale = direct["a_us"] / a_us
+    return _verdict(saving * scale, (interval[0] * scale, interval[1] * scale), direct)
+
+
 def _judged(d: dict[str, Any]) -> str:
     """`` (48, narrow)``: the direct A/B's pairs and why it stopped (rows measured before it had a rule: "")."""
     return f" ({d['pairs']}, {d['stopped']})" if "stopped" in d else ""
@@ -180,15 +190,19 @@ def _judged(d: dict[str, Any]) -> str:
 
 def counts(rows: list[dict[str, Any]]) -> str:
     """How many rows hold per column: ``model 2/12, replay 6/12, ...``."""
-    cols = {"model": [], "replay": [], "replay here": [], "program A/B": []}  # type: dict[str, list[str]]
+    cols = {"model": [], "replay": [], "replay here": [], "program A/B": [], "replay here %": [],
+            "program A/B %": []}  # type: dict[str, list[str]]
     for r in rows:
         d, rp, ab = r["direct"], r.get("replay"), r.get("program_ab")
         cols["model"].append(_verdict(r["model_us"], None, d))
         if rp:
             cols["replay"].append(_verdict(rp["promise_us"], tuple(rp["promise_interval_us"]), d))
             cols["replay here"].append(_verdict(rp["here_saving_us"], tuple(rp["here_interval_us"]), d))
+            cols["replay here %"].append(_share_verdict(rp["here_saving_us"], tuple(rp["here_interval_us"]),
+                                                        rp["here_a_us"], d))
         if ab:
             cols["program A/B"].append(_verdict(ab["saving_us"], tuple(ab["interval_us"]), d))
+            cols["program A/B %"].append(_share_verdict(ab["saving_us"], tuple(ab["interval_us"]), ab["a_us"], d))
     return ", ".join(f"{k} / direct holds {sum(v.endswith('holds') for v in vs)}/{len(vs)}" for k, vs in cols.items())
 
 
@@ -196,8 +210,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     """The Markdown table (ms per step)."""
     out = ["| program | size | rules | step (profiled) | model promise | replay promise [interval] "
            "| replay saving here [interval] | direct A/B base -> fixed | direct saving [95% CI] (pairs, stop) "
-           "| program A/B promise [interval] | model / direct | replay / direct | replay here / direct | program A/B / direct |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|"]
+           "| program A/B promise [interval] | model / direct | replay / direct | replay here / direct | program A/B / direct "
+           "| replay here % / direct % | program A/B % / direct % |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|---|"]
     for r in rows:
         d = r["direct"]
         rp = r.get("replay")
@@ -208,20 +223,23 @@ def table(rows: list[dict[str, Any]]) -> str:
             here = f"{_ms(rp['here_saving_us'])} [{_ms(hlo)}, {_ms(hhi)}]"
             v_replay = _verdict(rp["promise_us"], (lo, hi), d)
             v_here = _verdict(rp["here_saving_us"], (hlo, hhi), d)
+            s_here = _share_verdict(rp["here_saving_us"], (hlo, hhi), rp["here_a_us"], d)
         else:
             replay = f"- ({r.get('unmeasured', '')[:60]})"
-            here, v_replay, v_here = "-", "-", "-"
+            here, v_replay, v_here, s_here = "-", "-", "-", "-"
         ab = r.get("program_ab")
         if ab:
             prog = f"{_ms(ab['saving_us'])} [{_ms(ab['interval_us'][0])}, {_ms(ab['interval_us'][1])}]"
             v_prog = _verdict(ab["saving_us"], tuple(ab["interval_us"]), d)  # type: ignore[arg-type]
+            s_prog = _share_verdict(ab["saving_us"], tuple(ab["interval_us"]), ab["a_us"], d)  # type: ignore[arg-type]
         else:
-            prog, v_prog = f"- ({str(r.get('program_unmeasured', ''))[:60]})", "-"
+            prog, v_prog, s_prog = f"- ({str(r.get('program_unmeasured', ''))[:60]})", "-", "-"
         out.append(
             f"| {r['program']} | {'x'.join(str(s) for s in r['size'])} | {', '.join(r['codes'])} | {_ms(r['step_us'])} "
             f"| {_ms(r['model_us'])} | {replay} | {here} | {_ms(d['a_us'])} -> {_ms(d['b_us'])} "
             f"| {_ms(d['saving_us'])} [{_ms(d['interval_us'][0])}, {_ms(d['interval_us'][1])}]{_judged(d)} "
-            f"| {prog} | {_verdict(r['model_us'], None, d)} | {v_replay} | {v_here} | {v_prog} |")
+            f"| {prog} | {_verdict(r['model_us'], None, d)} | {v_replay} | {v_here} | {v_prog} "
+            f"| {s_here} | {s_prog} |")
     return "\n".join(out)
 
 
@@ -262,13 +280,20 @@ def run(programs: list[str], out: Path, steps: int, warmup: int, seconds: float,
     load = os.getloadavg()
     head = (f"jax {jax.__version__} / jaxlib {jaxlib.__version__}, XLA:CPU, {os.cpu_count()} cores, load average "
             f"{load0[0]:.2f} at the start, {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end (the machine shared); "
-            f"ms per step; `--steps {steps} --warmup {warmup} --seconds {seconds:g} --judge-cap {cap_s:g}`. "
-            f"The judge adds pairs until its interval's half-width is at most {JUDGE_WIDTH:.0%} of its saving "
-            f"(`narrow`), the interval lies within 2% of the step (`negligible`) or {cap_s:g} s are spent (`cap`). "
-            f"{counts(rows)}")
-    text = f"{head}\n\n{table(rows)}"
-    (out / "promises.json").write_text(json.dumps({"jax": jax.__version__, "jaxlib": jaxlib.__version__,
-                                                   "load": load, "rows": rows}, indent=1, default=str))
+            f"ms per step; `--steps {steps} --warmup {warmup} --seconds {seconds:g} --judge-cap {cap_s:g}`.")
+    doc = {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "load": load, "head": head, "rows": rows}
+    (out / "promises.json").write_text(json.dumps(doc, indent=1, default=str))
+    return render(doc, docs)
+
+
+def render(doc: dict[str, Any], docs: bool) -> str:
+    """The table of a ``promises.json`` (its first line, the per-column counts, the rows); with
+    ``docs``, put it in docs/rules.md under its jaxlib's markers."""
+    text = (f"{doc['head']} The judge adds pairs until its interval's half-width is at most {JUDGE_WIDTH:.0%} "
+            f"of its saving (`narrow`), the interval lies within 2% of the step (`negligible`) or the cap is spent "
+            f"(`cap`). The `%` columns compare each measured promise as a share of its own side A's step with the "
+            f"direct saving's share of the direct A/B's (measured minutes apart, the step's pace on a shared "
+            f"machine moves). Holds: {counts(doc['rows'])}\n\n{table(doc['rows'])}")
     if docs:
-        write_docs(text, f"jaxlib {jaxlib.__version__}")
+        write_docs(text, f"jaxlib {doc['jaxlib']}")
     return text
