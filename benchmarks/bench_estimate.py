@@ -244,15 +244,24 @@ def main() -> int:
                              "benchmarks/promise_programs.py, or 'all'), each at three sizes, promise "
                              "(model and replay) against a direct A/B (benchmarks/promise_table.py)")
     parser.add_argument("--seconds", type=float, default=3.0, help="--programs: the direct A/B's timing time per size")
+    parser.add_argument("--judge-cap", type=float, default=40.0,
+                        help="--programs: the most seconds the direct A/B adds pairs for, to narrow its interval")
+    parser.add_argument("--from-json", type=Path, default=None,
+                        help="--programs: measure nothing, render (and with --write-docs, write) OUT's promises.json")
     parser.add_argument("--write-docs", action="store_true", help="--programs: put the table in docs/rules.md")
     args = parser.parse_args()
     if args.programs:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from promise_programs import SIZES
-        from promise_table import run
+        from promise_table import render, run
+
+        if args.from_json:
+            print(render(json.loads(args.from_json.read_text(encoding="utf-8")), args.write_docs))
+            return 0
 
         names = list(SIZES) if args.programs == "all" else args.programs.split(",")
-        print(run(names, args.out / "programs", args.steps, args.warmup, args.seconds, args.write_docs))
+        print(run(names, args.out / "programs", args.steps, args.warmup, args.seconds, args.write_docs,
+                  args.judge_cap))
         return 0
     sizes = [(int(b), int(v)) for b in args.batch.split(",") if b for v in args.vocab.split(",") if v]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -33,11 +33,21 @@ BEGIN = "<!-- promise-table {tag}: begin (python benchmarks/bench_estimate.py --
 END = "<!-- promise-table {tag}: end -->"
 
 
-def direct_ab(case: Any, seconds: float = 3.0, min_pairs: int = 16) -> dict[str, Any]:
-    """Interleaved timing of ``case.step`` and ``case.fixed`` in this process (us per step)."""
+JUDGE_WIDTH = 0.25
+"""The direct A/B stops when its interval's half-width is at most this share of its saving."""
+
+
+def direct_ab(case: Any, seconds: float = 3.0, cap_s: float = 40.0, min_pairs: int = 16) -> dict[str, Any]:
+    """Interleaved timing of ``case.step`` and ``case.fixed`` in this process (us per step), decisive:
+    after ``seconds`` (and ``min_pairs``) pairs are added until the interval of the saving is narrow
+    beside it (half-width <= :data:`JUDGE_WIDTH` of the saving), lies within the replay's
+    negligible band of side A's time, or ``cap_s`` is spent. Looks come as the pairs double
+    and each spends its share of the 5% error (``look_confidence``), so the reported interval (the
+    last look's) holds at 95% over all looks; ``stopped`` says which rule ended it."""
     import jax
 
     from hlo_doctor.lint.replay import PairedTiming
+    from hlo_doctor.lint.replay.timing import NEGLIGIBLE, look_confidence
 
     def timed(f: Any, n: int) -> float:
         t0 = time.perf_counter()
@@ -45,19 +55,43 @@ def direct_ab(case: Any, seconds: float = 3.0, min_pairs: int = 16) -> dict[str,
             jax.block_until_ready(f())
         return (time.perf_counter() - t0) * 1e6 / n
 
-    for f in (case.step, case.fixed, case.step, case.fixed):
-        timed(f, 2)
-    repeats = max(1, min(200, int(2000.0 / max(timed(case.step, 1), 1.0))))
+    # Warm-up: both sides until each has run 0.5 s (at least 4 calls), alternated.
+    t_warm = time.perf_counter()
+    calls = 0
+    while calls < 4 or time.perf_counter() - t_warm < 1.0:
+        for f in (case.step, case.fixed):
+            timed(f, 1)
+        calls += 1
+    repeats = max(1, min(200, int(5000.0 / max(timed(case.step, 1), 1.0))))
     a: list[float] = []
     b: list[float] = []
-    deadline = time.perf_counter() + seconds
-    while len(a) < min_pairs or (time.perf_counter() < deadline and len(a) < 400):
+    t0 = time.perf_counter()
+    look, next_look, stopped = 0, min_pairs, "cap"
+    t = PairedTiming((), ())
+    while True:
         order = ((case.step, a), (case.fixed, b)) if len(a) % 2 == 0 else ((case.fixed, b), (case.step, a))
         for f, out in order:
             out.append(timed(f, repeats))
-    t = PairedTiming(tuple(a), tuple(b))
+        spent = time.perf_counter() - t0
+        if len(a) < next_look or spent < seconds and len(a) < 400:
+            if spent < cap_s:
+                continue
+        look += 1
+        next_look = 2 * len(a)  # few looks: each spends less of the error
+        t = PairedTiming(tuple(a), tuple(b), confidence=look_confidence(look))
+        lo, hi = t.interval_us
+        saving, band = t.saving_us, NEGLIGIBLE * t.a_median_us
+        if (lo > 0 or hi < 0) and (hi - lo) / 2 <= JUDGE_WIDTH * abs(saving):
+            stopped = "narrow"
+            break
+        if -band <= lo and hi <= band:
+            stopped = "negligible"
+            break
+        if spent >= cap_s:
+            break
     return {"a_us": t.a_median_us, "b_us": t.b_median_us, "saving_us": t.saving_us,
-            "interval_us": list(t.interval_us), "pairs": t.pairs, "repeats": repeats}
+            "interval_us": list(t.interval_us), "confidence": t.confidence, "pairs": t.pairs,
+            "repeats": repeats, "seconds": time.perf_counter() - t0, "stopped": stopped}
 
 
 def program_ab(run: Path, root: Path, codes: tuple[str, ...], findings: list[Any]) -> dict[str, Any]:
@@ -102,7 +136,8 @@ def promise(run: Path, codes: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def measure(name: str, size: tuple[int, ...], out: Path, steps: int, warmup: int, seconds: float) -> dict[str, Any]:
+def measure(name: str, size: tuple[int, ...], out: Path, steps: int, warmup: int, seconds: float,
+            cap_s: float = 40.0) -> dict[str, Any]:
     """One program at one size: profile, promise, direct A/B."""
     from promise_programs import make, source
 
@@ -116,7 +151,7 @@ def measure(name: str, size: tuple[int, ...], out: Path, steps: int, warmup: int
     spec = f"{folder.resolve() / 'prog.py'}:step"
     run = capture_callable(resolve_target(spec), steps=steps, warmup=warmup, out_dir=folder / "run", target=spec)
     row = {"program": name, "size": list(size), "codes": list(case.codes), **promise(run, case.codes)}
-    row["direct"] = direct_ab(case, seconds)
+    row["direct"] = direct_ab(case, seconds, cap_s)
     return row
 
 
@@ -138,12 +173,46 @@ def _verdict(promised: float | None, lo_hi: tuple[float, float] | None, direct: 
     return f"{ratio} {'holds' if holds else 'misses'}"
 
 
+def _share_verdict(saving: float, interval: tuple[float, float], a_us: float, direct: dict[str, Any]) -> str:
+    """``0.93 holds``: a measured promise as a share of its own side A's step against the direct A/B's
+    saving as a share of its side A. The two run minutes apart on a shared machine whose speed moves
+    (the same step 2x slower from one to the other): the shares stand for each other where the ms do not."""
+    if not a_us or not direct["a_us"]:
+        return "-"
+    scale = direct["a_us"] / a_us
+    return _verdict(saving * scale, (interval[0] * scale, interval[1] * scale), direct)
+
+
+def _judged(d: dict[str, Any]) -> str:
+    """`` (48, narrow)``: the direct A/B's pairs and why it stopped (rows measured before it had a rule: "")."""
+    return f" ({d['pairs']}, {d['stopped']})" if "stopped" in d else ""
+
+
+def counts(rows: list[dict[str, Any]]) -> str:
+    """How many rows hold per column: ``model 2/12, replay 6/12, ...``."""
+    cols = {"model": [], "replay": [], "replay here": [], "program A/B": [], "replay here %": [],
+            "program A/B %": []}  # type: dict[str, list[str]]
+    for r in rows:
+        d, rp, ab = r["direct"], r.get("replay"), r.get("program_ab")
+        cols["model"].append(_verdict(r["model_us"], None, d))
+        if rp:
+            cols["replay"].append(_verdict(rp["promise_us"], tuple(rp["promise_interval_us"]), d))
+            cols["replay here"].append(_verdict(rp["here_saving_us"], tuple(rp["here_interval_us"]), d))
+            cols["replay here %"].append(_share_verdict(rp["here_saving_us"], tuple(rp["here_interval_us"]),
+                                                        rp["here_a_us"], d))
+        if ab:
+            cols["program A/B"].append(_verdict(ab["saving_us"], tuple(ab["interval_us"]), d))
+            cols["program A/B %"].append(_share_verdict(ab["saving_us"], tuple(ab["interval_us"]), ab["a_us"], d))
+    return ", ".join(f"{k} / direct holds {sum(v.endswith('holds') for v in vs)}/{len(vs)}" for k, vs in cols.items())
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The Markdown table (ms per step)."""
     out = ["| program | size | rules | step (profiled) | model promise | replay promise [interval] "
-           "| replay saving here [interval] | direct A/B base -> fixed | direct saving [95% CI] "
-           "| program A/B promise [interval] | model / direct | replay / direct | replay here / direct | program A/B / direct |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|"]
+           "| replay saving here [interval] | direct A/B base -> fixed | direct saving [95% CI] (pairs, stop) "
+           "| program A/B promise [interval] | model / direct | replay / direct | replay here / direct | program A/B / direct "
+           "| replay here % / direct % | program A/B % / direct % |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|---|"]
     for r in rows:
         d = r["direct"]
         rp = r.get("replay")
@@ -154,20 +223,23 @@ def table(rows: list[dict[str, Any]]) -> str:
             here = f"{_ms(rp['here_saving_us'])} [{_ms(hlo)}, {_ms(hhi)}]"
             v_replay = _verdict(rp["promise_us"], (lo, hi), d)
             v_here = _verdict(rp["here_saving_us"], (hlo, hhi), d)
+            s_here = _share_verdict(rp["here_saving_us"], (hlo, hhi), rp["here_a_us"], d)
         else:
             replay = f"- ({r.get('unmeasured', '')[:60]})"
-            here, v_replay, v_here = "-", "-", "-"
+            here, v_replay, v_here, s_here = "-", "-", "-", "-"
         ab = r.get("program_ab")
         if ab:
             prog = f"{_ms(ab['saving_us'])} [{_ms(ab['interval_us'][0])}, {_ms(ab['interval_us'][1])}]"
             v_prog = _verdict(ab["saving_us"], tuple(ab["interval_us"]), d)  # type: ignore[arg-type]
+            s_prog = _share_verdict(ab["saving_us"], tuple(ab["interval_us"]), ab["a_us"], d)  # type: ignore[arg-type]
         else:
-            prog, v_prog = f"- ({str(r.get('program_unmeasured', ''))[:60]})", "-"
+            prog, v_prog, s_prog = f"- ({str(r.get('program_unmeasured', ''))[:60]})", "-", "-"
         out.append(
             f"| {r['program']} | {'x'.join(str(s) for s in r['size'])} | {', '.join(r['codes'])} | {_ms(r['step_us'])} "
             f"| {_ms(r['model_us'])} | {replay} | {here} | {_ms(d['a_us'])} -> {_ms(d['b_us'])} "
-            f"| {_ms(d['saving_us'])} [{_ms(d['interval_us'][0])}, {_ms(d['interval_us'][1])}] "
-            f"| {prog} | {_verdict(r['model_us'], None, d)} | {v_replay} | {v_here} | {v_prog} |")
+            f"| {_ms(d['saving_us'])} [{_ms(d['interval_us'][0])}, {_ms(d['interval_us'][1])}]{_judged(d)} "
+            f"| {prog} | {_verdict(r['model_us'], None, d)} | {v_replay} | {v_here} | {v_prog} "
+            f"| {s_here} | {s_prog} |")
     return "\n".join(out)
 
 
@@ -184,7 +256,8 @@ def write_docs(text: str, tag: str, path: Path = DOCS) -> None:
     path.write_text(doc, encoding="utf-8")
 
 
-def run(programs: list[str], out: Path, steps: int, warmup: int, seconds: float, docs: bool) -> str:
+def run(programs: list[str], out: Path, steps: int, warmup: int, seconds: float, docs: bool,
+        cap_s: float = 40.0) -> str:
     """Measure every program at its sizes; write ``OUT/promises.json``; the table (and docs)."""
     import os
     import sys
@@ -197,17 +270,30 @@ def run(programs: list[str], out: Path, steps: int, warmup: int, seconds: float,
 
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
+    load0 = os.getloadavg()
     for name in programs:
         for size in SIZES[name]:
             print(f"{name} {size}: profile, diagnose (replay), direct A/B ...", file=sys.stderr, flush=True)
-            rows.append(measure(name, size, out, steps, warmup, seconds))
+            rows.append(measure(name, size, out, steps, warmup, seconds, cap_s))
+            rows[-1]["load"] = os.getloadavg()[0]
             (out / "promises.json").write_text(json.dumps({"rows": rows}, indent=1, default=str))
     load = os.getloadavg()
-    head = (f"jax {jax.__version__} / jaxlib {jaxlib.__version__}, XLA:CPU, {os.cpu_count()} cores, "
-            f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end; ms per step")
-    text = f"{head}\n\n{table(rows)}"
-    (out / "promises.json").write_text(json.dumps({"jax": jax.__version__, "jaxlib": jaxlib.__version__,
-                                                   "load": load, "rows": rows}, indent=1, default=str))
+    head = (f"jax {jax.__version__} / jaxlib {jaxlib.__version__}, XLA:CPU, {os.cpu_count()} cores, load average "
+            f"{load0[0]:.2f} at the start, {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end (the machine shared); "
+            f"ms per step; `--steps {steps} --warmup {warmup} --seconds {seconds:g} --judge-cap {cap_s:g}`.")
+    doc = {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "load": load, "head": head, "rows": rows}
+    (out / "promises.json").write_text(json.dumps(doc, indent=1, default=str))
+    return render(doc, docs)
+
+
+def render(doc: dict[str, Any], docs: bool) -> str:
+    """The table of a ``promises.json`` (its first line, the per-column counts, the rows); with
+    ``docs``, put it in docs/rules.md under its jaxlib's markers."""
+    text = (f"{doc['head']} The judge adds pairs until its interval's half-width is at most {JUDGE_WIDTH:.0%} "
+            f"of its saving (`narrow`), the interval lies within 2% of the step (`negligible`) or the cap is spent "
+            f"(`cap`). The `%` columns compare each measured promise as a share of its own side A's step with the "
+            f"direct saving's share of the direct A/B's (measured minutes apart, the step's pace on a shared "
+            f"machine moves). Holds: {counts(doc['rows'])}\n\n{table(doc['rows'])}")
     if docs:
-        write_docs(text, f"jaxlib {jaxlib.__version__}")
+        write_docs(text, f"jaxlib {doc['jaxlib']}")
     return text

@@ -59,6 +59,9 @@ class Context:
     compile_events: tuple[CompileEvent, ...] = ()
     host_dispatch: tuple[HostDispatch, ...] = ()
     """Host dispatch spans per program, when the input is a trace (see :mod:`.dispatch`)."""
+    per_step: pd.DataFrame | None = None
+    """Each op's time in each traced step (columns ``step``, ``module``, ``program_id``, ``op``,
+    ``time_us``: :attr:`~hlo_doctor.opstats.schema.OpStats.per_step`); None where the input keeps none."""
     breakdown: StepBreakdown | None = None
     """Where each step's time goes per device: busy, idle and what the host did meanwhile
     (:mod:`hlo_doctor.opstats.breakdown`); None for an input without one."""

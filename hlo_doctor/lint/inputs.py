@@ -176,7 +176,7 @@ def _context_from_stats(stats: Any, modules: tuple[HloModule, ...], origin: Path
         modules=executed_modules(modules, stats.table), table=stats.table, step_time_us=float(stats.step_time_us or 0) or None,
         num_steps=int(stats.num_steps or 0),
         compile_events=tuple(_compile_event(e) for e in stats.compile_events or ()),
-        breakdown=getattr(stats, "breakdown", None),
+        breakdown=getattr(stats, "breakdown", None), per_step=getattr(stats, "per_step", None),
         source_root=source_root, backend=str(stats.backend or ""), origin=str(origin), kind=kind,
         versions=tuple((str(k), str(v)) for k, v in dict(getattr(stats, "versions", ()) or ()).items()),
     )

@@ -97,6 +97,10 @@ def test_the_stopping_rule_decides_a_clear_change_and_a_negligible_one_and_waits
     assert decision(a, [x + (0.5 if i % 2 else -0.5) for i, x in enumerate(a)], 1) == "negligible"
     # Alternating +-30%: the interval holds 0 and reaches far beyond the band; add pairs.
     assert decision(a, [x + (30.0 if i % 2 else -30.0) for i, x in enumerate(a)], 1) == ""
+    # A median saving of 1 with a third of the pairs at 60: significant, but its interval is wider than the saving
+    # itself, so pairs are added (stopping there overstates the change); at the cap it decides as it stands.
+    wide = [x - (1.0 if i % 3 else 60.0) for i, x in enumerate(a)]
+    assert decision(a, wide, 1) == "" and decision(a, wide, 1, precise=False) == "saving"
     # Later looks decide at a higher confidence (the error spent over the looks sums to 5%).
     assert look_confidence(1) < look_confidence(2) < 1.0 and look_confidence(1) > 0.95
 
@@ -201,3 +205,26 @@ def test_the_median_interval_is_the_sign_tests() -> None:
     # n = 10: P(Binomial(10, 1/2) <= 1) = 0.0107 <= 0.025 < P(<= 2): ranks 2 and 9.
     assert median_interval([float(i) for i in range(10, 0, -1)]) == (2.0, 9.0)
     assert median_interval([3.0, 1.0]) == (1.0, 3.0)  # too few pairs: the whole range
+
+
+def test_the_promise_scales_the_captures_median_step_not_its_mean(capture: Path) -> None:
+    """Side A's time in the capture is each program's median over the traced steps (the capture's own
+    per-step op times, as its opstats.json exports them): a step a loaded machine slowed moves the
+    mean, not the median the replay's pairs report."""
+    import statistics
+
+    ctx = replace(load_context(capture), what_if=True)
+    d = diagnose(ctx, load_rulebook())
+    m = next(p for p in d.fixes if p.fix == "bf16-greedy-sampler").replay
+    assert m is not None
+    doc = json.loads((capture / "opstats.json").read_text())
+    cols = doc["per_step"]["columns"]
+    rows = [dict(zip(cols, r, strict=True)) for r in doc["per_step"]["rows"]]
+    steps = sorted({r["step"] for r in rows})
+    want = 0.0
+    for key in m.programs:  # ``name(program id)``
+        name, _, pid = key.rstrip(")").partition("(")
+        mine = [r for r in rows if r["module"] == name and str(r["program_id"]) == pid]
+        want += statistics.median(sum(r["time_us"] for r in mine if r["step"] == s) for s in steps)
+    assert m.capture_us == pytest.approx(want, rel=1e-6)
+    assert m.promise_us == pytest.approx(m.fraction * m.capture_us + m.modelled_us)

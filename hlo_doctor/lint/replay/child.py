@@ -176,7 +176,8 @@ def run(spec: ReplaySpec, folder: Path) -> dict[str, Any]:
         if stopped:
             break
         if len(a_us) >= spec.max_pairs or time.perf_counter() - start >= spec.cap_seconds:
-            stopped = "cap"
+            # At the cap an interval that clears 0 still decides, however wide (the figure keeps it).
+            stopped = decision(a_us, b_us, look, precise=False) or "cap"
             break
         target = min(spec.max_pairs, max(len(a_us) + 1, math.ceil(len(a_us) * GROWTH)))
         while len(a_us) < target and time.perf_counter() - start < spec.cap_seconds:

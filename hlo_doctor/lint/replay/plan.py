@@ -20,6 +20,7 @@ finding of another rule stays a model; the plan says which.
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -72,8 +73,32 @@ def runs_per_step(ctx: Context, m: HloModule) -> float:
 
 
 def _capture_us(ctx: Context, m: HloModule) -> float:
+    """``m``'s time in the capture's typical step: its ops' mean time per step times
+    :func:`median_share`."""
     rows = ctx.module_rows(m)
-    return float(rows["time_per_step_us"].fillna(0).sum()) if rows is not None and len(rows) else 0.0
+    mean = float(rows["time_per_step_us"].fillna(0).sum()) if rows is not None and len(rows) else 0.0
+    return mean * median_share(ctx, m)
+
+
+def median_share(ctx: Context, m: HloModule) -> float:
+    """``m``'s median time per traced step over its mean (1.0 where the capture keeps no step's own
+    times or ``m`` does not run in most steps). On a loaded machine a preempted thread's op can take
+    20x its time in one step: that moves the mean the op stats divide out, not the median, and the
+    median is what an alternated timing reports (the replay's pairs, verify's rounds, a direct A/B)."""
+    ps = ctx.per_step
+    if ps is None or not len(ps) or "step" not in ps or "time_us" not in ps:
+        return 1.0
+    mine = ps[ps["module"] == m.name]
+    if m.program_id is not None and "program_id" in mine:
+        with_id = mine[mine["program_id"] == m.program_id]
+        if len(with_id):
+            mine = with_id
+    steps = sorted(set(ps["step"].tolist()))
+    by_step = mine.groupby("step")["time_us"].sum()
+    times = [float(by_step.get(s, 0.0)) for s in steps]
+    mean = sum(times) / len(times) if times else 0.0
+    median = statistics.median(times) if times else 0.0
+    return median / mean if mean > 0 and median > 0 else 1.0
 
 
 class _Builder:

@@ -7,8 +7,9 @@ changes them; :mod:`.child` compiles and times them in a process of its own, alt
 
 The figure: the pairs' median saving per step here (an iteration runs each program as often as it
 ran per step in the capture) and its interval (:mod:`.timing`). The promise is that saving as a
-fraction of side A's time here, applied to side A's programs' time in the capture: the capture's
-pace stays the unit (its machine, its load, the profiler's overhead), which this machine's time
+fraction of side A's time here, applied to side A's programs' time in the capture's median step
+(``plan.median_share``: a step a loaded machine slowed moves the mean, not the pairs' median): the
+capture's pace stays the unit (its machine, the profiler's overhead), which this machine's time
 cannot stand for. Both figures are kept; the line says which is the promise.
 """
 
@@ -57,7 +58,7 @@ class ReplayMeasurement:
     interval_us: tuple[float, float]
     pairs: int
     capture_us: float
-    """Side A's programs' time per step in the capture."""
+    """Side A's programs' time in the capture's median step."""
     programs: tuple[str, ...]
     removed: tuple[str, ...]
     """What side B's compiled programs no longer run (``copy``, ``exponential``, a whole program)."""

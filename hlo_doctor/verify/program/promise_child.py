@@ -4,7 +4,8 @@
 the user's program (its imports, its prints, a crash) stays out of ``diagnose``'s, and a step that
 hangs is stopped by the parent's timeout. The measuring is verify's: :func:`.measure.measure` (warm-up,
 rounds interleaved AB BA AB..., outputs compared call by call, compiles counted), with pairs added
-until :func:`.run.step_comparison` decides or the budget is spent. No capture and no rules: the
+until :func:`.run.step_comparison` decides (a change with an interval narrow beside it, the replay's
+``PRECISION``; or no change) or the budget is spent. No capture and no rules: the
 parent already holds the diagnosis. Writes ``{"ok": true, "baseline": [[ms...] per round], ...}``
 or ``{"ok": false, "reason": "..."}``.
 """
@@ -25,8 +26,9 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     import jax
 
     from hlo_doctor.capture import keep_gpu_ops_visible
+    from hlo_doctor.lint.replay.timing import PRECISION
     from hlo_doctor.statistics import Outcome
-    from hlo_doctor.verify.program.measure import measure
+    from hlo_doctor.verify.program.measure import Measured, measure
     from hlo_doctor.verify.program.run import step_comparison
     from hlo_doctor.verify.program.settings import ProgramSettings
     from hlo_doctor.verify.program.target import load_side
@@ -37,8 +39,15 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     base = load_side("baseline", settings.baseline)
     treat = load_side("treatment", str(job["treatment"]), shown=f"{job['original']} with {job['fix']}",
                       neighbours=Path(str(job["original"])).parent)
-    measured = measure(base, treat, settings, lambda stage, done, total: None,
-                       lambda m, look: step_comparison(settings, m, look).outcome != Outcome.INCONCLUSIVE)
+    def decided(m: Measured, look: int) -> bool:
+        # A saving or a slowdown decides only when its interval is narrow beside it (the replay's
+        # rule, ``timing.PRECISION``): stopping at the first significant look overstates the change.
+        c = step_comparison(settings, m, look)
+        if c.outcome in (Outcome.IMPROVED, Outcome.REGRESSED):
+            return (c.ci_high - c.ci_low) / 2 <= PRECISION * abs(1.0 - c.ratio)
+        return c.outcome != Outcome.INCONCLUSIVE
+
+    measured = measure(base, treat, settings, lambda stage, done, total: None, decided)
     if measured.raised is not None:
         return {"ok": False, "reason": measured.raised.describe()}
     if measured.mismatch is not None:
