@@ -127,6 +127,16 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
 
         result = dataclasses.replace(result, fix_promises=with_program_ab(run, result.fix_promises, applicable, store,
                                                                           measure))  # type: ignore[arg-type]
+        # A capture of the engine this machine can run again: each fix timed on the engine itself.
+        from hlo_doctor.lint.engine_ab import with_engine_ab
+
+        def measure_engine(*args: object) -> object:
+            from hlo_doctor.verify.engine.promise import measure as measure_on_engine
+
+            return measure_on_engine(*args, store)  # type: ignore[arg-type,call-arg]
+
+        result = dataclasses.replace(result, fix_promises=with_engine_ab(run, result.fix_promises, store,
+                                                                         measure_engine))  # type: ignore[arg-type]
     failed = fail_on is not None and bool(result.at_or_above(Severity.parse(fail_on)))
     code = ExitCode.FINDINGS if failed else ExitCode.OK
     if fmt == "table" and (output is None or output == STDOUT) and not people_see_a_terminal():

@@ -82,7 +82,8 @@ def measure(fix: str, spec: str, file: Path, findings: Sequence[Finding], key: s
     return to_measurement(key, doc, budget_s, store)
 
 
-def to_measurement(key: str, doc: dict[str, object], budget_s: float, store: MeasurementStore | None) -> Measurement | str:
+def to_measurement(key: str, doc: dict[str, object], budget_s: float, store: MeasurementStore | None, *,
+                   kind: str = KIND) -> Measurement | str:
     """The child's rounds as a stored measurement: verify's step-time statistic on them (the ratio of
     medians, its interval at the last look's level, the outcome), each side's step times in us round
     after round, the looks and why it stopped."""
@@ -97,7 +98,7 @@ def to_measurement(key: str, doc: dict[str, object], budget_s: float, store: Mea
     if not (math.isfinite(c.ci_low) and math.isfinite(c.ci_high) and math.isfinite(c.ratio)):
         return "the rounds were too few to test the difference"
     outcome = OUTCOMES.index(str(c.outcome)) if str(c.outcome) in OUTCOMES else len(OUTCOMES) - 1
-    return Measurement(kind=KIND, key=key, samples=(("baseline", tuple(t for r in base for t in r)),
+    return Measurement(kind=kind, key=key, samples=(("baseline", tuple(t for r in base for t in r)),
                                                     ("treatment", tuple(t for r in treat for t in r)),
                                                     ("looks", (float(looks),)), ("outcome", (float(outcome),))),
                        median=c.ratio, low=min(c.ci_low, c.ratio), high=max(c.ci_high, c.ratio), level=1.0 - c.alpha,
