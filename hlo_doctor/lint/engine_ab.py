@@ -118,10 +118,14 @@ def tree_digest(tree: Path) -> str:
 
 
 def key_for(fix: str, where: EngineTarget, budget_s: float) -> str:
-    """What the store keys an engine A/B by: the fix, the engine's sizes, its sources, the rounds."""
-    sizes = ", ".join(f"{k} {where.config[k]}" for k in sorted(where.config) if not isinstance(where.config[k], dict))
-    return (f"engine A/B of {'the bundled engine' if where.bundled else where.source} with {fix}; {sizes}; "
-            f"sources sha256:{where.sources[:16]}; {ROUNDS} rounds, budget {budget_s:g} s")
+    """What the store keys an engine A/B by (under the store's 400 characters): the fix, the engine's
+    sizes, a digest of its whole configuration and of its sources, the rounds and budget."""
+    c = where.config
+    sizes = ", ".join(f"{k} {c[k]}" for k in SIZES if k in c)
+    config = hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()
+    return (f"engine A/B of {'the bundled engine' if where.bundled else 'an engine tree'} with {fix[:60]}; "
+            f"{sizes[:120]}; config sha256:{config[:16]}; sources sha256:{where.sources[:16]}; {ROUNDS} rounds, "
+            f"budget {budget_s:g} s")
 
 
 def with_engine_ab(capture: Path, promises: tuple[FixPromise, ...], store: MeasurementStore | None,
