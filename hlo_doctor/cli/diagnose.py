@@ -127,7 +127,8 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
 
         result = dataclasses.replace(result, fix_promises=with_program_ab(run, result.fix_promises, applicable, store,
                                                                           measure))  # type: ignore[arg-type]
-        # A capture of the engine this machine can run again: each fix timed on the engine itself.
+        # A capture of the engine this machine can run again: each fix timed on the engine itself (a
+        # capture of tpu-inference: why not, in one line).
         from hlo_doctor.lint.engine_ab import with_engine_ab
 
         def measure_engine(*args: object) -> object:
@@ -135,8 +136,8 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
 
             return measure_on_engine(*args, store)  # type: ignore[arg-type,call-arg]
 
-        result = dataclasses.replace(result, fix_promises=with_engine_ab(run, result.fix_promises, store,
-                                                                         measure_engine))  # type: ignore[arg-type]
+        result = dataclasses.replace(result, fix_promises=with_engine_ab(
+            run, result.fix_promises, applicable, store, measure_engine, backend=result.backend))  # type: ignore[arg-type]
     failed = fail_on is not None and bool(result.at_or_above(Severity.parse(fail_on)))
     code = ExitCode.FINDINGS if failed else ExitCode.OK
     if fmt == "table" and (output is None or output == STDOUT) and not people_see_a_terminal():

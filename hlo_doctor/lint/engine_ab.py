@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hlo_doctor.core.model import Finding
 from hlo_doctor.core.sources import file_sha256, recorded
 from hlo_doctor.lint.measurement import Measurement, versions_here
 from hlo_doctor.lint.program_ab import ProgramMeasurement, from_measurement
@@ -31,6 +32,8 @@ BUDGET_S = 10.0
 ROUNDS = 3
 """Pairs of rounds before the first look (the fewest verify's statistic tests); every decode step of
 each round's offline batch is timed."""
+TPU_INFERENCE = "tpu_inference/"
+"""What a finding's source path holds when the capture ran tpu-inference."""
 SIZES = ("batch", "vocab_size", "num_layers", "max_tokens")
 
 if TYPE_CHECKING:
@@ -107,6 +110,13 @@ def engine_target(capture: Path, bundled_dir: Path | None = None) -> EngineTarge
     return EngineTarget(tree, bundled, dict(config), str(doc.get("backend") or ""), tree_digest(tree))
 
 
+def tpu_inference_reason(backend: str) -> str:
+    """Why a tpu-inference capture's fix is not timed on what it ran, in one line."""
+    ran = f" ran on {backend}" if backend else ""
+    return (f"a capture of tpu-inference{ran}: this machine cannot run its server again (`hlo-doctor verify "
+            "--target TREE --bench CMD` times the fix with a serving benchmark where it runs)")
+
+
 def tree_digest(tree: Path) -> str:
     """SHA-256 over every ``*.py`` under ``tree`` (relative name and bytes' digest), sorted."""
     h = hashlib.sha256()
@@ -128,14 +138,18 @@ def key_for(fix: str, where: EngineTarget, budget_s: float) -> str:
             f"budget {budget_s:g} s")
 
 
-def with_engine_ab(capture: Path, promises: tuple[FixPromise, ...], store: MeasurementStore | None,
-                   measure: Measure, *, bundled_dir: Path | None = None,
-                   budget_s: float = BUDGET_S) -> tuple[FixPromise, ...]:
+def with_engine_ab(capture: Path, promises: tuple[FixPromise, ...], findings: Iterable[Finding],
+                   store: MeasurementStore | None, measure: Measure, *, backend: str = "",
+                   bundled_dir: Path | None = None, budget_s: float = BUDGET_S) -> tuple[FixPromise, ...]:
     """``promises`` with each fix measured by an engine A/B here: read from ``store``, else measured by
-    ``measure`` and kept there; where none can run, each says why (``program_unmeasured``). A capture
-    not of an engine: ``promises`` as they are."""
+    ``measure`` and kept there; where none can run, each says why (``program_unmeasured``): a capture
+    of tpu-inference (its findings' lines are in its tree) included. A capture of neither: ``promises``
+    as they are."""
     where = engine_target(capture, bundled_dir or _bundled_dir()) if promises else None
     if where is None:
+        if promises and any(TPU_INFERENCE in f.source.replace("\\", "/") for f in findings if f.source):
+            return tuple(p if p.program is not None or p.program_unmeasured else
+                         replace(p, program_unmeasured=tpu_inference_reason(backend)) for p in promises)
         return promises
     if isinstance(where, str):
         return tuple(replace(p, program_unmeasured=where) for p in promises)

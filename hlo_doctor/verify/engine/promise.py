@@ -24,7 +24,7 @@ from hlo_doctor.core.errors import HloDoctorError
 from hlo_doctor.lint.engine_ab import KIND, ROUNDS, EngineTarget
 from hlo_doctor.lint.measurement import Measurement
 from hlo_doctor.lint.store import MeasurementStore
-from hlo_doctor.verify.program.promise import to_measurement
+from hlo_doctor.verify.stats import rounds_measurement
 
 TIMEOUT_S = 240.0
 """The child's whole run (imports, two warm-ups, rounds) before it is stopped, beyond the budget."""
@@ -63,4 +63,4 @@ def measure(fix: str, where: EngineTarget, key: str, budget_s: float, store: Mea
         doc = json.loads(out.read_text(encoding="utf-8"))
     if not doc.get("ok"):
         return str(doc.get("reason", "no reason given"))[:300]
-    return to_measurement(key, doc, budget_s, store, kind=KIND)
+    return rounds_measurement(KIND, key, doc, budget_s, store)
