@@ -95,12 +95,12 @@ def engine_target(capture: Path, bundled_dir: Path | None = None) -> EngineTarge
         return (f"the capture ran jax {want[0] or '?'} (jaxlib {want[1] or '?'}), this machine has jax {have[0] or '-'} "
                 f"(jaxlib {have[1] or '-'})")
     tree = Path(source)
-    if not (tree / "__init__.py").is_file():
-        return f"the engine tree {tree} the capture ran is gone"
     mine = {k: v for k, v in recorded(folder).items() if _inside(Path(k), tree)}
     if not mine:
-        return (f"the capture's run.json does not fingerprint the engine's files in {tree}, so this machine "
-                "cannot tell they are unchanged (profile it again)")
+        return ("the capture's run.json does not fingerprint the engine's files (a capture from before they "
+                "were recorded), so this machine cannot tell they are unchanged: profile the engine again")
+    if not (tree / "__init__.py").is_file():
+        return "the engine tree the capture ran (run.json's config.source) is gone"
     for name, digest in sorted(mine.items()):
         now = file_sha256(Path(name))
         if now != digest:
