@@ -112,3 +112,15 @@ def test_an_engine_file_changed_since_the_capture_is_not_timed_and_says_why_in_o
     assert "replaying" in line or "a model" in line
     store = run / FILE_NAME
     assert not store.exists() or not any(r["kind"] == KIND for r in json.loads(store.read_text())["records"])
+
+
+def test_a_tpu_inference_capture_says_in_one_line_why_its_fix_is_not_timed_here(tmp_path: Path) -> None:
+    from fixtures_wheels import unpack
+
+    tree = unpack("0.24.0", tmp_path / "tpu")  # the project the capture's lines are in: the fix is offered
+    capture = Path(__file__).resolve().parents[2] / "sample_traces" / "seed_v5e_b512"
+    r = _run(["diagnose", str(capture), "--source-root", str(tree)], tmp_path / "cache")
+    assert r.exit_code == 0, r.output
+    (line,) = [x for x in r.output.splitlines() if x.startswith(f"fix {FIX}")]
+    assert "no program A/B: a capture of tpu-inference ran on tpu: this machine cannot run its server again" in line
+    assert "a model" in line  # the model's figure stays, said so
