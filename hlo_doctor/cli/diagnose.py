@@ -26,7 +26,7 @@ from hlo_doctor.cli.common import (
 )
 from hlo_doctor.cli.config import repository_root
 from hlo_doctor.cli.hosts import host_options, left_out_note, pod_options
-from hlo_doctor.core.errors import ExitCode
+from hlo_doctor.core.errors import ExitCode, HloDoctorError
 from hlo_doctor.core.escape.terminal import ShownConsole
 from hlo_doctor.core.model import Severity
 from hlo_doctor.render.registry import DIAGNOSIS, RenderOptions
@@ -129,6 +129,17 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
 
         result = dataclasses.replace(result, fix_promises=with_program_ab(run, result.fix_promises, applicable, store,
                                                                           measure))  # type: ignore[arg-type]
+        # A capture of the engine this machine can run again: each fix timed on the engine itself (a
+        # capture of tpu-inference: why not, in one line).
+        from hlo_doctor.lint.engine_ab import with_engine_ab
+
+        def measure_engine(*args: object) -> object:
+            from hlo_doctor.verify.engine.promise import measure as measure_on_engine
+
+            return measure_on_engine(*args, store)  # type: ignore[arg-type,call-arg]
+
+        result = dataclasses.replace(result, fix_promises=with_engine_ab(
+            _read_from(run), result.fix_promises, applicable, store, measure_engine, backend=result.backend))  # type: ignore[arg-type]
     failed = fail_on is not None and bool(result.at_or_above(Severity.parse(fail_on)))
     code = ExitCode.FINDINGS if failed else ExitCode.OK
     if fmt == "table" and (output is None or output == STDOUT) and not people_see_a_terminal():
@@ -157,6 +168,17 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
         console.print("[yellow]some rules failed; see the internal-error findings above[/]")
     if failed:
         sys.exit(int(code))
+
+
+def _read_from(run: Path) -> Path:
+    """The capture ``run`` names (a doctor folder's baseline profile, not the folder), as announced."""
+    from hlo_doctor.trace.locate import locate_capture
+
+    try:
+        where = locate_capture(run) if run.exists() else None
+    except HloDoctorError:
+        return run
+    return run if where is None else where.files[0] if where.files else where.path
 
 
 COMMANDS = [diagnose_cmd]

@@ -47,15 +47,22 @@ rounds the budget allows.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import stats
 
 from hlo_doctor.statistics import Outcome, SampleComparison, compare_samples
+from hlo_doctor.verify import settings as shared
 from hlo_doctor.verify.settings import MeasureSettings
 
-__all__ = ["MIN_PAIRS", "alpha_at_look", "compare", "compare_blocks", "compare_rounds"]
+if TYPE_CHECKING:
+    from hlo_doctor.lint.measurement import Measurement
+    from hlo_doctor.lint.store import MeasurementStore
+
+__all__ = ["MIN_PAIRS", "alpha_at_look", "compare", "compare_blocks", "compare_rounds", "rounds_measurement"]
 
 MIN_PAIRS = 3
 """Pairs of rounds below which the paired-rounds comparison does not test (a t-test on 2 pairs has
@@ -182,3 +189,38 @@ def compare_blocks(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequ
         why = f"changed {change} {over}, below the minimum effect of {min_effect:.0%}"
     return result(Outcome.INCONCLUSIVE, ratio, (ci_low, ci_high), p_value,
                   f"{why}; the {ci_pct} neither shows nor rules out a change of {min_effect:.0%}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Defaults:
+    """verify's defaults: the minimum effect and alpha every kind of target starts from."""
+
+    min_effect: float = shared.DEFAULT_MIN_EFFECT
+    alpha: float = shared.DEFAULT_ALPHA
+    seed: int = 0
+
+
+def rounds_measurement(kind: str, key: str, doc: Mapping[str, object], budget_s: float,
+                       store: MeasurementStore | None) -> Measurement | str:
+    """A promise's rounds (a program's or an engine's A/B, ``doc["baseline"]``/``["treatment"]``: step
+    times in ms, round by round) as a stored measurement: the step-time statistic on them (the paired
+    rounds' ratio, its interval at the last look's level, the outcome), each side's step times in us
+    round after round, the looks and why it stopped; or why it cannot be one."""
+    from hlo_doctor.lint.measurement import Measurement, now_utc
+    from hlo_doctor.lint.program_ab import OUTCOMES
+    from hlo_doctor.lint.store import MeasurementStore
+
+    base = [[1e3 * t for t in r] for r in doc["baseline"]]  # type: ignore[attr-defined]
+    treat = [[1e3 * t for t in r] for r in doc["treatment"]]  # type: ignore[attr-defined]
+    looks = int(doc.get("looks", 1))  # type: ignore[call-overload]
+    settings = _Defaults()
+    c = compare_rounds(settings, base, treat, alpha=alpha_at_look(settings.alpha, max(1, looks)))
+    if not (math.isfinite(c.ci_low) and math.isfinite(c.ci_high) and math.isfinite(c.ratio)):
+        return "the rounds were too few to test the difference"
+    outcome = OUTCOMES.index(str(c.outcome)) if str(c.outcome) in OUTCOMES else len(OUTCOMES) - 1
+    return Measurement(kind=kind, key=key, samples=(("baseline", tuple(t for r in base for t in r)),
+                                                    ("treatment", tuple(t for r in treat for t in r)),
+                                                    ("looks", (float(looks),)), ("outcome", (float(outcome),))),
+                       median=c.ratio, low=min(c.ci_low, c.ratio), high=max(c.ci_high, c.ratio), level=1.0 - c.alpha,
+                       reps=len(base), when=now_utc(), identity=(store or MeasurementStore(None)).identity(), unit="ratio",
+                       budget_s=budget_s, stopped=str(doc.get("stopped", "")))

@@ -14,7 +14,6 @@ says why and the promise keeps the replay's or the model's figure.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -25,10 +24,11 @@ from pathlib import Path
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.model import Finding
 from hlo_doctor.lint import program_ab, promise
-from hlo_doctor.lint.measurement import Measurement, now_utc
-from hlo_doctor.lint.program_ab import KIND, OUTCOMES, ROUNDS, STEPS, WARMUP
+from hlo_doctor.lint.measurement import Measurement
+from hlo_doctor.lint.program_ab import KIND, ROUNDS, STEPS, WARMUP
 from hlo_doctor.lint.promise import FixPromise
 from hlo_doctor.lint.store import MeasurementStore
+from hlo_doctor.verify.stats import rounds_measurement
 
 TIMEOUT_S = 180.0
 """The child's whole run (imports, compiles, warm-up, rounds) before it is stopped."""
@@ -79,27 +79,4 @@ def measure(fix: str, spec: str, file: Path, findings: Sequence[Finding], key: s
         doc = json.loads(out.read_text(encoding="utf-8"))
     if not doc.get("ok"):
         return str(doc.get("reason", "no reason given"))[:300]
-    return to_measurement(key, doc, budget_s, store)
-
-
-def to_measurement(key: str, doc: dict[str, object], budget_s: float, store: MeasurementStore | None) -> Measurement | str:
-    """The child's rounds as a stored measurement: verify's step-time statistic on them (the ratio of
-    medians, its interval at the last look's level, the outcome), each side's step times in us round
-    after round, the looks and why it stopped."""
-    from hlo_doctor.verify.program.settings import ProgramSettings
-    from hlo_doctor.verify.stats import alpha_at_look, compare_rounds
-
-    base = [[1e3 * t for t in r] for r in doc["baseline"]]  # type: ignore[attr-defined]
-    treat = [[1e3 * t for t in r] for r in doc["treatment"]]  # type: ignore[attr-defined]
-    looks = int(doc.get("looks", 1))  # type: ignore[call-overload]
-    settings = ProgramSettings(baseline=key, fix="-")  # verify's defaults: the minimum effect and alpha
-    c = compare_rounds(settings, base, treat, alpha=alpha_at_look(settings.alpha, max(1, looks)))
-    if not (math.isfinite(c.ci_low) and math.isfinite(c.ci_high) and math.isfinite(c.ratio)):
-        return "the rounds were too few to test the difference"
-    outcome = OUTCOMES.index(str(c.outcome)) if str(c.outcome) in OUTCOMES else len(OUTCOMES) - 1
-    return Measurement(kind=KIND, key=key, samples=(("baseline", tuple(t for r in base for t in r)),
-                                                    ("treatment", tuple(t for r in treat for t in r)),
-                                                    ("looks", (float(looks),)), ("outcome", (float(outcome),))),
-                       median=c.ratio, low=min(c.ci_low, c.ratio), high=max(c.ci_high, c.ratio), level=1.0 - c.alpha,
-                       reps=len(base), when=now_utc(), identity=(store or MeasurementStore(None)).identity(), unit="ratio",
-                       budget_s=budget_s, stopped=str(doc.get("stopped", "")))
+    return rounds_measurement(KIND, key, doc, budget_s, store)
