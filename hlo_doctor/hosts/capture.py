@@ -16,7 +16,7 @@ command, naming it, unless ``skip_bad_hosts``: then it is left out and the table
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +32,14 @@ from hlo_doctor.opstats.build import modules_from_protos
 from hlo_doctor.opstats.host_time import FrameKinds
 from hlo_doctor.opstats.io import load_opstats, run_info_for
 from hlo_doctor.opstats.schema import OpStats
-from hlo_doctor.opstats.totals import choose_steps, merge_evidence
+from hlo_doctor.opstats.totals import (
+    EventTotals,
+    StepChoice,
+    StepEvidence,
+    TotalsSum,
+    choose_steps,
+    merge_evidence,
+)
 from hlo_doctor.trace import find_xplanes
 from hlo_doctor.trace.dispatch import read_host_dispatch
 from hlo_doctor.trace.locate import display_path, locate_capture
@@ -102,27 +109,28 @@ def read_capture(path: str | Path, options: PodOptions, *,
         return load_opstats(p), None
     warm_printer()  # XLA's printer starts (imports jaxlib) while the hosts are read
     if options.scheduler is None:
-        parts, left_out, protos, modules = _read_pod(xplanes, _runner(options, len(xplanes)), options, dispatch)
+        parts, left_out, protos, modules, totals = _read_pod(xplanes, _runner(options, len(xplanes)), options, dispatch)
     else:
         from hlo_doctor.hosts.cluster import DaskCluster
 
         cluster = DaskCluster(options.scheduler, host_timeout_s=options.host_timeout_s)  # first: an unreachable scheduler stops it before any work
         try:
-            parts, left_out, protos, modules = _read_pod(xplanes, cluster, options, dispatch)
+            parts, left_out, protos, modules, totals = _read_pod(xplanes, cluster, options, dispatch)
         finally:
             cluster.close()
     for part in parts:
         part.read.protos = protos[part.read.path]
-    stats = merge_parts(parts, source_path=str(p), run=run_info_for(xplanes, p), left_out=left_out, modules=modules)
+    stats = merge_parts(parts, source_path=str(p), run=run_info_for(xplanes, p), left_out=left_out, modules=modules,
+                        totals=totals)
     stats = dataclasses.replace(stats, capture=tuple(display_path(x) for x in xplanes))
     return stats, (merge_dispatch(parts) if dispatch else None)
 
 
 def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, options: PodOptions, dispatch: bool
               ) -> tuple[list[HostPart], list[HostFailure], dict[str, list[ModuleProto]],
-                         tuple[tuple[HloModule, ...], tuple[str, ...]]]:
-    """Every host's part (in the order of the files), the host files left out, each host's modules
-    and the parsed modules of all."""
+                         tuple[tuple[HloModule, ...], tuple[str, ...]], EventTotals | None]:
+    """Every host's part (in the order of the files), the host files left out, each host's modules,
+    the parsed modules of all, and the parts' sums (:func:`_read_hosts`)."""
     # The modules are parsed once, here; the workers are told the source paths their frames need
     # and parse nothing (nor import XLA); their parts come back without the modules. Local workers
     # start first and read their hosts meanwhile; they wait for the paths only if they need them.
@@ -142,12 +150,12 @@ def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, 
         keep = [i for i, x in enumerate(xplanes) if str(x) in protos]
         first: Iterable[Result] = runner.results() if isinstance(runner, LocalPool) else \
             ((keep[j], r) for j, r in runner.run([tasks[i] for i in keep]))
-        parts, left_out = _read_hosts(runner.run, tasks, options, first, keep)
+        parts, left_out, totals = _read_hosts(runner.run, tasks, options, first, keep)
     finally:
         if isinstance(runner, LocalPool):
             runner.close()
     order = {str(x): i for i, x in enumerate(xplanes)}
-    return parts, sorted([*unreadable, *left_out], key=lambda f: order[f.path]), protos, modules
+    return parts, sorted([*unreadable, *left_out], key=lambda f: order[f.path]), protos, modules, totals
 
 
 def _modules(xplanes: list[Path], options: PodOptions
@@ -182,40 +190,92 @@ def _size(path: Path) -> int:
 
 
 def _read_hosts(run: Run, tasks: list[HostTask], options: PodOptions, first: Iterable[Result], keep: list[int]
-                ) -> tuple[list[HostPart], list[HostFailure]]:
+                ) -> tuple[list[HostPart], list[HostFailure], EventTotals | None]:
     """Every kept host's part, in the order of the files (the steps agreed), from the ``first``
-    results of ``tasks`` (and ``run`` to read a host again); the files left out."""
-    results = _collect(first, len(tasks), options, keep)
-    left_out = [r for i, r in results.items() if isinstance(r, HostFailure)]
-    parts = {i: r for i, r in results.items() if isinstance(r, HostPart)}
+    results of ``tasks`` (and ``run`` to read a host again); the files left out; the parts' sums
+    added up (the parts then hold none of their own), None when no part has op events."""
+    fold = _Fold(keep)
+    for i, result in _wanted(first, len(tasks), keep):
+        fold.put(i, _failed(result, options) if isinstance(result, HostFailure) else result)
+    left_out, parts = fold.left_out, fold.parts
     if not parts:
         raise InputError("none of the host files could be read" + (f": {left_out[0].reason}" if left_out else ""),
                          "capture again; the files may be truncated or corrupt")
-    evidence = merge_evidence([r.totals.evidence for r in parts.values() if r.totals is not None])
-    choice = choose_steps(evidence)
-    again = [i for i, r in parts.items() if r.totals is not None and r.totals.choice != choice]
+    choice = choose_steps(merge_evidence([fold.evidence[i] for i in sorted(fold.evidence)]))
+    again = [i for i in sorted(fold.choices) if fold.choices[i] != choice]
     if again:
         redo = [dataclasses.replace(tasks[i], choice=choice) for i in again]
-        redone = _collect(run(redo), len(redo), options, list(range(len(redo))))
+        redone = dict(_wanted(run(redo), len(redo), list(range(len(redo)))))
         for k, i in enumerate(again):
             r = redone[k]
             if isinstance(r, HostFailure):
                 raise InputError(r.reason if r.path in r.reason else f"{r.path}: {r.reason}")
             parts[i] = r
-    return [parts[i] for i in sorted(parts)], left_out
+    return [parts[i] for i in sorted(parts)], left_out, fold.total(choice, again)
 
 
-def _collect(results: Iterable[Result], count: int, options: PodOptions, keep: list[int]
-             ) -> dict[int, HostPart | HostFailure]:
-    """The result of each task of ``keep`` (indices of ``count`` tasks); stops at the first host that
-    fails, unless it may be left out."""
-    wanted = set(keep)
-    out: dict[int, HostPart | HostFailure] = {}
+class _Fold:
+    """The kept hosts' parts as they arrive, their sums added up in the order of the files while
+    they agree on the steps (:class:`~hlo_doctor.opstats.totals.TotalsSum`): the command holds one
+    sum, not every host's. A part that arrives early waits for those before it; from the first part
+    whose own choice of steps differs, the parts are held whole until the steps are agreed."""
+
+    def __init__(self, keep: list[int]) -> None:
+        self.order, self.next = sorted(keep), 0
+        self.waiting: dict[int, HostPart | HostFailure] = {}
+        self.parts: dict[int, HostPart] = {}
+        self.left_out: list[HostFailure] = []
+        self.evidence: dict[int, StepEvidence] = {}
+        self.choices: dict[int, StepChoice] = {}
+        self.sum, self.folded, self.folding = TotalsSum(), 0, True
+        """The sum of the first ``folded`` parts with op events (in the order of the files)."""
+        self.choice: StepChoice | None = None
+        """The steps of the parts in the sum."""
+
+    def put(self, i: int, result: HostPart | HostFailure) -> None:
+        if isinstance(result, HostPart) and result.totals is not None:
+            self.evidence[i], self.choices[i] = result.totals.evidence, result.totals.choice
+        self.waiting[i] = result
+        while self.next < len(self.order) and self.order[self.next] in self.waiting:
+            j = self.order[self.next]
+            self.next += 1
+            r = self.waiting.pop(j)
+            if isinstance(r, HostFailure):
+                self.left_out.append(r)
+                continue
+            if self.folding and r.totals is not None:
+                if self.choice is not None and r.totals.choice != self.choice:
+                    self.folding = False
+                else:
+                    self.choice = r.totals.choice
+                    self.sum.add(r.totals)
+                    self.folded += 1
+                    r = dataclasses.replace(r, totals=None)
+            self.parts[j] = r
+
+    def total(self, choice: StepChoice, again: list[int]) -> EventTotals | None:
+        """The sum of every part's totals under ``choice``, once the parts of ``again`` were read again."""
+        if not self.choices:
+            return None
+        if self.folded and self.choice != choice:  # the sum is of the wrong steps: all again
+            self.sum, self.folded = TotalsSum(), 0
+        with_totals = sorted(self.choices)
+        for i in with_totals[self.folded:]:
+            totals = self.parts[i].totals
+            assert totals is not None
+            self.sum.add(totals)
+        return self.sum.result()
+
+
+def _wanted(results: Iterable[Result], count: int, keep: list[int]) -> Iterator[Result]:
+    """The results of the tasks of ``keep`` (indices of ``count`` tasks), as they come."""
+    wanted, seen = set(keep), set()
     for i, result in results:
         if i in wanted:
-            out[i] = _failed(result, options) if isinstance(result, HostFailure) else result
-    assert len(out) == len(wanted) and all(0 <= i < count for i in out)
-    return dict(sorted(out.items()))
+            assert 0 <= i < count and i not in seen
+            seen.add(i)
+            yield i, result
+    assert seen == wanted
 
 
 def _failed(failure: HostFailure, options: PodOptions) -> HostFailure:

@@ -17,7 +17,7 @@ from hlo_doctor.hlo import HloModule
 from hlo_doctor.hosts.work import HostFailure, HostPart
 from hlo_doctor.opstats.build import modules_from_protos, opstats_from_totals
 from hlo_doctor.opstats.schema import OpStats
-from hlo_doctor.opstats.totals import device_rank, merge_totals
+from hlo_doctor.opstats.totals import EventTotals, device_rank, merge_totals
 from hlo_doctor.opstats.validate import check_opstats
 from hlo_doctor.trace.columns import OpColumns
 from hlo_doctor.trace.model import HostDispatch
@@ -33,8 +33,11 @@ def left_out_note(left_out: Sequence[HostFailure], hosts: int) -> str:
 
 def merge_parts(parts: Sequence[HostPart], *, source_path: str, run: RunInfo | None = None,
                 left_out: Sequence[HostFailure] = (),
-                modules: tuple[tuple[HloModule, ...], tuple[str, ...]] | None = None) -> OpStats:
-    """The op stats of the hosts whose parts are given (in the order of their files); ``left_out``
+                modules: tuple[tuple[HloModule, ...], tuple[str, ...]] | None = None,
+                totals: EventTotals | None = None) -> OpStats:
+    """The op stats of the hosts whose parts are given (in the order of their files); ``totals``
+    their sums added up already (:class:`~hlo_doctor.opstats.totals.TotalsSum`: the parts then hold
+    none), else the parts' own are added up here; ``left_out``
     are host files read by no part, said in the table's notes and ``hosts_left_out``; ``modules``
     the parsed modules of the parts' protos and their notes (:func:`modules_from_protos`), when the
     command parsed them already.
@@ -43,7 +46,8 @@ def merge_parts(parts: Sequence[HostPart], *, source_path: str, run: RunInfo | N
         InputError: no host has HLO op events.
     """
     trace = combine_hosts([p.read for p in parts], OpColumns().finish())
-    totals = merge_totals([p.totals for p in parts if p.totals is not None])
+    if totals is None:
+        totals = merge_totals([p.totals for p in parts if p.totals is not None])
     parsed, notes = modules if modules is not None else modules_from_protos(trace.module_protos)
     texts = [t for p in parts for t in p.op_texts] if trace.backend != "cpu" and not trace.module_protos else []
     warnings = [left_out_note(left_out, len(parts) + len(left_out))] if left_out else []

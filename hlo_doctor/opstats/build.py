@@ -323,18 +323,26 @@ def _per_step(totals: EventTotals, rows: list[dict[str, Any]]) -> pd.DataFrame:
     devices = np.asarray([r["devices"] for r in rows], np.float64)[:, None]
     # Every (op, step) pair, so a step in which an op did not run counts as 0 for the statistics.
     time_us = (totals.step_ns[groups] / 1e3 / devices).ravel()
-    row_of = np.repeat(np.arange(len(rows)), len(steps))
+    n = len(steps)
+    return pd.DataFrame({
+        "step": np.tile(steps.astype(np.int64), len(rows)),
+        "module": _repeated_strings([r["module"] for r in rows], n),
+        "program_id": np.repeat(np.asarray([r["program_id"] for r in rows] + [None], dtype=object)[:-1], n),
+        "op": _repeated_strings([r["op"] for r in rows], n),
+        "canonical_key": _repeated_strings([r["canonical_key"] for r in rows], n),
+        "time_us": time_us.astype(np.float64, copy=False),
+    }, copy=False)
 
-    def strings(name: str) -> Any:
-        # Each row's string once, then taken per step (not a string conversion per cell).
-        return pd.array([r[name] for r in rows], dtype=dtypes[name]).take(row_of)
 
-    frame = pd.DataFrame({
-        "step": np.tile(steps, len(rows)),
-        "module": strings("module"),
-        "program_id": np.asarray([r["program_id"] for r in rows] + [None], dtype=object)[:-1][row_of],
-        "op": strings("op"),
-        "canonical_key": strings("canonical_key"),
-        "time_us": time_us,
-    })
-    return frame.astype({c: t for c, t in dtypes.items() if c != "program_id"})
+def _repeated_strings(values: list[str], times: int) -> pd.Series:
+    """``values``, each repeated ``times`` times, as a ``string`` column: where pandas keeps its
+    strings in Arrow, written there straight from one copy of each (no Python string per row: a
+    table of many steps is millions of rows)."""
+    dtype = pd.StringDtype()
+    if dtype.storage == "pyarrow" and values:
+        import pyarrow as pa
+
+        codes = pa.array(np.repeat(np.arange(len(values), dtype=np.int32), times))
+        column = pa.DictionaryArray.from_arrays(codes, pa.array(values, pa.large_string())).cast(pa.large_string())
+        return pd.Series(pd.arrays.ArrowStringArray(pa.chunked_array([column])), dtype=dtype, copy=False)
+    return pd.Series(np.repeat(np.asarray(values, dtype=object), times), dtype=dtype)

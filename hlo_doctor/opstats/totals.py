@@ -233,38 +233,88 @@ def _sums(trace: Trace, step_of: np.ndarray) -> dict[str, Any]:
 def merge_totals(parts: Sequence[EventTotals]) -> EventTotals:
     """The totals of several hosts (in the order of their files) as one; they share one choice of
     steps (a part summed under another is summed again first: :mod:`hlo_doctor.hosts`)."""
-    if len(parts) == 1:
-        return parts[0]
-    if len({p.choice for p in parts}) > 1:
-        raise ValueError("totals summed under different choices of steps cannot be added up")
-    index: dict[OpKey, int] = {}
+    total = TotalsSum()
     for p in parts:
+        total.add(p)
+    return total.result()
+
+
+class TotalsSum:
+    """Hosts' totals added up one at a time, in the order of their files, as they are read: the
+    sum holds one row per op and one column per step, never a host's own arrays after it is added
+    (what a pod of many hosts needs). :meth:`result` is :func:`merge_totals` of the parts added,
+    the same numbers added in the same order."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._only: EventTotals | None = None
+        """The one part added, while there is one."""
+        self._choice: StepChoice | None = None
+        self._index: dict[OpKey, int] = {}
+        self._occurrences = np.zeros(0, np.int64)
+        self._devices = np.zeros(0, np.int64)
+        self._total, self._self_ns = np.zeros(0), np.zeros(0)
+        self._steps = np.zeros(0, np.int64)
+        self._step_ns = np.zeros((0, 0))
+        self._times: list[tuple[str, np.ndarray]] = []
+        self._evidence: list[StepEvidence] = []
+        self._breakdown: list[BreakdownPart] = []
+        self._hosts: dict[str, None] = {}
+        self._names: dict[str, None] = {}
+        self._span = (0.0, 0.0)
+        self._step_count = 0
+
+    def add(self, p: EventTotals) -> None:
+        """Add one host's totals (the next file's)."""
+        if self._choice is not None and p.choice != self._choice:
+            raise ValueError("totals summed under different choices of steps cannot be added up")
+        self.count += 1
+        self._choice = p.choice
+        self._only = p if self.count == 1 else None
         for k in p.keys:
-            index.setdefault(k, len(index))
-    steps = np.unique(np.concatenate([p.steps for p in parts])).astype(np.int64)
-    g = len(index)
-    occurrences, devices = np.zeros(g, np.int64), np.zeros(g, np.int64)
-    total, self_ns, step_ns = np.zeros(g), np.zeros(g), np.zeros((g, len(steps)))
-    for p in parts:
-        rows = np.asarray([index[k] for k in p.keys], np.int64)
-        occurrences[rows] += p.occurrences
-        devices[rows] += p.devices
-        total[rows] += p.total_ns
-        self_ns[rows] += p.self_ns
-        step_ns[np.ix_(rows, np.searchsorted(steps, p.steps))] += p.step_ns
-    by_host = sorted(parts, key=lambda p: p.hosts[0] if p.hosts else "")
-    hosts: dict[str, None] = {}
-    names: dict[str, None] = {}
-    for p in parts:
-        hosts.update(dict.fromkeys(p.hosts))
-        names.update(dict.fromkeys(p.device_names))
-    return EventTotals(
-        keys=tuple(index), occurrences=occurrences, total_ns=total, self_ns=self_ns, devices=devices,
-        steps=steps, step_ns=step_ns, step_times_us=tuple(t for p in by_host for t in p.step_times_us),
-        step_count=max(p.step_count for p in parts), choice=parts[0].choice,
-        evidence=merge_evidence([p.evidence for p in parts]),
-        span_ns=(min(p.span_ns[0] for p in parts), max(p.span_ns[1] for p in parts)),
-        breakdown=tuple(b for p in parts for b in p.breakdown), hosts=tuple(hosts), device_names=tuple(names))
+            self._index.setdefault(k, len(self._index))
+        g = len(self._index)
+        if g > len(self._total):  # new ops: rows of zeros
+            grow = g - len(self._total)
+            self._occurrences, self._devices = (np.r_[a, np.zeros(grow, np.int64)] for a in (self._occurrences, self._devices))
+            self._total, self._self_ns = (np.r_[a, np.zeros(grow)] for a in (self._total, self._self_ns))
+            self._step_ns = np.concatenate([self._step_ns, np.zeros((grow, self._step_ns.shape[1]))])
+        steps = np.union1d(self._steps, p.steps).astype(np.int64)
+        if len(steps) > len(self._steps):  # new steps: columns of zeros
+            grid = np.zeros((g, len(steps)))
+            grid[:, np.searchsorted(steps, self._steps)] = self._step_ns
+            self._steps, self._step_ns = steps, grid
+        rows = np.asarray([self._index[k] for k in p.keys], np.int64)
+        self._occurrences[rows] += p.occurrences
+        self._devices[rows] += p.devices
+        self._total[rows] += p.total_ns
+        self._self_ns[rows] += p.self_ns
+        self._step_ns[np.ix_(rows, np.searchsorted(self._steps, p.steps))] += p.step_ns
+        self._times.append((p.hosts[0] if p.hosts else "", np.asarray(p.step_times_us, np.float64)))
+        self._evidence.append(p.evidence)
+        self._breakdown.extend(p.breakdown)
+        self._hosts.update(dict.fromkeys(p.hosts))
+        self._names.update(dict.fromkeys(p.device_names))
+        self._span = p.span_ns if self.count == 1 else (min(self._span[0], p.span_ns[0]), max(self._span[1], p.span_ns[1]))
+        self._step_count = max(self._step_count, p.step_count)
+
+    def result(self) -> EventTotals:
+        """The totals of every part added (the one part itself when only one was).
+
+        Raises:
+            ValueError: no part was added.
+        """
+        if self._only is not None:
+            return self._only
+        if self._choice is None:
+            raise ValueError("no totals to add up")
+        by_host = sorted(self._times, key=lambda x: x[0])
+        return EventTotals(
+            keys=tuple(self._index), occurrences=self._occurrences, total_ns=self._total, self_ns=self._self_ns,
+            devices=self._devices, steps=self._steps, step_ns=self._step_ns,
+            step_times_us=tuple(t for _, times in by_host for t in times.tolist()), step_count=self._step_count,
+            choice=self._choice, evidence=merge_evidence(self._evidence), span_ns=self._span,
+            breakdown=tuple(self._breakdown), hosts=tuple(self._hosts), device_names=tuple(self._names))
 
 
 def device_rank(totals: EventTotals) -> dict[tuple[str, str], int]:
