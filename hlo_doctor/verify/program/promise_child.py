@@ -12,13 +12,11 @@ or ``{"ok": false, "reason": "..."}``.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from hlo_doctor.core.errors import HloDoctorError
+from hlo_doctor.verify.child import child_main
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
@@ -64,17 +62,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    job_path, out_path = Path(argv[0]), Path(argv[1])
-    try:
-        # What the user's program prints goes to stderr, never into the parent's answer.
-        with contextlib.redirect_stdout(sys.stderr):
-            doc = run(json.loads(job_path.read_text(encoding="utf-8")))
-    except HloDoctorError as exc:
-        doc = {"ok": False, "reason": exc.what}
-    except Exception as exc:  # noqa: BLE001 - any failure here is an A/B that cannot run, said in one line
-        doc = {"ok": False, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
-    out_path.write_text(json.dumps(doc), encoding="utf-8")
-    return 0
+    return child_main(run, argv)
 
 
 if __name__ == "__main__":
