@@ -251,8 +251,8 @@ def replayed(ctx: Context, fix_promises: tuple[FixPromise, ...], findings: Itera
 
 
 def replay_unfixed(ctx: Context, diagnosis: Diagnosis) -> Diagnosis:
-    """``diagnosis`` with each finding that no fix answers, but whose change a replay makes (an
-    order-keeping map before an argmax in a library's sampler, say), measured by that replay here:
+    """``diagnosis`` with each finding in a library's code (a remedy, no fix) whose change a replay
+    makes (an order-keeping map before an argmax in a library's sampler, say), measured by that replay here:
     what removing its waste gives back per step (``removed``). A finding the replay cannot stand for,
     or a capture it cannot run, is left as it was (its figure stays the rule's model)."""
     from hlo_doctor.lint.replay import measure_fix
@@ -262,7 +262,9 @@ def replay_unfixed(ctx: Context, diagnosis: Diagnosis) -> Diagnosis:
         return diagnosis
     out = []
     for f in diagnosis.findings:
-        if f.fix or f.code not in REPLAYED or not f.recoverable_us:
+        # Only waste in a library's code (its remedy named): the project's own findings have fixes,
+        # and a copy with no line of its own is measured with the fix that removes it.
+        if f.fix or not f.remedy or f.code not in REPLAYED or not f.recoverable_us:
             continue
         where = f.source or f"{f.module}/{f.op}"
         got = measure_fix(ctx, f"{f.code}@{where}", [f])
