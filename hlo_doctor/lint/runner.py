@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from hlo_doctor.core.format import fmt_duration
+from hlo_doctor.core.format import fmt_duration, fmt_source
 from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.hlo import HloInstruction, HloModule, fused_opcodes
 from hlo_doctor.lint.compiles import CompileAccount, compile_account
@@ -266,7 +266,7 @@ def replay_unfixed(ctx: Context, diagnosis: Diagnosis) -> Diagnosis:
         # and a copy with no line of its own is measured with the fix that removes it.
         if f.fix or not f.remedy or f.code not in REPLAYED or not f.recoverable_us:
             continue
-        where = f.source or f"{f.module}/{f.op}"
+        where = fmt_source(f.source) if f.source else f"{f.module}/{f.op}"
         got = measure_fix(ctx, f"{f.code}@{where}", [f])
         if isinstance(got, str):
             continue
