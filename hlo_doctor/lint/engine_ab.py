@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from hlo_doctor.core.model import Finding
 from hlo_doctor.core.sources import file_sha256, recorded
-from hlo_doctor.lint.measurement import Measurement, versions_here
-from hlo_doctor.lint.program_ab import ProgramMeasurement, from_measurement
+from hlo_doctor.lint.measurement import Measurement
+from hlo_doctor.lint.program_ab import ProgramMeasurement, from_measurement, other_jax
 
 KIND = "engine-ab/fix"
 """The measurement store's kind for an engine A/B."""
@@ -88,12 +88,9 @@ def engine_target(capture: Path, bundled_dir: Path | None = None) -> EngineTarge
     source = meta.get("source")
     if config is None or not isinstance(source, str) or not source:
         return "the capture's run.json does not name the engine's tree and configuration"
-    versions = doc.get("versions") if isinstance(doc.get("versions"), dict) else {}
-    want = (str(versions.get("jax", "")), str(versions.get("jaxlib", "")))
-    have = versions_here()
-    if want != have:
-        return (f"the capture ran jax {want[0] or '?'} (jaxlib {want[1] or '?'}), this machine has jax {have[0] or '-'} "
-                f"(jaxlib {have[1] or '-'})")
+    other = other_jax(doc)
+    if other:
+        return other
     tree = Path(source)
     mine = {k: v for k, v in recorded(folder).items() if _inside(Path(k), tree)}
     if not mine:

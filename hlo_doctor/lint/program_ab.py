@@ -119,12 +119,9 @@ def program_target(capture: Path) -> tuple[str, str, Path] | str | None:
     if not isinstance(target, str) or ":" not in target or not target.rpartition(":")[0].endswith(".py"):
         return None
     path, _, func = target.rpartition(":")
-    versions = doc.get("versions") if isinstance(doc.get("versions"), dict) else {}
-    want = (str(versions.get("jax", "")), str(versions.get("jaxlib", "")))
-    have = versions_here()
-    if want != have:
-        return (f"the capture ran jax {want[0] or '?'} (jaxlib {want[1] or '?'}), this machine has jax {have[0] or '-'} "
-                f"(jaxlib {have[1] or '-'})")
+    other = other_jax(doc)
+    if other:
+        return other
     record = recorded(folder)
     tail = Path(path).parts
     named = [k for k in record if Path(k).parts[-len(tail):] == tail]
@@ -152,3 +149,16 @@ def from_measurement(fix: str, target: str, lines: tuple[int, ...], m: Measureme
         ratio=m.median, ratio_interval=(m.low, m.high), level=m.level,
         outcome=OUTCOMES[code] if 0 <= code < len(OUTCOMES) else OUTCOMES[-1], rounds=rounds,
         steps=len(base) // rounds, budget_s=m.budget_s or 0.0, stopped=m.stopped, when=m.when, lines=lines)
+
+
+def other_jax(doc: dict[str, object]) -> str:
+    """Why a capture's run.json (``doc``) names a jax/jaxlib this machine does not have; "" when it has them."""
+    versions = doc.get("versions")
+    if not isinstance(versions, dict):
+        versions = {}
+    want = (str(versions.get("jax", "")), str(versions.get("jaxlib", "")))
+    have = versions_here()
+    if want == have:
+        return ""
+    return (f"the capture ran jax {want[0] or '?'} (jaxlib {want[1] or '?'}), this machine has jax {have[0] or '-'} "
+            f"(jaxlib {have[1] or '-'})")
