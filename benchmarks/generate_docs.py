@@ -84,6 +84,7 @@ _VERDICT_HERE = re.compile(r"; (?:the change is slower here by #t: no saving pro
 _SEVERITY = re.compile(r"(?<![\w-])(?:info|low|medium|high)(?![\w-])")
 _RULE_CODE = re.compile(r"\bHD\d{3}\b")
 _VERDICT_WHATIF = re.compile(r"(it costs on this machine \(.*?\)): (?:net ~|may cost here|no saving expected here).*$")
+_LINE_START = re.compile(r"^(?:\$ |[─━]|HD\d{3}\b|what-if: |fix \S+: |skipped: |capture: |note: |\d+ findings?: )")
 _RULES = re.compile(r"([─━═┄┈╌\-]){2,}|[ \t]+")
 _BOX = str.maketrans({c: "|" for c in "┏┓┗┛┃│┡┩╇┳┻╋┣┫└┘┌┐├┤┬┴┼╭╮╯╰"})
 
@@ -300,10 +301,30 @@ def structure(text: str) -> list[str]:
     return out
 
 
+def unwrapped(text: str, columns: int = COLUMNS) -> str:
+    """A terminal's text with the lines it wrapped joined again: a line is continued by the next one
+    where the next one's first word would not have fitted after it (how rich breaks a long line at
+    ``columns``); a line a table's rule or a new label starts is never a continuation."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        words = line.split()
+        if (out and words and out[-1] and not _LINE_START.match(line)
+                and len(out[-1]) + 1 + len(words[0]) > columns):
+            out[-1] = out[-1] + " " + line.lstrip()
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def difference(example: Example, new: str, small: bool = False) -> str:
     """A unified diff of the block's untimed part, documented against produced; "" when they agree."""
     view = structure if small else masked
-    old, fresh = view(example.shown), view(new)
+    if "tty" in example.options:
+        # Masked as the lines were before the terminal wrapped them (a break inside ``10 s`` would
+        # leave both halves unmasked).
+        old, fresh = view(unwrapped(example.shown)), view(unwrapped(new))
+    else:
+        old, fresh = view(example.shown), view(new)
     if "tty" in example.options:
         # A terminal of 200 columns wraps a long line where its figures' widths put the break: the
         # words are compared, not where the lines break.

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The columns grow while the GIL is released (decode_line), so they use the raw allocator, the one
+   that may be called without it: PyMem_Realloc needs the GIL (a crash on Python 3.12). */
 typedef struct {
     int64_t *data;
     Py_ssize_t len, cap;
@@ -28,7 +30,7 @@ typedef struct {
 static int vec_push(vec *v, int64_t x) {
     if (v->len == v->cap) {
         Py_ssize_t cap = v->cap ? v->cap * 2 : 4096;
-        int64_t *d = (int64_t *)PyMem_Realloc(v->data, (size_t)cap * sizeof(int64_t));
+        int64_t *d = (int64_t *)PyMem_RawRealloc(v->data, (size_t)cap * sizeof(int64_t));
         if (!d) return -1;
         v->data = d;
         v->cap = cap;
@@ -214,8 +216,8 @@ static const char *decode_event(const uint8_t *p, const uint8_t *end, const uint
 }
 
 static void out_free(out_t *o) {
-    PyMem_Free(o->mids.data); PyMem_Free(o->offs.data); PyMem_Free(o->durs.data);
-    PyMem_Free(o->occs.data); PyMem_Free(o->stats.data); PyMem_Free(o->others.data);
+    PyMem_RawFree(o->mids.data); PyMem_RawFree(o->offs.data); PyMem_RawFree(o->durs.data);
+    PyMem_RawFree(o->occs.data); PyMem_RawFree(o->stats.data); PyMem_RawFree(o->others.data);
 }
 
 static PyObject *decode_line(PyObject *self, PyObject *args) {

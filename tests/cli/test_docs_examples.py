@@ -111,3 +111,26 @@ def test_a_line_shortened_where_a_verdict_ends_agrees_with_its_longer_cut() -> N
         assert a != b
     a, b = GEN._shortened_alike(GEN.masked("\n".join(here)), GEN.masked("\n".join(["2 findings", there[1]])))
     assert a != b
+
+
+def test_a_terminal_line_wrapped_elsewhere_compares_alike() -> None:
+    """The README's ``diagnose runs/sampler --brief`` block as another machine's terminal wraps it: where
+    the program A/B's long line breaks at 200 columns depends on its figures' widths, and a break inside
+    ``10 s`` leaves two halves no mask knows. Both forms agree; a changed line still differs."""
+    import textwrap
+
+    (ex,) = [e for e in EXAMPLES if e.doc.name == "README.md"
+             and e.steps[0].text == "hlo-doctor diagnose runs/sampler --brief"]
+    lines = ex.shown.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("fix "))
+    joined = lines[at] + " " + lines[at + 1]
+    # Wider figures (2,700 rounds, ~11.4 ms) push the break to fall between "10" and "s".
+    wider = joined.replace("(27 rounds", "(2700 rounds").replace(": ~1.4 ms per step", ": ~11.4 ms per step")
+    wrapped = textwrap.wrap(wider, width=GEN.COLUMNS, break_long_words=False, break_on_hyphens=False)
+    assert wrapped[0].endswith(" 10") and wrapped[1].startswith("s "), wrapped
+    other = "\n".join(lines[:at] + wrapped + lines[at + 2:])
+    assert GEN.difference(ex, other) == ""
+    # Without joining the wrapped lines again, that break is a difference.
+    assert GEN.masked(other) != GEN.masked(GEN.unwrapped(other))
+    assert GEN.difference(ex, ex.shown.replace("sampler.py:12", "sampler.py:13")) != ""
+    assert GEN.difference(ex, other.replace("eager-widening", "donate-buffers")) != ""

@@ -25,10 +25,23 @@ RUN = REPO / "sample_traces" / "engine_b64_original_a"
 
 def _swapper(folder: Path, outside: Path, stop: threading.Event) -> threading.Thread:
     """A thread that keeps turning ``folder`` into a link to ``outside`` and back into a folder."""
+    aside = folder.with_name(folder.name + ".aside")
+
+    def recover() -> None:
+        # The writer makes a missing folder again: where it did so between the move aside and the
+        # link, the folder set aside goes back in place of the writer's (else every later move fails
+        # and the race stops).
+        if aside.is_dir():
+            if folder.is_symlink():
+                os.unlink(folder)
+            elif folder.is_dir():
+                shutil.rmtree(folder)
+            os.rename(aside, folder)
+
     def swap() -> None:
         while not stop.is_set():
             try:
-                aside = folder.with_name(folder.name + ".aside")
+                recover()
                 os.rename(folder, aside)
                 os.symlink(outside, folder)
                 time.sleep(0.0005)

@@ -120,10 +120,14 @@ def test_a_bad_timeout_is_a_usage_error(tmp_path: Path, target: Path, value: str
 def test_sigterm_and_ctrl_c_leave_no_partial_folder(tmp_path: Path, target: Path, sig: int, code: int) -> None:
     started = tmp_path / "started"
     env = {"PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "STARTED": str(started)}
+    # A run started in a shell's background without job control (as a CI script may be) gives pytest's
+    # workers SIGINT ignored, and a child inherits that: start it with SIGINT at its default, as a
+    # terminal's Ctrl-C finds it.
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys; from hlo_doctor.cli import main; sys.argv[0]='hlo-doctor'; main()",
          "profile", f"{target}:hanging", "--steps", "2", "--warmup", "0", "--out", str(tmp_path / "run")],
-        env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not started.exists() and time.monotonic() < deadline:
