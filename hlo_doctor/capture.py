@@ -35,6 +35,7 @@ from hlo_doctor.capture_guard import call_target
 from hlo_doctor.core import outdir
 from hlo_doctor.core.atomic import write_atomically
 from hlo_doctor.core.errors import HloDoctorError, InputError, NoOpsError
+from hlo_doctor.core.machine import machine_here
 from hlo_doctor.core.model import ProgressFn, RunInfo
 from hlo_doctor.core.sources import RECORD_KEY, fingerprint
 from hlo_doctor.opstats import OpStats, build_opstats, run_info_to_dict, write_exports
@@ -206,8 +207,13 @@ RUN_JSON_SCHEMA = "hlo-doctor.run/1"
 """The ``schema`` tag of a run directory's run.json."""
 
 
-def _write_run_json(directory: Path, run: RunInfo, sources: dict[str, str] | None = None) -> None:
+def _write_run_json(directory: Path, run: RunInfo, sources: dict[str, str] | None = None, *,
+                    machine: str = "") -> None:
     doc = {"schema": RUN_JSON_SCHEMA, **run_info_to_dict(run)}
+    if machine:
+        # The machine the program ran on (the measurement store's line for it): a later diagnosis here
+        # promises a replay's saving at this machine's own, untraced pace (lint/replay/run.py).
+        doc["machine"] = machine
     if sources:
         # The files the ops' lines are in, as they were when captured (diagnose says which changed since).
         doc[RECORD_KEY] = sources
@@ -224,6 +230,8 @@ def _finish(directory: Path, final: Path, run: RunInfo, progress: ProgressFn | N
     xplanes = find_xplanes(directory)
     trace = read_trace(xplanes)
     stats = build_opstats(trace, run=run, source_path=str(final))
+    # A program profile ran here; an attached capture ran elsewhere (or nobody knows where).
+    machine = machine_here() if run.backend else ""
     if run.backend == "":
         # An attached capture: what ran is only known from the trace.
         run = RunInfo(target=run.target, backend=trace.backend, device_kind=trace.device_kind,
@@ -231,7 +239,8 @@ def _finish(directory: Path, final: Path, run: RunInfo, progress: ProgressFn | N
                       versions=run.versions, config=run.config)
         stats = replace(stats, run=run)
     sources = stats.table["source"] if "source" in stats.table else ()
-    _write_run_json(directory, run, fingerprint(str(v) for v in sources if isinstance(v, str) and v))
+    _write_run_json(directory, run, fingerprint(str(v) for v in sources if isinstance(v, str) and v),
+                    machine=machine)
     write_exports(stats, directory)
     if progress:
         progress("analyze", 1, 1)

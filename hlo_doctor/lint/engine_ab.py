@@ -73,17 +73,17 @@ def engine_target(capture: Path, bundled_dir: Path | None = None) -> EngineTarge
     """The engine of a capture this machine can time; the one-line reason where it cannot; None where
     the capture is not of an engine. ``bundled_dir``: the bundled engine's folder here (a tree at
     that folder is run as the bundled engine)."""
-    from hlo_doctor.lint.store import run_folder
+    from hlo_doctor.lint.store import run_doc, run_folder
 
     folder = run_folder(capture)
-    try:
-        doc = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+    doc = run_doc(folder)
+    if doc is None:
         return None
-    target = doc.get("target") if isinstance(doc, dict) else None
+    target = doc.get("target")
     if not isinstance(target, str) or not (target == "engine" or target.startswith("engine:")):
         return None
-    meta = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    found = doc.get("config")
+    meta: dict[str, Any] = found if isinstance(found, dict) else {}
     config = meta.get("config") if isinstance(meta.get("config"), dict) else None
     source = meta.get("source")
     if config is None or not isinstance(source, str) or not source:

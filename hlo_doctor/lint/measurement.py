@@ -15,14 +15,14 @@ what-if cut short by its time limit) still price a finding, and say so, but neve
 from __future__ import annotations
 
 import math
-import os
-import platform
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
+
+from hlo_doctor.core.machine import machine_here
 
 LEVEL = 0.95
 """The interval's target coverage; with few runs the widest one (min..max) and its own coverage."""
@@ -160,23 +160,6 @@ def identity_here(capture: str) -> Identity:
     """The identity of a measurement made in this process for ``capture``."""
     jax, jaxlib = versions_here()
     return Identity(capture=capture, machine=machine_here(), jax=jax, jaxlib=jaxlib)
-
-
-@lru_cache(maxsize=1)
-def machine_here() -> str:
-    """``node; cpu model; N cores``: what a timing made here stands for."""
-    return f"{platform.node()}; {_cpu_model()}; {os.cpu_count() or 0} cores"
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith(("model name", "Hardware", "cpu model")):
-                    return " ".join(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown cpu"
 
 
 @lru_cache(maxsize=1)

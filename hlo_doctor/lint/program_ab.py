@@ -10,7 +10,6 @@ promises (:mod:`.promise`) and every view read; it imports nothing of ``verify``
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -108,14 +107,13 @@ def _signed(us: float) -> str:
 def program_target(capture: Path) -> tuple[str, str, Path] | str | None:
     """(target as run.json names it, ``/abs/FILE.py:FUNC`` to run, the file) of a capture this machine
     can time; the one-line reason where it cannot; None where the capture is not of a program target."""
-    from hlo_doctor.lint.store import run_folder
+    from hlo_doctor.lint.store import run_doc, run_folder
 
     folder = run_folder(capture)
-    try:
-        doc = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+    doc = run_doc(folder)
+    if doc is None:
         return None
-    target = doc.get("target") if isinstance(doc, dict) else None
+    target = doc.get("target")
     if not isinstance(target, str) or ":" not in target or not target.rpartition(":")[0].endswith(".py"):
         return None
     path, _, func = target.rpartition(":")

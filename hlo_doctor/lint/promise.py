@@ -171,7 +171,10 @@ class FixPromise:
                 what = f"~{fmt_duration(self.net_us)} per step{pct}"
             return f"{self.name}: {what}, {self.program.line()}"
         if self.replay is not None:
-            pct = f" (~{100.0 * self.net_us / step_us:.0f}% of the step)" if step_us else ""
+            # The share of the capture's step: the saving at the capture's pace (the same as the
+            # promise, unless the promise is this machine's untraced one).
+            share = self.replay.capture_promise_us if self.replay.significant else 0.0
+            pct = f" (~{100.0 * share / step_us:.0f}% of the step)" if step_us else ""
             if self.replay.slower:
                 what = f"no saving promised, ~{fmt_duration(-self.net_us)} per step slower"
             elif self.replay.stopped == "negligible":

@@ -28,6 +28,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.outdir import written_by
@@ -231,6 +232,24 @@ def run_folder(capture: Path) -> Path:
     if folder.parent.name == "profile" and folder.parent.parent.name == "plugins":
         return folder.parent.parent.parent
     return folder
+
+
+def run_doc(folder: Path) -> dict[str, Any] | None:
+    """The run.json in run folder ``folder`` (:func:`run_folder`) as a dict; None where there is none
+    or it cannot be read as one (the capture is read without it)."""
+    try:
+        doc = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def capture_machine(capture: Path) -> str:
+    """The machine run.json says ran the capture (``profile`` records it for a program it ran; an
+    attached capture and an export written before record none): "" where it does not say."""
+    doc = run_doc(run_folder(capture))
+    machine = doc.get("machine") if doc is not None else None
+    return machine if isinstance(machine, str) else ""
 
 
 def may_write(folder: Path) -> bool:

@@ -227,4 +227,44 @@ def test_the_promise_scales_the_captures_median_step_not_its_mean(capture: Path)
         mine = [r for r in rows if r["module"] == name and str(r["program_id"]) == pid]
         want += statistics.median(sum(r["time_us"] for r in mine if r["step"] == s) for s in steps)
     assert m.capture_us == pytest.approx(want, rel=1e-6)
-    assert m.promise_us == pytest.approx(m.fraction * m.capture_us + m.modelled_us)
+    assert m.capture_promise_us == pytest.approx(m.fraction * m.capture_us + m.modelled_us)
+
+
+def test_a_capture_taken_here_promises_the_saving_here_and_one_from_elsewhere_the_captures_pace(
+        capture: Path, tmp_path: Path) -> None:
+    """The capture's run.json names the machine ``profile`` ran on: there the promise is the saving
+    the replay measured, untraced; the same capture relabelled as another machine's promises that
+    saving's share of the capture's time (the profiler's pace); the share of the step printed is the
+    capture's either way."""
+    from hlo_doctor.core.machine import machine_here
+    from hlo_doctor.lint.store import capture_machine
+
+    folder = tmp_path / "run"
+    shutil.copytree(capture, folder)
+    run_json = folder / "run.json"
+    doc = json.loads(run_json.read_text())
+    assert doc["machine"] == machine_here() == capture_machine(folder)
+    findings = [f for f in diagnose(replace(load_context(folder), what_if=False), load_rulebook()).findings
+                if f.code in ("HD002", "HD003")]
+    ctx = replace(load_context(folder), what_if=True, measurements=MeasurementStore(folder))
+    here = measure_fix(ctx, "x", findings, seconds=0.5, cap_seconds=2.0)
+    assert not isinstance(here, str), here
+    assert here.same_machine and here.promise_pace == "here, untraced"
+    assert here.promise_us == pytest.approx(here.saving_us + here.modelled_us * here.a_us / here.capture_us)
+    assert here.promise_interval_us[0] == pytest.approx(here.interval_us[0] + here.promise_us - here.saving_us)
+    assert "the capture was taken on this machine, so that is the promise, untraced" in here.line()
+    # The same capture, relabelled as another machine's (the measurement itself unchanged).
+    run_json.write_text(json.dumps({**doc, "machine": "elsewhere; some cpu; 64 cores"}))
+    there = measure_fix(ctx, "x", findings)
+    assert not isinstance(there, str) and not there.same_machine and there.promise_pace == "the capture's"
+    assert (there.a_us, there.b_us, there.saving_us) == (here.a_us, here.b_us, here.saving_us)
+    assert there.promise_us == pytest.approx(there.fraction * there.capture_us + there.modelled_us)
+    assert there.promise_us == pytest.approx(here.capture_promise_us)
+    assert "at the capture's pace" in there.line() and "taken on this machine" not in there.line()
+    # A run.json without a machine (written before it was recorded, or an attached capture): elsewhere.
+    del doc["machine"]
+    run_json.write_text(json.dumps(doc))
+    assert capture_machine(folder) == ""
+    again = measure_fix(ctx, "x", findings)
+    assert not isinstance(again, str) and again.to_dict() == there.to_dict()
+    assert there.to_dict()["same_machine"] is False and here.to_dict()["same_machine"] is True

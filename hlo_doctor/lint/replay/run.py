@@ -6,11 +6,17 @@ capture's ``HloModuleProto``\\ s, read from its xplane; :mod:`.plan` says which 
 changes them; :mod:`.child` compiles and times them in a process of its own, alternated.
 
 The figure: the pairs' median saving per step here (an iteration runs each program as often as it
-ran per step in the capture) and its interval (:mod:`.timing`). The promise is that saving as a
+ran per step in the capture) and its interval (:mod:`.timing`). Where the capture's run.json names
+this machine (``profile`` records it: :func:`~hlo_doctor.lint.store.capture_machine`), that saving is
+the promise: the same programs on the same machine, untraced (the profiler's event per op makes small
+XLA:CPU steps several times slower in the capture than without it, so the capture's time of them is
+the profiler's pace, not the step a fix will shorten). Elsewhere the promise is that saving as a
 fraction of side A's time here, applied to side A's programs' time in the capture's median step
 (``plan.median_share``: a step a loaded machine slowed moves the mean, not the pairs' median): the
 capture's pace stays the unit (its machine, the profiler's overhead), which this machine's time
-cannot stand for. Both figures are kept; the line says which is the promise.
+cannot stand for. Findings the replay does not cover add their model at the same pace (x here /
+capture where the promise is this machine's). Both figures are kept; the line says which is the
+promise; the share of the step a line prints is the capture's either way.
 """
 
 from __future__ import annotations
@@ -73,6 +79,8 @@ class ReplayMeasurement:
     """The time cap pairs were added under (None: a measurement stored before pairs were added)."""
     stopped: str = ""
     """``saving``/``slower``/``negligible`` (the interval decided) or ``cap`` (undecided at the cap)."""
+    same_machine: bool = False
+    """The capture's run.json names this machine: the promise is the saving here, untraced."""
 
     @property
     def fraction(self) -> float:
@@ -80,13 +88,36 @@ class ReplayMeasurement:
         return self.saving_us / self.a_us if self.a_us > 0 else math.nan
 
     @property
-    def promise_us(self) -> float:
-        """The saving applied to the capture's time of the same programs, plus modelled findings."""
+    def promise_pace(self) -> str:
+        """``here, untraced`` (the capture was taken on this machine) or ``the capture's``."""
+        return "here, untraced" if self.same_machine else "the capture's"
+
+    @property
+    def _modelled_here_us(self) -> float:
+        """The modelled findings at the promise's pace (the capture's figure x here / capture here)."""
+        if not self.same_machine:
+            return self.modelled_us
+        return self.modelled_us * self.a_us / self.capture_us if self.capture_us > 0 else self.modelled_us
+
+    @property
+    def capture_promise_us(self) -> float:
+        """The saving applied to the capture's time of the same programs, plus modelled findings: what
+        the fix is worth at the capture's pace (the share of the step a line prints)."""
         return self.fraction * self.capture_us + self.modelled_us
+
+    @property
+    def promise_us(self) -> float:
+        """The promise per step: the saving here, untraced, where the capture was taken on this machine;
+        else :attr:`capture_promise_us`."""
+        if self.same_machine:
+            return self.saving_us + self._modelled_here_us
+        return self.capture_promise_us
 
     @property
     def promise_interval_us(self) -> tuple[float, float]:
         lo, hi = self.interval_us
+        if self.same_machine:
+            return (lo + self._modelled_here_us, hi + self._modelled_here_us)
         scale = self.capture_us / self.a_us if self.a_us > 0 else math.nan
         return (lo * scale + self.modelled_us, hi * scale + self.modelled_us)
 
@@ -114,9 +145,14 @@ class ReplayMeasurement:
             verdict = "no significant change here"
         else:
             verdict = f"saves {100.0 * self.fraction:.0f}% of those programs"
-        scaled = (f"; at the capture's pace {fmt_duration(self.capture_us)} of them -> "
-                  f"~{_signed(self.promise_us)} [{_signed(lo)}, {_signed(hi)}]")
-        model = (f"; {', '.join(self.modelled)} stay modelled (~{fmt_duration(self.modelled_us)})"
+        if self.same_machine:
+            scaled = (f"; the capture was taken on this machine, so that is the promise, untraced (the "
+                      f"capture's {fmt_duration(self.capture_us)} of them is the profiler's pace): "
+                      f"~{_signed(self.promise_us)} [{_signed(lo)}, {_signed(hi)}]")
+        else:
+            scaled = (f"; at the capture's pace {fmt_duration(self.capture_us)} of them -> "
+                      f"~{_signed(self.promise_us)} [{_signed(lo)}, {_signed(hi)}]")
+        model = (f"; {', '.join(self.modelled)} stay modelled (~{fmt_duration(self._modelled_here_us)})"
                  if self.modelled else "")
         return f"{head}; {verdict}{scaled}{model}"
 
@@ -134,7 +170,8 @@ class ReplayMeasurement:
                 "capture_us": self.capture_us, "fraction": self.fraction, "promise_us": self.promise_us,
                 "promise_interval_us": list(self.promise_interval_us), "programs": list(self.programs),
                 "removed": list(self.removed), "covered": list(self.covered), "modelled": list(self.modelled),
-                "modelled_us": self.modelled_us, "jax": self.jax_version}
+                "modelled_us": self.modelled_us, "jax": self.jax_version, "same_machine": self.same_machine,
+                "promise_pace": self.promise_pace, "capture_promise_us": self.capture_promise_us}
 
 
 def _signed(us: float) -> str:
@@ -174,7 +211,12 @@ def measure_fix(ctx: Context, fix: str, findings: Sequence[Finding], *, seconds:
         except Exception as exc:  # noqa: BLE001 - a replay that fails leaves the model, said in one line
             _MEMO[key] = f"the replay failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     got = _MEMO[key]
-    return got if isinstance(got, str) else dataclasses.replace(got, fix=fix)
+    if isinstance(got, str):
+        return got
+    from hlo_doctor.core.machine import machine_here
+    from hlo_doctor.lint.store import capture_machine
+
+    return dataclasses.replace(got, fix=fix, same_machine=capture_machine(Path(ctx.origin)) == machine_here())
 
 
 KIND = "replay/fix"
