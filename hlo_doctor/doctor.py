@@ -218,8 +218,14 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
         profile_steps=settings.verify_profile_steps, baseline_run=out / "profile", ttft_bound=settings.ttft_bound,
     )
 
+    # Each step is a stage of its own (``profile (step 1 of 4)`` ... ``verify (step 4 of 4) done``), so a
+    # progress line between two of a step's inner stages names the step that runs and how many follow.
+    def phase(name: str, number: int, done: bool) -> None:
+        report(f"{name} (step {number} of 4)", 1 if done else 0, 1)
+
     # 1. profile the baseline at the sizes verify will measure.
     t0 = time.perf_counter()
+    phase("profile", 1, False)
     module = load_engine(settings.engine)
     engine_dir = Path(module.__file__).resolve().parent  # type: ignore[arg-type]
     config = engine_config(module, verify_settings)
@@ -227,18 +233,19 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
         module, config, name=f"engine:{engine_dir}", out_dir=out / "profile", steps=settings.profile_steps,
         progress=lambda stage, done, total: report(f"profile: {stage}", done, total),
     )
+    phase("profile", 1, True)
     stages.append(("profile", time.perf_counter() - t0))
 
     # 2. diagnose it.
     t0 = time.perf_counter()
-    report("diagnose", 0, 1)
+    phase("diagnose", 2, False)
     # What-if runs price what the capture cannot (lint.whatif): the promise then holds its costs too.
     # Measured once per capture and kept with it (lint.store): the profile's own folder, else the cache.
     diagnosis = diagnose(dataclasses.replace(load_context(profile_run), what_if=True,
                                              measurements=MeasurementStore(profile_run)), load_rulebook())
     write_atomically(out / "diagnose.json", diagnosis_json(diagnosis))
     write_atomically(out / "diagnose.md", diagnosis_md(diagnosis))
-    report("diagnose", 1, 1)
+    phase("diagnose", 2, True)
     stages.append(("diagnose", time.perf_counter() - t0))
 
     fix_id = _pick_fix(diagnosis)
@@ -248,17 +255,19 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     if fix_id is not None:
         # 3. apply the fix to a copy (the engine's own tree is never written).
         t0 = time.perf_counter()
-        report("apply-fix", 0, 1)
+        phase("apply-fix", 3, False)
         dry = apply_fix(fix_id, engine_dir, variant=settings.variant, dry_run=True)
         fix_diff = dry.diff if isinstance(dry, FixApplied) else ""
         treatment_dir = patched_copy(fix_id, engine_dir, out / "treatment-engine", variant=settings.variant)
         write_atomically(out / "fix.diff", fix_diff)
-        report("apply-fix", 1, 1)
+        phase("apply-fix", 3, True)
         stages.append(("apply-fix", time.perf_counter() - t0))
 
         # 4. verify baseline against the patched copy, in this process.
         t0 = time.perf_counter()
+        phase("verify", 4, False)
         verify = run_verify(dataclasses.replace(verify_settings, fix=fix_id, treatment=treatment_dir), progress)
+        phase("verify", 4, True)
         verify = dataclasses.replace(verify, fix_diff=fix_diff)
         write_atomically(out / "verify.json", render_json(verify))
         write_atomically(out / "verify.md", render_markdown(verify))

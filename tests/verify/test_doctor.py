@@ -21,6 +21,11 @@ def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:
     ], catch_exceptions=False)
     # Exit 0 or 1 depends on check 5 (timing) at these sizes; checks 1-4 are asserted below.
     assert result.exit_code in (0, 1), result.output
+    # Off a terminal each step is a progress stage of its own, started and done in order, so a line
+    # between two inner stages names the step that runs.
+    steps = [line.split("] ", 1)[1] for line in result.stderr.splitlines() if "of 4)" in line]
+    assert steps == [f"{name} (step {i} of 4){end}" for i, name in enumerate(
+        ("profile", "diagnose", "apply-fix", "verify"), 1) for end in (" 0/1", " 1/1 done")], steps
     for name in ("profile/run.json", "diagnose.json", "diagnose.md", "fix.diff", "treatment-engine/runner.py",
                  "verify.json", "verify.md", "report.md", "report.html", "doctor.json"):
         assert (out / name).exists(), name
