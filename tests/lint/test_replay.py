@@ -87,6 +87,10 @@ def test_a_replay_is_stored_with_its_cap_and_reused_as_it_was(capture: Path, tmp
     _MEMO.clear()
     again = measure_fix(replace(ctx, measurements=MeasurementStore(folder)), "x", findings)
     assert not isinstance(again, str) and again.to_dict() == made.to_dict() and again.line() == made.line()
+    # Each side's page faults per step were counted beside its times (getrusage in the child), and the
+    # record read back gives the same counts.
+    assert made.a_faults is not None and made.b_faults is not None and made.a_faults >= 0 <= made.b_faults
+    assert again.to_dict()["here_a_faults_per_step"] == made.a_faults
 
 
 def test_the_stopping_rule_decides_a_clear_change_and_a_negligible_one_and_waits_otherwise() -> None:

@@ -134,13 +134,19 @@ class _Side:
         return [o for outs in produced for o in outs]
 
 
-def _time(side: _Side, repeats: int) -> float:
+def _time(side: _Side, repeats: int) -> tuple[float, float]:
+    """The side's time per iteration (us) and the minor page faults this process took per iteration
+    meanwhile (memory the allocator handed out fresh: its first touch is paid in the time)."""
+    import resource
+
     import jax
 
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     t0 = time.perf_counter()
     for _ in range(repeats):
         jax.block_until_ready(side.iterate())
-    return (time.perf_counter() - t0) * 1e6 / repeats
+    us = (time.perf_counter() - t0) * 1e6 / repeats
+    return us, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / repeats
 
 
 def run(spec: ReplaySpec, folder: Path) -> dict[str, Any]:
@@ -156,16 +162,21 @@ def run(spec: ReplaySpec, folder: Path) -> dict[str, Any]:
     b = _Side(spec.b, folder, client, devices, device, rng)
     for side in (a, b, a, b):
         _time(side, 1)  # warm both: first runs allocate and page in
-    one = max(_time(a, 1), _time(b, 1), 1.0)
+    one = max(_time(a, 1)[0], _time(b, 1)[0], 1.0)
     repeats = max(1, min(1000, int(spec.sample_us / one)))
     a_us: list[float] = []
     b_us: list[float] = []
+    # Each timing's page faults per iteration, beside its time (the same pair order).
+    a_faults: list[float] = []
+    b_faults: list[float] = []
     start = time.perf_counter()
 
     def pair() -> None:
-        first, second = ((a, a_us), (b, b_us)) if len(a_us) % 2 == 0 else ((b, b_us), (a, a_us))
-        for side, out in (first, second):
-            out.append(_time(side, repeats))
+        sides = ((a, a_us, a_faults), (b, b_us, b_faults))
+        for side, out, faults in (sides if len(a_us) % 2 == 0 else sides[::-1]):
+            us, took = _time(side, repeats)
+            out.append(us)
+            faults.append(took)
 
     while len(a_us) < spec.max_pairs and (len(a_us) < spec.min_pairs or time.perf_counter() < start + spec.seconds):
         pair()
@@ -183,7 +194,8 @@ def run(spec: ReplaySpec, folder: Path) -> dict[str, Any]:
         while len(a_us) < target and time.perf_counter() - start < spec.cap_seconds:
             pair()
         look += 1
-    return {"ok": True, "a_us": a_us, "b_us": b_us, "repeats": repeats, "jax": jax.__version__,
+    return {"ok": True, "a_us": a_us, "b_us": b_us, "a_faults": a_faults, "b_faults": b_faults,
+            "repeats": repeats, "jax": jax.__version__,
             "stopped": stopped, "looks": look, "cap_s": spec.cap_seconds,
             "a_ops": [opcodes(t) for _, t, _ in a.compiled], "b_ops": [opcodes(t) for _, t, _ in b.compiled],
             "b_aliased": ["input_output_alias=" in t.split("\n", 1)[0] for _, t, _ in b.compiled],

@@ -25,6 +25,7 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,11 @@ class ReplayMeasurement:
     """``saving``/``slower``/``negligible`` (the interval decided) or ``cap`` (undecided at the cap)."""
     same_machine: bool = False
     """The capture's run.json names this machine: the promise is the saving here, untraced."""
+    a_faults: float | None = None
+    """Side A's minor page faults per step here (the median over its timings; None: a measurement
+    stored before they were counted). A side that allocates a large array fresh each step pays its
+    first touch in its time, and how often the allocator hands one out fresh differs by process."""
+    b_faults: float | None = None
 
     @property
     def fraction(self) -> float:
@@ -171,7 +177,8 @@ class ReplayMeasurement:
                 "promise_interval_us": list(self.promise_interval_us), "programs": list(self.programs),
                 "removed": list(self.removed), "covered": list(self.covered), "modelled": list(self.modelled),
                 "modelled_us": self.modelled_us, "jax": self.jax_version, "same_machine": self.same_machine,
-                "promise_pace": self.promise_pace, "capture_promise_us": self.capture_promise_us}
+                "promise_pace": self.promise_pace, "capture_promise_us": self.capture_promise_us,
+                "here_a_faults_per_step": self.a_faults, "here_b_faults_per_step": self.b_faults}
 
 
 def _signed(us: float) -> str:
@@ -230,10 +237,15 @@ def _to_stored(store_key: str, doc: dict[str, object], store: MeasurementStore |
     m = paired_ratio(KIND, store_key, ("a", doc["a_us"]), ("b", doc["b_us"]),  # type: ignore[arg-type]
                      store.identity() if store is not None else identity_here(""))
     sides: dict[str, list[dict[str, int]]] = {side: list(doc[f"{side}_ops"]) for side in ("a", "b")}  # type: ignore[call-overload]
-    ops = tuple((f"ops {side}{i} {op}", (float(n),)) for side, tables in sides.items()
-                for i, counts in enumerate(tables) for op, n in sorted(counts.items()))
+    ops: tuple[tuple[str, tuple[float, ...]], ...] = tuple(
+        (f"ops {side}{i} {op}", (float(n),)) for side, tables in sides.items()
+        for i, counts in enumerate(tables) for op, n in sorted(counts.items()))
     if isinstance(doc.get("looks"), int):
         ops = (*ops, ("looks", (float(doc["looks"]),)))  # type: ignore[arg-type]
+    for side in ("a", "b"):
+        faults = doc.get(f"{side}_faults")
+        if isinstance(faults, list) and faults:
+            ops = (*ops, (f"faults {side}", tuple(float(x) for x in faults)))
     cap = doc.get("cap_s")
     return dataclasses.replace(m, samples=(*m.samples, *ops), budget_s=float(cap) if isinstance(cap, (int, float)) else None,  # noqa: E501
                                stopped=str(doc.get("stopped", "")) if isinstance(cap, (int, float)) else "")
@@ -257,6 +269,9 @@ def _from_stored(ctx: Context, fix: str, findings: Sequence[Finding], m: Measure
                               "b_ops": b_ops, "jax": m.identity.jax}
     if m.side("looks"):
         doc["looks"] = int(m.side("looks")[0])
+    for side in ("a", "b"):
+        if m.side(f"faults {side}"):
+            doc[f"{side}_faults"] = list(m.side(f"faults {side}"))
     return _measurement(fix, p, doc, m)
 
 
@@ -337,9 +352,12 @@ def _measurement(fix: str, p: ReplayPlan, doc: dict[str, object], m: Measurement
                         if op in ("copy", "exponential", "logistic", "tanh", "log", "divide", "convert")
                         and n > after.get(op, 0)]
     modelled_us = sum(f.recoverable_us or 0.0 for f in p.modelled)
+    faults = {side: doc.get(f"{side}_faults") for side in ("a", "b")}
+    per_step = {side: round(statistics.median(v), 1) if isinstance(v, list) and v else None
+                for side, v in faults.items()}
     return ReplayMeasurement(
         fix=fix, a_us=t.a_median_us, b_us=t.b_median_us, saving_us=t.saving_us, interval_us=t.interval_us,
         pairs=t.pairs, capture_us=p.capture_us, programs=tuple(c.module for c in p.a), removed=tuple(removed),
         covered=tuple(sorted({f.code for f in p.covered})), modelled=tuple(sorted({f.code for f in p.modelled})),
         modelled_us=modelled_us, jax_version=str(doc.get("jax", "")), when=m.when, cap_s=m.budget_s,
-        stopped=m.stopped)
+        stopped=m.stopped, a_faults=per_step["a"], b_faults=per_step["b"])
