@@ -163,6 +163,23 @@ def test_a_softmax_behind_argmax_special_value_select_is_dropped_too(tmp_path: P
     assert a_ops[0].get("exponential", 0) >= 1 and b_ops[0].get("exponential", 0) == 0
 
 
+def test_a_top_k_of_log_probabilities_compiles_and_reads_the_logits_instead(tmp_path: Path) -> None:
+    """``top_k(log_softmax(h @ w))``: XLA:CPU keeps the top-k as its TopK call, whose comparator reads
+    each f32 as an s32 (an HLO bitcast that changes the element type: a ``bitcast_convert``, not a
+    reshape, or the module does not compile). Side B's top-k reads the matmul's output itself."""
+    h, w = jnp.zeros((B, 64), jnp.float32), jnp.zeros((64, V), jnp.float32)
+    top = jax.jit(lambda h, w: jax.lax.top_k(jax.nn.log_softmax(h @ w, axis=-1), 4)[1])
+    (tmp_path / "t.pb").write_bytes(_proto(top, h, w))
+    args = (Parameter("f32", (B, 64)), Parameter("f32", (64, V)))
+    doc = _child(tmp_path, ReplaySpec(a=(Call("t", "t.pb", args),), b=(Call("t", "t.pb", args, drop_maps=True),),
+                                      seconds=0.2, min_pairs=4))
+    a_ops, b_ops = doc["a_ops"], doc["b_ops"]
+    assert isinstance(a_ops, list) and isinstance(b_ops, list)
+    assert doc["b_rewired"] == [1]
+    assert a_ops[0].get("exponential", 0) >= 1 and b_ops[0].get("exponential", 0) == 0
+    assert a_ops[0].get("log", 0) >= 1 and b_ops[0].get("log", 0) == 0
+
+
 def test_a_narrowed_argmax_reads_the_narrow_parameter_itself(tmp_path: Path) -> None:
     argmax = jax.jit(lambda x: jnp.argmax(x, -1))
     (tmp_path / "argmax.pb").write_bytes(_proto(argmax, jnp.zeros((B, V), jnp.float32)))

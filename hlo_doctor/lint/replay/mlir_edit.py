@@ -63,13 +63,23 @@ def _inline_fusions(module: Any) -> None:
 
 
 def _bitcasts_as_reshapes(module: Any) -> None:
+    """Each HLO ``bitcast`` as the StableHLO op it stands for: a reshape where it keeps the element
+    type; where it changes it (a sort's total-order compare reads an f32 as an s32), a
+    ``bitcast_convert`` to the new element type, then a reshape where the shape changes too."""
     from jax._src.lib.mlir import ir
 
     for bitcast in _ops(module.operation, "mhlo.bitcast"):
+        source, result = bitcast.operands[0], bitcast.results[0].type
+        before, after = ir.RankedTensorType(source.type), ir.RankedTensorType(result)
         with ir.InsertionPoint(bitcast), bitcast.location:
-            reshape = ir.Operation.create("stablehlo.reshape", results=[bitcast.results[0].type],
-                                          operands=[bitcast.operands[0]])
-        bitcast.results[0].replace_all_uses_with(reshape.results[0])
+            value = source
+            if str(before.element_type) != str(after.element_type):
+                retyped = ir.RankedTensorType.get(before.shape, after.element_type)
+                value = ir.Operation.create("stablehlo.bitcast_convert", results=[retyped],
+                                            operands=[value]).results[0]
+            if list(before.shape) != list(after.shape) or value == source:
+                value = ir.Operation.create("stablehlo.reshape", results=[result], operands=[value]).results[0]
+        bitcast.results[0].replace_all_uses_with(value)
         bitcast.erase()
 
 
@@ -167,6 +177,16 @@ def _rewire_selections(module: Any) -> int:
         if slot is not reduce:
             _replace_uses(slot.operands[0], value, source, depth=12)
         slot.operands[index] = source
+        rewired += 1
+    # A top-k XLA:CPU keeps as its TopK custom call: its operand fed the value before the maps.
+    for top in _ops(_main(module), "stablehlo.custom_call"):
+        if str(top.attributes["call_target_name"]).strip('"') != "TopK" or len(top.operands) != 1:
+            continue
+        value = top.operands[0]
+        source = _before_maps(value)
+        if source is None or str(source.type) != str(value.type):
+            continue
+        top.operands[0] = source
         rewired += 1
     return rewired
 
