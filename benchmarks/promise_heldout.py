@@ -254,9 +254,11 @@ def table(doc: dict[str, Any]) -> str:
     from promise_table import _verdict
 
     lines = [doc["head"], "",
-             "| program | size | direct saving [95% CI] (pairs, stop) | replay promise (pace) | program A/B | model "
-             "| diagnose prints |", "|---|---|---|---|---|---|---|"]
-    held = {"replay": [0, 0], "program A/B": [0, 0], "model": [0, 0], "printed": [0, 0]}
+             "| program | size | direct saving [95% CI] (pairs, stop) | replay promise (pace) "
+             "| replay at the capture's pace | program A/B | model | diagnose prints |",
+             "|---|---|---|---|---|---|---|---|"]
+    held = {"replay": [0, 0], "replay at the capture's pace": [0, 0], "program A/B": [0, 0], "model": [0, 0],
+            "printed": [0, 0]}
     for r in doc["rows"]:
         d = r["direct"]
         cells, verdicts = [], {}
@@ -266,8 +268,13 @@ def table(doc: dict[str, Any]) -> str:
             v = _verdict(rp["promise_us"] if lo > 0 or hi < 0 else 0.0, tuple(rp["promise_interval_us"]), d)
             cells.append(f"{_ms(rp['promise_us'])} ({rp.get('promise_pace', 'the capture')}), {v}")
             verdicts["replay"] = v
+            # What the replay promised before it knew the capture's machine: the capture's pace.
+            at_capture = rp.get("capture_promise_us", rp["promise_us"])
+            v = _verdict(at_capture if lo > 0 or hi < 0 else 0.0, None, d)
+            cells.append(f"{_ms(at_capture)}, {v}")
+            verdicts["replay at the capture's pace"] = v
         else:
-            cells.append(f"- ({str(r.get('unmeasured', ''))[:50]})")
+            cells += [f"- ({str(r.get('unmeasured', ''))[:50]})", "-"]
         ab = r.get("program_ab")
         if ab:
             lo, hi = ab["interval_us"]

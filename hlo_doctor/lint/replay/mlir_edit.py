@@ -253,8 +253,9 @@ def _is_row_value(value: Any) -> bool:
 def narrow_reads(text: str, number: int) -> tuple[str, int]:
     """``text`` (already through :func:`narrow_parameter`) with the selections that read the widened
     parameter reading the narrow one itself, compared in its dtype (what "reduce the bf16 tensor"
-    does). A selection whose value output is used keeps the widened read. Returns the text and how
-    many selections now read the narrow tensor."""
+    does). An argmax/argmin whose value output is used keeps the widened read; a plain max or min
+    reduces the narrow tensor and widens its results (exact: the convert keeps order). Returns the
+    text and how many selections now read the narrow tensor."""
     lines = text.split("\n")
     convert = re.compile(rf"^\s*(%[\w.]+) = stablehlo\.convert %arg{number} : \(tensor<(?:\d+x)*(\w+)>\) -> "
                          r"tensor<(?:\d+x)*(\w+)>")
@@ -281,4 +282,21 @@ def narrow_reads(text: str, number: int) -> tuple[str, int]:
         lines[i:end + 1] = [cast, *block.split("\n")]
         rewired += 1
         i = end + 2
+    # A max or min whose value is the output: the widening convert keeps order and is exact, so
+    # max(widen(x)) == widen(max(x)): reduce the narrow tensor, widen the row results.
+    plain = re.compile(rf"^(\s*)(%[\w.]+) = stablehlo\.reduce\({re.escape(widened)} init: (%[\w.]+)\) applies "
+                       rf"stablehlo\.(maximum|minimum) across dimensions = (\[[\d, ]*\]) : "
+                       rf"\(tensor<((?:\d+x)*){wide}>, tensor<{wide}>\) -> tensor<((?:\d+x)*){wide}>$")
+    for i, line in enumerate(list(lines)):
+        m = plain.match(line)
+        if m is None:
+            continue
+        indent, result, init, op, dims, shape, out = m.groups()
+        n = f"%narrow{rewired}_{result[1:]}"  # an SSA name that starts with a digit is digits only
+        lines[i] = "\n".join((
+            f"{indent}{init}_narrow{rewired} = stablehlo.convert {init} : (tensor<{wide}>) -> tensor<{narrow}>",
+            f"{indent}{n} = stablehlo.reduce(%arg{number} init: {init}_narrow{rewired}) applies stablehlo.{op} "
+            f"across dimensions = {dims} : (tensor<{shape}{narrow}>, tensor<{narrow}>) -> tensor<{out}{narrow}>",
+            f"{indent}{result} = stablehlo.convert {n} : (tensor<{out}{narrow}>) -> tensor<{out}{wide}>"))
+        rewired += 1
     return "\n".join(lines), rewired
