@@ -57,6 +57,8 @@ COLUMNS = 200
 _PROGRESS = re.compile(r"^\[\s*\d+(?:\.\d+)?s\] ")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _FLOAT = re.compile(r"(?<![\w.,\[(])(?:\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+(?!\d))")
+_FAULTS = re.compile(r"; its written side took [^;]* page faults a step here[^;]*")
+"""A replay's page-fault clause: there or not, and its counts, follow the allocator's state."""
 _DATE = re.compile(r"\b20\d{2}-[01]\d-[0-3]\d\b")
 """The day a figure was measured (``measured here 2026-12-03``): the day the example ran, not the tool."""
 _RUN_FOLDER = re.compile(r"\b\d{4}_\d{2}_\d{2}_\d{2}_\d{2}_\d{2}\b")
@@ -277,7 +279,7 @@ def masked(text: str) -> list[str]:
     """The part of a block that does not depend on timing, one entry per line."""
     out = []
     for line in text.split("\n"):
-        line = _CUT.sub("...", _STORE.sub("what-if: #", line))
+        line = _CUT.sub("...", _STORE.sub("what-if: #", _FAULTS.sub("", line)))
         line = _PAIRS.sub(r"# \1", _INTERVAL.sub("[#, ", line))
         line = _TIME.sub("#t", _UNIT.sub("#", _FLOAT.sub("#", _RUN_FOLDER.sub("<run>", _DATE.sub("<date>", line))))).translate(_BOX)
         line = _VERDICT_REPLAY.sub(r"\1<verdict>\2", _VERDICT_HERE.sub("; <verdict here>;", line))

@@ -91,6 +91,11 @@ def test_a_replay_is_stored_with_its_cap_and_reused_as_it_was(capture: Path, tmp
     # record read back gives the same counts.
     assert made.a_faults is not None and made.b_faults is not None and made.a_faults >= 0 <= made.b_faults
     assert again.to_dict()["here_a_faults_per_step"] == made.a_faults
+    # Where the sides' faults differ by 1 MiB of pages a step or more, the line says so; else it does not.
+    many = replace(made, a_faults=32002.0, b_faults=0.0)
+    assert "; its written side took 32,002 page faults a step here, its fixed side 0: " in many.line()
+    assert "page faults" not in replace(made, a_faults=100.0, b_faults=0.0).line()
+    assert "page faults" not in replace(made, a_faults=None, b_faults=None).line()
 
 
 def test_the_stopping_rule_decides_a_clear_change_and_a_negligible_one_and_waits_otherwise() -> None:
