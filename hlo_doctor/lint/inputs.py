@@ -65,10 +65,16 @@ def load_context(path: Path, *, source_root: Path | None = None, reader: Capture
     if not path.exists():
         raise InputError(f"{path} does not exist",
                          "pass a run directory, an .xplane.pb, an XLA dump folder or an HLO text file")
-    if path.is_file():
-        return replace(_from_file(path, source_root, reader), capture=(display_path(path),))
-    where = locate_capture(path)  # a doctor/verify folder: its baseline; several captures: refused
-    ctx = _from_folder(where, source_root, reader)
+    from hlo_doctor.lint.trace_capture import prime
+    from hlo_doctor.trace.read import observing_traces
+
+    # The op intervals the host-time estimates need are kept from the op-stats stage's read of the
+    # capture (lint.trace_capture), not read from the files a second time.
+    with observing_traces(prime):
+        if path.is_file():
+            return replace(_from_file(path, source_root, reader), capture=(display_path(path),))
+        where = locate_capture(path)  # a doctor/verify folder: its baseline; several captures: refused
+        ctx = _from_folder(where, source_root, reader)
     return replace(ctx, capture=where.read_files(), capture_via=where.via)
 
 

@@ -8,6 +8,8 @@ Each host's file is read on its own (:func:`read_host`: op events into columns, 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -165,6 +167,21 @@ def read_module_protos(source: Path | bytes, origin: str = "") -> list[ModulePro
                 for m in metadata_plane_modules(space.plane(ref), host_of(origin), origin) if m.hlo_proto]
 
 
+_OBSERVERS: list[Callable[[list[Path], Trace], None]] = []
+
+
+@contextmanager
+def observing_traces(observer: Callable[[list[Path], Trace], None]) -> Iterator[None]:
+    """Within the block, each capture :func:`read_trace` reads is also handed to ``observer`` (the
+    files, the trace): a stage that needs the same events again later keeps what it needs of them
+    instead of reading the files a second time (``lint.trace_capture``)."""
+    _OBSERVERS.append(observer)
+    try:
+        yield
+    finally:
+        _OBSERVERS.remove(observer)
+
+
 def read_trace(paths: list[Path]) -> Trace:
     """Read the xplane files of one capture (one per host) in this process.
 
@@ -173,7 +190,10 @@ def read_trace(paths: list[Path]) -> Trace:
     """
     cols = OpColumns()
     reads = [read_host(path, cols) for path in paths]
-    return combine_hosts(reads, cols.finish())
+    trace = combine_hosts(reads, cols.finish())
+    for observer in tuple(_OBSERVERS):
+        observer(list(paths), trace)
+    return trace
 
 
 def combine_hosts(reads: list[HostRead], ops: OpEvents) -> Trace:
