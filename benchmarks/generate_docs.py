@@ -24,7 +24,9 @@ verify, doctor), rewritten only without ``--fast`` and checked by the test only 
 says how to run it small (ARGS appended to each ``hlo-doctor`` command that runs the engine; the test
 then compares the commands and the labels the lines start with, not the rows or figures); ``unordered``: the order of the lines is timing
 (rows ranked by the time of a capture made on the spot), so the check compares them sorted;
-``check=none``: a block the test does not run.
+``check=none``: a block the test does not run; ``jax=VERSION``: the block shows what only that jax
+prints (a replay of a sample capture made with it: on another jax the line is the model, by design),
+so it is run and checked only with that jax installed.
 
 ``python benchmarks/generate_docs.py`` rewrites every block (``--fast``: all but the slow ones;
 ``--only TEXT``: the examples whose command contains TEXT; ``--check``: rewrite nothing, print the
@@ -120,6 +122,20 @@ class Example:
     @property
     def slow(self) -> bool:
         return "slow" in self.options
+
+    def other_jax(self) -> str:
+        """Why this block is not run here: it shows what only ``jax=VERSION`` prints and this process
+        has another jax ("" where it may run)."""
+        want = self.options.get("jax", "")
+        if not want:
+            return ""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            have = version("jax")
+        except PackageNotFoundError:
+            have = ""
+        return "" if have == want else f"it shows what jax {want} prints (this is jax {have or 'missing'})"
 
     @property
     def name(self) -> str:
@@ -406,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     for i, ex in enumerate(examples):
         if (args.fast and ex.slow) or (args.only and not any(args.only in s.text for s in ex.steps)):
+            continue
+        if ex.other_jax():
+            print(f"   -    {ex.name}: left as it is: {ex.other_jax()}", file=sys.stderr)
             continue
         t0 = time.perf_counter()
         new = render(ex, fresh)

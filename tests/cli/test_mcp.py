@@ -238,6 +238,12 @@ def test_a_safe_fix_is_written_only_when_the_server_allows_it_and_never_an_unsaf
 def test_a_call_past_the_time_limit_is_stopped_and_the_session_goes_on(folders: dict[str, Path]) -> None:
     # A diagnosis that measures on this machine (the what-if and the replay of a fix, each seconds of
     # timing with nothing stored yet) runs past a 3 s limit: the call is stopped, the session goes on.
+    from importlib.metadata import version
+
+    if version("jax") != "0.10.2":
+        # The sample capture was made with jax 0.10.2: with another jax nothing is measured on it (the
+        # line is the model, by design), so no call is slow enough to stop.
+        pytest.skip(f"the sample capture's measurements run on jax 0.10.2 only (this is jax {version('jax')})")
     got: dict[str, CallToolResult] = {}
 
     async def scenario(session: ClientSession, transcript: list[dict[str, Any]]) -> None:

@@ -79,14 +79,32 @@ def test_hd013_silent_when_the_cache_is_updated_in_place(tmp_path: Path) -> None
     assert not _codes(doc, "HD013") and not _codes(doc, "HD010")
 
 
+def _compiled_widens_the_bf16_update() -> bool:
+    """Whether this jaxlib's XLA:CPU updates the bf16 cache in f32 and converts the whole buffer back
+    (the judge: XLA's own optimized HLO of the loop; jaxlib 0.10.2 does, 0.11.2 does not)."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.spec_from_file_location("cache_rebuild_judge", PROGRAM)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = module.generate.lower(module._BF16).compile().as_text()
+    return re.search(r"= bf16\[1,2,2,2,256,16\]\{[^}]*\} convert\(", text) is not None
+
+
 def test_hd013_counts_no_time_where_the_compiler_widens_the_update(tmp_path: Path) -> None:
-    # XLA:CPU updates a bf16 buffer in f32 and converts the whole buffer back: updating in place
-    # would write it whole too, so the finding claims no time.
+    # Where XLA:CPU updates a bf16 buffer in f32 and converts the whole buffer back, updating in place
+    # would write it whole too, so the finding claims no time; where it updates the bf16 buffer
+    # itself (jaxlib 0.11.2), the rebuild is the waste and its time is claimed.
     doc = _profile_and_diagnose("step_bf16", tmp_path / "run")
     [found] = _codes(doc, "HD013")
     assert found["shape"].startswith("bf16[1,2,2,2,256,16]")
-    assert found["recoverable_us"] == 0 and found["severity"] == "info"
-    assert "wider type" in found["message"]
+    if _compiled_widens_the_bf16_update():
+        assert found["recoverable_us"] == 0 and found["severity"] == "info"
+        assert "wider type" in found["message"]
+    else:
+        assert found["recoverable_us"] > 0 and "wider type" not in found["message"]
 
 
 def _keras_hub(name: str, tmp_path: Path) -> Path:
