@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from hlo_doctor.hlo import HloInstruction, HloModule
 from hlo_doctor.hlo.analysis import dtype_shape, entry_parameter_of, is_argmax_program
+from hlo_doctor.hlo.navigation import async_copies_before
 from hlo_doctor.hlo.origin import origin_of, staging_cause
 from hlo_doctor.lint import Context, Example, Finding, Rule, Severity, fmt_bytes, stage_of
 from hlo_doctor.lint.parts import bounded
@@ -165,9 +166,11 @@ class AliasingCopy(Rule):
         the same on both sides, and whose result is (part of) the program's output, while that
         parameter is not donated (not in ``input_output_alias``). The operand is followed back
         through what only moves a value (``bitcast``, ``get-tuple-element`` of a ``tuple``, a
-        fusion output that passes a parameter through): XLA:GPU writes the copy as
-        ``copy(get-tuple-element(tuple(..., parameter)))``. The finding says which output
-        and which parameter. Copies under 4 KiB (scalars, small metadata arrays) are ignored, and
+        fusion output that passes a parameter through, an asynchronous copy pair): XLA:GPU writes
+        the copy as ``copy(get-tuple-element(tuple(..., parameter)))``, XLA:TPU as
+        ``copy(copy-done(copy-start(parameter)))`` (through its alternate memory, ``S(1)``, and
+        back; the pair's time counts with the copy's when nothing else reads it). The finding
+        says which output and which parameter. Copies under 4 KiB (scalars, small metadata arrays) are ignored, and
         so are copies that change ``sharding=`` (reshards) or the memory space (``{1,0:S(5)}``,
         host offload): those move the value somewhere else, they do not alias it. On unoptimized
         HLO (as lowered) the finding is low severity and says the stage: the copy seen there is
@@ -249,6 +252,17 @@ class AliasingCopy(Rule):
                 # the host waits (releasing what the run allocated: lint.runtime_gaps); it goes with it.
                 gaps = runtime_gaps(ctx, m.name, inst.name) if ctx.has_opstats else None
                 timing = ctx.op_timing(m, inst.name) if gaps is not None else None
+                # XLA:TPU: the copy reads the parameter through its alternate memory (an asynchronous
+                # copy there first); a pair that feeds only this copy goes with it, and its time too.
+                pair = _pair_only_for(m, inst)
+                parts = None
+                if timing is not None and gaps is not None:
+                    parts = bounded(ctx, op=timing.time_per_step_us, op_bound=timing.time_per_step_us,
+                                    runtime_idle=gaps.recoverable_us)
+                elif pair:
+                    times = [t.time_per_step_us for t in (ctx.op_timing(m, i.name) for i in (inst, *pair))
+                             if t is not None]
+                    parts = bounded(ctx, op=sum(times), op_bound=sum(times)) if times else None
                 yield ctx.finding(
                     self, m, inst,
                     f"{inst.name} copies parameter {param.parameter_number} ({param.name}, "
@@ -256,10 +270,9 @@ class AliasingCopy(Rule):
                     + ("" if stage.optimized else "; unoptimized HLO: copy insertion decides after XLA's passes"),
                     severity=None if stage.optimized else Severity.LOW,
                     recoverable_fraction=1.0,
-                    # The copy's own time and, apart, the runtime's idle it leaves (lint.parts bounds each).
-                    parts=bounded(ctx, op=timing.time_per_step_us, op_bound=timing.time_per_step_us,
-                                  runtime_idle=gaps.recoverable_us)
-                    if timing is not None and gaps is not None else None,
+                    # The copy's own time (with the pair before it) and, apart, the runtime's idle it
+                    # leaves (lint.parts bounds each).
+                    parts=parts,
                     # The copy has no metadata of its own (copy insertion adds it): the parameter's
                     # line when it has one, else no source rather than an unrelated op's line.
                     source_inst=param if param.source else None,
@@ -267,6 +280,7 @@ class AliasingCopy(Rule):
                                                   *(() if stage.optimized else (stage.evidence(),))))),
                     fix=fix,
                     extra=(("parameter", param.parameter_number), ("parameter_name", param.name),
+                           *((("through", tuple(i.name for i in pair)),) if pair else ()),
                            ("output_indices", tuple(outputs)), *(gaps.extra() if gaps is not None else ())),
                 )
 
@@ -296,3 +310,16 @@ def _what_to_do(m: HloModule, copy: HloInstruction, outputs: list[int]) -> tuple
     return ("the program returns its input without donation: return a value it computes, nothing, or donate "
             "the argument (donate_argnums) when the caller is done with it",
             "bf16-greedy-sampler" if is_argmax_program(m) else "")
+
+
+def _pair_only_for(m: HloModule, copy: HloInstruction) -> tuple[HloInstruction, ...]:
+    """The asynchronous copy pair the ``copy`` reads (``copy-done``, ``copy-start``), when nothing else
+    reads it; empty otherwise."""
+    ops = m.operands_of(copy)
+    pair = async_copies_before(m, ops[0]) if ops else ()
+    reader = copy
+    for i in pair:
+        if any(u is not reader for u in m.users_of(i)):
+            return ()
+        reader = i
+    return pair

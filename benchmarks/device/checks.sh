@@ -2,18 +2,20 @@
 # Every accelerator check in one run: the whole loop at the defaults, the seed report's two hand
 # fixes (both must FAIL), the seed's sampler at its own shape (batch 512), the fix verified in
 # its upstream variant, with logprobs on, and at the serving level (--bench, the reference engine
-# standing in for the benchmark). Captures and reports land under OUTDIR/work; the archive
+# standing in for the benchmark); the seed sampler's capture diagnosed, its memory read, and
+# `hlo-doctor memory` judged by the device allocator's own peak (memory_judge.py). Captures and
+# reports land under OUTDIR/work (WORK: elsewhere); the archive
 # OUTDIR/device-checks.tar.gz is rewritten after every step, so a run cut short still returns what
 # it finished.
 #   bash benchmarks/device/checks.sh OUTDIR [SECONDS_PER_STEP]
 # SIZE_ARGS (e.g. "--vocab 4096 --batch 16 --rounds 2") shrinks the loop for a dry run on a CPU,
 # BENCH_ARGS the reference engine's run in the --bench steps (default: its defaults, --max-tokens 64);
-# ONLY (e.g. "doctor verify-logprobs") runs a subset of the steps.
+# ONLY (e.g. "device doctor verify-logprobs") runs a subset of the steps.
 set -u
 OUTDIR=${1:?usage: checks.sh OUTDIR [SECONDS_PER_STEP]}
 LIMIT=${2:-150}
 read -r -a SIZE <<< "${SIZE_ARGS:-}"
-W=$OUTDIR/work
+W=${WORK:-$OUTDIR/work}  # WORK: the captures elsewhere (a device whose $OUT returns few files)
 mkdir -p "$W"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
@@ -40,13 +42,24 @@ attempt_tree() {
   "$PY" -c "import sys; sys.path.insert(0, 'tests/verify'); from pathlib import Path; import hlo_doctor.engine as e; from seed_attempts import build_attempt; build_attempt('$1', Path(e.__file__).parent, Path('$W/tree-$1'))"
 }
 
-{ nvidia-smi -L 2>/dev/null; "$PY" -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"; } | tee "$W/device.txt"
+if wanted device; then
+  { nvidia-smi -L 2>/dev/null; "$PY" -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"; } | tee "$W/device.txt"
+fi
 
 step doctor doctor --out "$W/doctor" "${SIZE[@]}"
 wanted verify-runner-convert-removed && attempt_tree runner-convert-removed
 step verify-runner-convert-removed verify --treatment "$W/tree-runner-convert-removed" --out "$W/verify-runner-convert-removed" "${SIZE[@]}"
 step seed-b512 profile benchmarks/device/seed_sampler.py:step --steps 10 --warmup 2 --out "$W/seed-b512"
 step seed-b512-fixed profile benchmarks/device/seed_sampler.py:step_fixed --steps 10 --warmup 2 --out "$W/seed-b512-fixed"
+step diagnose-seed-b512 diagnose "$W/seed-b512" --format json
+step memory-seed-b512 memory "$W/seed-b512" --format json
+step memory-seed-b512-fixed memory "$W/seed-b512-fixed" --format json
+# hlo-doctor memory against jax's memory_analysis() and the device allocator's own peak counter.
+if wanted memory-judge; then
+  echo "=== memory-judge"
+  timeout "$LIMIT" "$PY" benchmarks/device/memory_judge.py "$W/memory-judge" > "$W/memory-judge.txt" 2>&1
+  echo "=== memory-judge: exit $?"; cat "$W/memory-judge.txt"; archive
+fi
 step verify-upstream verify --fix bf16-greedy-sampler --variant upstream --out "$W/verify-upstream" "${SIZE[@]}"
 step verify-logprobs verify --fix bf16-greedy-sampler --logprobs --out "$W/verify-logprobs" "${SIZE[@]}"
 # The serving level with the reference engine standing in for the benchmark: one process per run.

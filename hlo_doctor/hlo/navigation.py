@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hlo_doctor.hlo import HloInstruction, HloModule, HloShape, real_work
 
-__all__ = ["callers", "dtype_shape", "entry_op", "entry_parameter_of", "key_instruction"]
+__all__ = ["async_copies_before", "callers", "dtype_shape", "entry_op", "entry_parameter_of", "key_instruction"]
 
 
 # Callers per module, memoised. The module itself is kept beside its index so an id is never
@@ -62,8 +62,10 @@ def entry_parameter_of(module: HloModule, value: HloInstruction) -> tuple[HloIns
     Follows what only moves a value around: ``bitcast``, ``get-tuple-element`` of a ``tuple``
     (to the tuple's operand), of a fusion whose body passes one of its parameters through to that
     output (XLA:GPU's multi-output fusions), and of a tuple-shaped entry parameter. XLA:GPU writes
-    the aliasing copy as ``copy(get-tuple-element(tuple(..., parameter)))``, XLA:CPU and TPU as
-    ``copy(parameter)``.
+    the aliasing copy as ``copy(get-tuple-element(tuple(..., parameter)))``, XLA:CPU as
+    ``copy(parameter)``, XLA:TPU as ``copy(parameter)`` or through its alternate memory, an
+    asynchronous copy there and back: ``copy(copy-done(copy-start(parameter)))`` (the pair moves the
+    value, it does not change it: :func:`async_copies_before`).
     """
     cur: HloInstruction | None = value
     index: int | None = None  # tuple element wanted from ``cur`` (a pending get-tuple-element)
@@ -83,6 +85,9 @@ def entry_parameter_of(module: HloModule, value: HloInstruction) -> tuple[HloIns
             if cur.parameter_number >= len(caller.operands):
                 return None
             cur = module.instruction(caller.operands[cur.parameter_number], caller.computation)
+            continue
+        if cur.opcode in _ASYNC_COPY and index is None and cur.operands:
+            cur = module.instruction(cur.operands[0], cur.computation)
             continue
         if cur.opcode == "bitcast" and index is None and cur.operands:
             cur = module.instruction(cur.operands[0], cur.computation)
@@ -104,6 +109,27 @@ def entry_parameter_of(module: HloModule, value: HloInstruction) -> tuple[HloIns
             continue
         return None
     return None
+
+
+_ASYNC_COPY = frozenset({"copy-start", "copy-done"})
+
+
+def async_copies_before(module: HloModule, value: HloInstruction) -> tuple[HloInstruction, ...]:
+    """The asynchronous copy pair (``copy-done``, ``copy-start``) that ``value`` is the end of, through
+    bitcasts; empty when it is none. XLA:TPU moves a value into its alternate memory (``S(1)``) with
+    such a pair; when the pair only feeds a copy back (the aliasing copy of a returned parameter),
+    its time is that copy's too."""
+    out: list[HloInstruction] = []
+    cur: HloInstruction | None = value
+    for _ in range(64):
+        if cur is None or not cur.operands:
+            break
+        if cur.opcode in _ASYNC_COPY:
+            out.append(cur)
+        elif cur.opcode != "bitcast":
+            break
+        cur = module.instruction(cur.operands[0], cur.computation)
+    return tuple(out)
 
 
 # Work that dominates a fusion's cost, most expensive kind first: the op "that matters" inside it.

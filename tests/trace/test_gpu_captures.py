@@ -1,9 +1,11 @@
-"""Real captures on an NVIDIA H200 (jax 0.11.2) as fixtures: xprof's ``hlo_stats`` judges
+"""Real captures on an NVIDIA H200 (jax 0.11.2) and a TPU v5e (jax 0.10.2) as fixtures: xprof's ``hlo_stats`` judges
 ``hlo-doctor stats`` on them, row for row (program id, op, occurrences, total time).
 
 ``sample_traces/gpu_h200_original`` is the reference engine as shipped; ``gpu_h200_fixed`` the engine
 after ``apply-fix bf16-greedy-sampler``. Both were captured with ``hlo-doctor profile --steps 5
---warmup 1`` at the engine's defaults (batch 64, vocab 256,000); see their README.md.
+--warmup 1`` at the engine's defaults (batch 64, vocab 256,000); see their README.md. The ``tpu_v5e_*``
+captures are the same loop on one TPU v5e chip (``hlo-doctor doctor``'s profile and its verify's
+treatment capture) and the seed's sampler at batch 512 (``benchmarks/device/seed_sampler.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,22 @@ def test_stats_matches_xprof_on_h200_capture(capture: str, tmp_path: Path) -> No
     assert doc["backend"] == "gpu"
     assert doc["device_kind"] == "NVIDIA H200"
     assert doc["num_steps"] == 5
+
+
+TPU_CAPTURES = {"tpu_v5e_original": (5, 60), "tpu_v5e_fixed": (3, 60), "tpu_v5e_seed_b512": (10, 3),
+                "tpu_v5e_seed_b512_fixed": (10, 1)}
+"""capture -> (traced steps, the fewest rows xprof lists)."""
+
+
+@pytest.mark.parametrize("capture", list(TPU_CAPTURES))
+def test_stats_matches_xprof_on_tpu_capture(capture: str, tmp_path: Path) -> None:
+    run_dir = SAMPLES / capture
+    steps, rows = TPU_CAPTURES[capture]
+    expected = xprof_rows(find_xplanes(run_dir)[0], tmp_path)
+    assert len(expected) >= rows
+    doc = _stats_json(run_dir)
+    assert_rows_match(expected, table_rows(doc["rows"]))
+    assert (doc["backend"], doc["device_kind"], doc["num_steps"]) == ("tpu", "TPU v5 Lite", steps)
 
 
 def test_h200_original_sampler_tail(tmp_path: Path) -> None:
