@@ -61,6 +61,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _FLOAT = re.compile(r"(?<![\w.,\[(])(?:\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+(?!\d))")
 _FAULTS = re.compile(r"; its written side took [^;]* page faults a step here[^;]*")
 """A replay's page-fault clause: there or not, and its counts, follow the allocator's state."""
+_FRESH = re.compile(r"; with every large buffer mapped fresh \(the allocator's other state\): .*?; the range holds both")
+"""A replay's second child (the allocator's other state): its figures and verdict are the machine's."""
 _DATE = re.compile(r"\b20\d{2}-[01]\d-[0-3]\d\b")
 """The day a figure was measured (``measured here 2026-12-03``): the day the example ran, not the tool."""
 _RUN_FOLDER = re.compile(r"\b\d{4}_\d{2}_\d{2}_\d{2}_\d{2}_\d{2}\b")
@@ -295,7 +297,7 @@ def masked(text: str) -> list[str]:
     """The part of a block that does not depend on timing, one entry per line."""
     out = []
     for line in text.split("\n"):
-        line = _CUT.sub("...", _STORE.sub("what-if: #", _FAULTS.sub("", line)))
+        line = _CUT.sub("...", _STORE.sub("what-if: #", _FAULTS.sub("", _FRESH.sub("; #fresh", line))))
         line = _PAIRS.sub(r"# \1", _INTERVAL.sub("[#, ", line))
         line = _TIME.sub("#t", _UNIT.sub("#", _FLOAT.sub("#", _RUN_FOLDER.sub("<run>", _DATE.sub("<date>", line))))).translate(_BOX)
         line = _VERDICT_REPLAY.sub(r"\1<verdict>\2", _VERDICT_HERE.sub("; <verdict here>;", line))

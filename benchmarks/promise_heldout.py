@@ -266,7 +266,10 @@ def table(doc: dict[str, Any]) -> str:
         if rp:
             lo, hi = rp["here_interval_us"]
             v = _verdict(rp["promise_us"] if lo > 0 or hi < 0 else 0.0, tuple(rp["promise_interval_us"]), d)
-            cells.append(f"{_ms(rp['promise_us'])} ({rp.get('promise_pace', 'the capture')}), {v}")
+            fresh = rp.get("fresh_pages") or {}
+            both = (f"; fresh pages {_ms(fresh.get('promise_us'))}, range [{_ms(rp['promise_interval_us'][0])}, "
+                    f"{_ms(rp['promise_interval_us'][1])}]") if fresh else ""
+            cells.append(f"{_ms(rp['promise_us'])} ({rp.get('promise_pace', 'the capture')}{both}), {v}")
             verdicts["replay"] = v
             # What the replay promised before it knew the capture's machine: the capture's pace.
             at_capture = rp.get("capture_promise_us", rp["promise_us"])

@@ -94,8 +94,37 @@ def test_a_replay_is_stored_with_its_cap_and_reused_as_it_was(capture: Path, tmp
     # Where the sides' faults differ by 1 MiB of pages a step or more, the line says so; else it does not.
     many = replace(made, a_faults=32002.0, b_faults=0.0)
     assert "; its written side took 32,002 page faults a step here, its fixed side 0: " in many.line()
-    assert "page faults" not in replace(made, a_faults=100.0, b_faults=0.0).line()
-    assert "page faults" not in replace(made, a_faults=None, b_faults=None).line()
+    assert "page faults" not in replace(made, a_faults=100.0, b_faults=0.0, fresh=None).line()
+    assert "page faults" not in replace(made, a_faults=None, b_faults=None, fresh=None).line()
+    # The second child (every large buffer mapped fresh) was stored with it and read back alike; the
+    # promise's range holds both children's intervals.
+    assert made.fresh is not None and again.fresh == made.fresh
+    assert again.to_dict()["fresh_pages"]["env"] == {"MALLOC_MMAP_THRESHOLD_": "131072"}
+    lo, hi = made.promise_interval_us
+    assert lo <= min(made._promised(made.interval_us, made.a_us)[0], made._promised(made.fresh.interval_us, made.fresh.a_us)[0])
+    assert hi >= max(made._promised(made.interval_us, made.a_us)[1], made._promised(made.fresh.interval_us, made.fresh.a_us)[1])
+    assert "with every large buffer mapped fresh (the allocator's other state)" in made.line()
+    assert "mapped fresh" not in replace(made, fresh=None).line()
+
+
+def test_the_allocators_other_state_is_timed_in_a_second_child_that_maps_each_large_buffer_fresh(
+        tmp_path: Path) -> None:
+    # An eager astype making an 8 MiB float32 array each step (2,048 pages of 4 KiB). glibc soon reuses
+    # such an array (its threshold rises to the largest one freed); the second child's fixed threshold
+    # maps it fresh every step, so the kernel counts a fault per page a step there (getrusage).
+    x = jax.random.normal(jax.random.key(1), (64, 32768), jnp.float32).astype(jnp.bfloat16)
+    pick = jax.jit(lambda v: jnp.argmax(v, axis=-1))
+    run = capture_callable(lambda: pick(x.astype(jnp.float32)), steps=3, warmup=1, out_dir=tmp_path / "run",
+                           target="test:big")
+    ctx = replace(load_context(run), what_if=True)
+    findings = [f for f in diagnose(replace(ctx, what_if=False), load_rulebook()).findings if f.code in ("HD003", "HD004")]
+    made = measure_fix(ctx, "x", findings, seconds=0.5, cap_seconds=1.0)
+    assert not isinstance(made, str), made
+    assert made.fresh is not None
+    pages = 64 * 32768 * 4 // 4096
+    assert made.fresh.a_faults is not None and made.fresh.a_faults >= 0.9 * pages
+    assert made.fresh.b_faults is not None and made.fresh.b_faults < 0.1 * pages  # the fixed side makes none
+    assert f"{made.fresh.a_faults:,.0f} page faults a step on its written side" in made.line()
 
 
 def test_the_stopping_rule_decides_a_clear_change_and_a_negligible_one_and_waits_otherwise() -> None:
