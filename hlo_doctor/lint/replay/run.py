@@ -251,14 +251,13 @@ class FreshPages:
     saving_us: float
     interval_us: tuple[float, float]
     pairs: int
-    stopped: str = ""
     a_faults: float | None = None
     b_faults: float | None = None
 
     def to_dict(self, promise_us: float | None) -> dict[str, object]:
         return {"env": dict(FRESH_PAGES_ENV), "here_a_us": self.a_us, "here_b_us": self.b_us,
                 "here_saving_us": self.saving_us, "here_interval_us": list(self.interval_us), "pairs": self.pairs,
-                "stopped": self.stopped, "promise_us": promise_us, "here_a_faults_per_step": self.a_faults,
+                "promise_us": promise_us, "here_a_faults_per_step": self.a_faults,
                 "here_b_faults_per_step": self.b_faults}
 
 
