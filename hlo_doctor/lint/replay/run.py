@@ -64,6 +64,29 @@ where glibc soon reuses such arrays (its threshold follows the largest freed one
 process of the user's may be in either state, and a step's time follows it (a judge in fresh
 processes measured one fix at 1.9 and 9.7 ms a step, faulting or not): the promise's range holds
 both children's intervals."""
+REUSED_BYTES = (128 * 1024, 32 * 1024 * 1024)
+"""The array sizes glibc either maps fresh or reuses, as its state has it: from its threshold's start
+(128 KiB) up to the most its threshold rises to on a 64-bit machine (32 MiB); smaller ones always come
+from its heap, larger ones are always mapped."""
+PAGE_BYTES = 4096
+
+
+def allocator_state_matters(p: ReplayPlan) -> bool:
+    """Whether the programs make, each run, at least :data:`FAULTS_NOTED` pages of arrays whose pages
+    the allocator's state decides (:data:`REUSED_BYTES`): only then is the second child run."""
+    lo, hi = REUSED_BYTES
+    made = 0
+    for m in p.modules:
+        for inst in m.entry.instructions:
+            if inst.opcode in _NO_BUFFER:
+                continue
+            shapes = list(inst.shape.elements) if inst.shape.is_tuple else [inst.shape]
+            made += sum(n for n in (sh.nbytes for sh in shapes if not sh.is_tuple) if lo <= n < hi)
+    return made >= FAULTS_NOTED * PAGE_BYTES
+
+
+_NO_BUFFER = frozenset({"parameter", "tuple", "get-tuple-element", "bitcast", "constant"})
+"""Entry instructions that make no array of their own in a run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +124,8 @@ class ReplayMeasurement:
     b_faults: float | None = None
     fresh: FreshPages | None = None
     """The same replay in a child whose allocator maps every large buffer fresh (:data:`FRESH_PAGES_ENV`):
-    the allocator's other state; None where it was not measured (a measurement stored before, or a
+    the allocator's other state; None where it was not measured (the programs make under 1 MiB of arrays
+    whose pages the state decides: :func:`allocator_state_matters`; a measurement stored before; a
     child that failed)."""
 
     @property
@@ -388,7 +412,7 @@ def _measure(ctx: Context, fix: str, findings: Sequence[Finding], seconds: float
             (folder / name).write_bytes(data)
         ReplaySpec(a=p.a, b=p.b, seconds=seconds, cap_seconds=max(seconds, cap_seconds)).write(folder / "spec.json")
         doc = _run_child(folder, timeout_s)
-        if doc.get("ok"):
+        if doc.get("ok") and allocator_state_matters(p):
             # The allocator's other state, in a second child (FRESH_PAGES_ENV); its failure leaves the first.
             fresh = _run_child(folder, timeout_s, FRESH_PAGES_ENV, "fresh.json")
             if fresh.get("ok"):
