@@ -15,7 +15,7 @@ set -u
 OUTDIR=${1:?usage: checks.sh OUTDIR [SECONDS_PER_STEP]}
 LIMIT=${2:-150}
 read -r -a SIZE <<< "${SIZE_ARGS:-}"
-W=${WORK:-$OUTDIR/work}  # WORK: the captures elsewhere (a device whose $OUT returns few files)
+W=${WORK:-$OUTDIR/work}  # WORK: the captures elsewhere (where OUTDIR must hold only the archive)
 mkdir -p "$W"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
