@@ -1,6 +1,7 @@
 """Replay: a fix's promise measured by compiling the capture's own programs here, with and without
 its change, and timing them alternated (:mod:`.run`; which programs and changes: :mod:`.plan`; the
-edits to the StableHLO: :mod:`.mlir_edit`; the timing process: :mod:`.child`)."""
+edits to the StableHLO: :mod:`.mlir_edit`; the timing process: :mod:`.child`; the allocator's
+second state: :mod:`.allocator`)."""
 
 from __future__ import annotations
 

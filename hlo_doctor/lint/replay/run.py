@@ -25,7 +25,6 @@ import dataclasses
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,13 @@ from hlo_doctor.core.format import fmt_duration
 from hlo_doctor.core.model import Finding
 from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.measurement import Measurement, identity_here, paired_ratio
+from hlo_doctor.lint.replay.allocator import (
+    FAULTS_NOTED,
+    FRESH_PAGES_ENV,
+    FreshPages,
+    allocator_state_matters,
+    faults_per_step,
+)
 from hlo_doctor.lint.replay.plan import ReplayPlan, module_key, plan, proto_name
 from hlo_doctor.lint.replay.spec import ReplaySpec
 from hlo_doctor.lint.replay.timing import NEGLIGIBLE, PairedTiming, look_confidence
@@ -50,43 +56,8 @@ SECONDS = 3.0
 """Time the child spends timing pairs before its first look (at least :data:`.spec.ReplaySpec.min_pairs`)."""
 CAP_SECONDS = 10.0
 """The most time it spends timing pairs: it adds pairs until the interval decides or this is reached."""
-FAULTS_NOTED = 256
-"""The difference in minor page faults a step between the sides (1 MiB of 4 KiB pages) from which the
-line says so: where one side allocates a large array fresh each step, its time follows the allocator's
-state, which differs by process (a judge in another process measured the same fix 1.9 and 9.7 ms)."""
 TIMEOUT_S = 180.0
 """The child's whole run (importing jax, compiling both sides, timing) before it is stopped."""
-FRESH_PAGES_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
-"""The second child's allocator (glibc): every buffer of 128 KiB or more mapped when it is made and
-unmapped when it is freed, the threshold fixed (not raised by the frees), so that a side that makes a
-large array each step pays its pages every step. The first child runs with the allocator as it is,
-where glibc soon reuses such arrays (its threshold follows the largest freed one up to 32 MiB). A
-process of the user's may be in either state, and a step's time follows it (a judge in fresh
-processes measured one fix at 1.9 and 9.7 ms a step, faulting or not): the promise's range holds
-both children's intervals."""
-REUSED_BYTES = (128 * 1024, 32 * 1024 * 1024)
-"""The array sizes glibc either maps fresh or reuses, as its state has it: from its threshold's start
-(128 KiB) up to the most its threshold rises to on a 64-bit machine (32 MiB); smaller ones always come
-from its heap, larger ones are always mapped."""
-PAGE_BYTES = 4096
-
-
-def allocator_state_matters(p: ReplayPlan) -> bool:
-    """Whether the programs make, each run, at least :data:`FAULTS_NOTED` pages of arrays whose pages
-    the allocator's state decides (:data:`REUSED_BYTES`): only then is the second child run."""
-    lo, hi = REUSED_BYTES
-    made = 0
-    for m in p.modules:
-        for inst in m.entry.instructions:
-            if inst.opcode in _NO_BUFFER:
-                continue
-            shapes = list(inst.shape.elements) if inst.shape.is_tuple else [inst.shape]
-            made += sum(n for n in (sh.nbytes for sh in shapes if not sh.is_tuple) if lo <= n < hi)
-    return made >= FAULTS_NOTED * PAGE_BYTES
-
-
-_NO_BUFFER = frozenset({"parameter", "tuple", "get-tuple-element", "bitcast", "constant"})
-"""Entry instructions that make no array of their own in a run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,25 +235,6 @@ class ReplayMeasurement:
                 "promise_pace": self.promise_pace, "capture_promise_us": self.capture_promise_us,
                 "here_a_faults_per_step": self.a_faults, "here_b_faults_per_step": self.b_faults,
                 "fresh_pages": self.fresh.to_dict(self.fresh_promise_us) if self.fresh is not None else None}
-
-
-@dataclass(frozen=True, slots=True)
-class FreshPages:
-    """The replay timed again in a child whose allocator maps every large buffer fresh."""
-
-    a_us: float
-    b_us: float
-    saving_us: float
-    interval_us: tuple[float, float]
-    pairs: int
-    a_faults: float | None = None
-    b_faults: float | None = None
-
-    def to_dict(self, promise_us: float | None) -> dict[str, object]:
-        return {"env": dict(FRESH_PAGES_ENV), "here_a_us": self.a_us, "here_b_us": self.b_us,
-                "here_saving_us": self.saving_us, "here_interval_us": list(self.interval_us), "pairs": self.pairs,
-                "promise_us": promise_us, "here_a_faults_per_step": self.a_faults,
-                "here_b_faults_per_step": self.b_faults}
 
 
 def _signed(us: float) -> str:
@@ -479,14 +431,14 @@ def _measurement(fix: str, p: ReplayPlan, doc: dict[str, object], m: Measurement
                         if op in ("copy", "exponential", "logistic", "tanh", "log", "divide", "convert")
                         and n > after.get(op, 0)]
     modelled_us = sum(f.recoverable_us or 0.0 for f in p.modelled)
-    per_step = _faults_per_step(doc)
+    per_step = faults_per_step(doc)
     fresh: FreshPages | None = None
     fdoc = doc.get("fresh")
     if isinstance(fdoc, dict) and fdoc.get("a_us") and fdoc.get("b_us"):
         f_looks = fdoc.get("looks")
         ft = PairedTiming(tuple(fdoc["a_us"]), tuple(fdoc["b_us"]),
                           look_confidence(int(f_looks)) if isinstance(f_looks, (int, float)) else 0.95)
-        f_faults = _faults_per_step(fdoc)
+        f_faults = faults_per_step(fdoc)
         fresh = FreshPages(a_us=ft.a_median_us, b_us=ft.b_median_us, saving_us=ft.saving_us,
                            interval_us=ft.interval_us, pairs=ft.pairs, a_faults=f_faults["a"], b_faults=f_faults["b"])
     return ReplayMeasurement(
@@ -496,11 +448,3 @@ def _measurement(fix: str, p: ReplayPlan, doc: dict[str, object], m: Measurement
         modelled_us=modelled_us, jax_version=str(doc.get("jax", "")), when=m.when, cap_s=m.budget_s,
         stopped=m.stopped, a_faults=per_step["a"], b_faults=per_step["b"], fresh=fresh)
 
-
-def _faults_per_step(doc: dict[str, object]) -> dict[str, float | None]:
-    """Each side's median minor page faults per step over its timings (None: not counted)."""
-    out: dict[str, float | None] = {}
-    for side in ("a", "b"):
-        v = doc.get(f"{side}_faults")
-        out[side] = round(statistics.median(v), 1) if isinstance(v, list) and v else None
-    return out
