@@ -17,7 +17,7 @@ def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:
     before = {p.name: p.read_bytes() for p in ENGINE.glob("*.py")}
     result = CliRunner().invoke(main, [
         "doctor", "--out", str(out), "--vocab", "1024", "--batch", "8", "--max-tokens", "6", "--rounds", "5",
-        "--steps", "2", "--ttft-bound", "1.5",
+        "--steps", "2", "--ttft-bound", "3",
     ], catch_exceptions=False)
     # Exit 0 or 1 depends on check 5 (timing) at these sizes; checks 1-4 are asserted below.
     assert result.exit_code in (0, 1), result.output
@@ -34,6 +34,11 @@ def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:
     assert {"HD002", "HD003"} <= codes  # the aliasing copy and the standalone convert program
     verify = json.loads((out / "verify.json").read_text())
     assert [c["passed"] for c in verify["checks"]][:4] == [True, True, True, True], verify["checks"]
+    # Check 2 at bound 3: a menu miss compiles the sampler inside each round's prefill (tens of ms against
+    # a TTFT of a few ms here), so it still fails a miss, while a loaded machine's jitter in the fastest
+    # rounds (x1.5 seen with the suite on two cores) cannot flip it.
+    ttft = verify["checks"][1]
+    assert ttft["name"] == "batch TTFT ratio" and "bound 3.00" in ttft["figure"], ttft
     assert verify["schema"] == "hlo-doctor.verify/1"
     doc = json.loads((out / "doctor.json").read_text())
     assert next(iter(doc)) == "schema" and doc["schema"] == "hlo-doctor.doctor/1"
