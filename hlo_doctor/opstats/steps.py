@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from hlo_doctor.trace import StepMark
+from hlo_doctor.trace.columns import searchsorted
 
 
 def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: bool,
@@ -52,7 +53,7 @@ def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: 
         # Only the group's own events are looked up (a device's marks among its events, not all).
         where = np.flatnonzero(on)
         mine = starts[where]
-        idx = np.searchsorted(mark_starts, mine, side="right") - 1
+        idx = searchsorted(mark_starts, mine, side="right") - 1
         inside = (idx >= 0) & (mine <= mark_ends[np.maximum(idx, 0)])
         step_of[where[inside]] = labels[idx[inside]]
     return step_of, times, max(counts) if counts else 0

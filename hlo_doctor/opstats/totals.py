@@ -28,6 +28,7 @@ from hlo_doctor.opstats.breakdown_build import BreakdownPart, breakdown_part
 from hlo_doctor.opstats.host_time import FrameKinds
 from hlo_doctor.opstats.steps import steps_from_executions, steps_from_marks
 from hlo_doctor.trace import Trace
+from hlo_doctor.trace.columns import unique_values
 
 _CHUNK = 1 << 20
 _DENSE_KEYS = 1 << 24
@@ -203,7 +204,7 @@ def _sums(trace: Trace, step_of: np.ndarray) -> dict[str, Any]:
 
         def group(a: int, b: int) -> np.ndarray:
             return inverse[a:b]
-    labelled = [np.unique(step_of[a:b][step_of[a:b] >= 0]) for a, b in chunks]
+    labelled = [unique_values(step_of[a:b][step_of[a:b] >= 0]) for a, b in chunks]
     steps = np.unique(np.concatenate(labelled)) if labelled else np.zeros(0, np.int64)
     g, s = len(present), len(steps)
     width = max(len(ops.device.categories), 1)

@@ -37,6 +37,30 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.unique(values, return_inverse=True)
 
 
+def searchsorted(haystack: np.ndarray, needles: np.ndarray, side: str = "left") -> np.ndarray:
+    """``np.searchsorted(haystack, needles, side)``, by searching the haystack's values among the
+    needles where these are sorted (millions of events against thousands of steps or module runs: a
+    binary search per boundary and a count, not one per event)."""
+    n = len(needles)
+    if n < 1024 or len(haystack) * 8 > n or not bool((needles[1:] >= needles[:-1]).all()):
+        return np.searchsorted(haystack, needles, side=side)  # type: ignore[call-overload,no-any-return]
+    # Needle i's answer counts the haystack values below it ("left") or not above it ("right"):
+    # value j counts from the first needle above it (or not below it, "right").
+    first = np.searchsorted(needles, haystack, side="right" if side == "left" else "left")
+    return np.cumsum(np.bincount(first, minlength=n + 1)[:n])
+
+
+def unique_values(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of integers: by a table over their range where it is small."""
+    if values.ndim == 1 and values.size and values.dtype.kind in "iu":
+        lo, hi = int(values.min()), int(values.max())
+        if hi - lo < max(1 << 16, 4 * values.size):
+            present = np.zeros(hi - lo + 1, bool)
+            present[values - values.dtype.type(lo)] = True
+            return (np.flatnonzero(present) + lo).astype(values.dtype)
+    return np.unique(values)
+
+
 @dataclass(slots=True)
 class Vocabulary:
     """Distinct values of a column, each with its code (the order of first use)."""

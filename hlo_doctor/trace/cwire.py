@@ -24,7 +24,7 @@ from types import ModuleType
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from hlo_doctor.trace.wire import EventColumns, Unread, stat_value_at
+from hlo_doctor.trace.wire import EventColumns, OwnStats, Unread, stat_value_at
 from hlo_doctor.trace.xspace import XLINE_SPLIT
 
 __all__ = ["COMPILED", "NUMPY_READER_ENV", "line_columns"]
@@ -80,22 +80,21 @@ def line_columns(read_at: Callable[[int, int], bytes], start: int, end: int, off
             raise Unread("the line's other fields are not readable") from None
 
 
-def _own(data: bytes, rows: np.ndarray, op_ids: dict[int, str],
-         snames: dict[int, str]) -> dict[int, tuple[tuple[str, object], ...]]:
+def _own(data: bytes, rows: np.ndarray, op_ids: dict[int, str], snames: dict[int, str]) -> OwnStats:
     """Event index -> its stats named in ``op_ids``, in order, from the rows (event, stat id, kind,
     value or payload start, end) the compiled reader wrote."""
     if not rows.size:
-        return {}
+        return OwnStats()
     buf = np.frombuffer(data, np.uint8)
     table = rows.reshape(-1, 5)
     kinds = table[:, 2]
-    names = [op_ids[sid] for sid in table[:, 1].tolist()]
     if bool(((kinds == 4) | ((kinds == 3) & (table[:, 3] >= 0))).all()):
-        # Integers only (step and module lines: group_id, program_id, run_id): their values as they are.
-        values: list[object] = table[:, 3].tolist()
-    else:
-        values = [stat_value_at(buf, kind, value & _U64, stop, snames)
-                  for kind, value, stop in table[:, 2:].tolist()]
+        # Integers only (step and module lines: group_id, program_id, run_id): kept as rows, their
+        # values as they are; a dict only if one is asked for.
+        return OwnStats(rows=(table[:, 0].copy(), table[:, 1].copy(), table[:, 3].copy()),
+                        names={sid: op_ids[sid] for sid in np.unique(table[:, 1]).tolist()})
+    names = [op_ids[sid] for sid in table[:, 1].tolist()]
+    values = [stat_value_at(buf, kind, value & _U64, stop, snames) for kind, value, stop in table[:, 2:].tolist()]
     own: dict[int, list[tuple[str, object]]] = {}
     for event, name, value in zip(table[:, 0].tolist(), names, values, strict=True):
         items = own.get(event)
@@ -103,4 +102,4 @@ def _own(data: bytes, rows: np.ndarray, op_ids: dict[int, str],
             own[event] = [(name, value)]
         else:
             items.append((name, value))
-    return {i: tuple(items) for i, items in own.items()}
+    return OwnStats({i: tuple(items) for i, items in own.items()})

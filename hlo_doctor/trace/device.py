@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hlo_doctor.trace.columns import OpColumns, unique_inverse
+from hlo_doctor.trace.columns import OpColumns, searchsorted, unique_inverse
 from hlo_doctor.trace.conventions import split_module, split_op_text
 from hlo_doctor.trace.cwire import COMPILED
 from hlo_doctor.trace.model import StepMark
-from hlo_doctor.trace.wire import Unread
+from hlo_doctor.trace.wire import OwnStats, Unread
 from hlo_doctor.trace.xspace import XPlane, program_id_of, stat_names, stat_value
 
 # Device-plane lines that are not op events (xprof counts only XLA Ops on TPU).
@@ -56,7 +56,7 @@ class _Line:
     start_ns: np.ndarray
     duration_ns: np.ndarray
     occurrences: np.ndarray
-    own: dict[int, tuple[tuple[str, object], ...]]
+    own: OwnStats
     """Event index -> the event's own op stats, for the events that carry any."""
 
 
@@ -73,9 +73,7 @@ def _scan(line: object, off_id: int, dur_id: int, op_ids: dict[int, str], snames
             pass
         else:
             ts = line.timestamp_ns  # type: ignore[attr-defined]
-            own: dict[int, tuple[tuple[str, object], ...]] = {}
-            for part in parts:
-                own.update(part.own)
+            own = OwnStats.joined([part.own for part in parts])
 
             chunks = {name: [getattr(part, name) for part in parts]
                       for name in ("mids", "offsets_ps", "durations_ps", "occurrences")}
@@ -130,7 +128,7 @@ def _scan_messages(line: object, off_id: int, dur_id: int, op_ids: dict[int, str
         add_occ(n or 1)
     ts = line.timestamp_ns  # type: ignore[attr-defined]
     return _Line(np.frombuffer(mids, np.int64), ts + np.frombuffer(offs, np.int64) / 1000,
-                 np.frombuffer(durs, np.int64) / 1000, np.frombuffer(occs, np.int64), own)
+                 np.frombuffer(durs, np.int64) / 1000, np.frombuffer(occs, np.int64), OwnStats(own))
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +239,21 @@ class DevicePlaneReader:
 
     def _steps(self, line: object, steps: list[StepMark]) -> None:
         ev = _scan(line, self.off_id, self.dur_id, self.op_ids, self.snames)
+        groups = ev.own.last("group_id", len(ev.mids))
+        if groups is not None:
+            # Integer stats as rows (the compiled reader): each event's group_id, else its metadata's
+            # (else its name) per distinct metadata, with no Python work per event but the mark.
+            has, own_group = groups
+            uniq, which = unique_inverse(ev.mids)
+            names = [self._name_of(mid)[0] for mid in uniq.tolist()]
+            nums = [self._step_num(self._stats_of(mid).get("group_id"), name)
+                    for mid, name in zip(uniq.tolist(), names, strict=True)]
+            if all(-(1 << 63) <= n < (1 << 63) for n in nums):
+                num = np.where(has, own_group, np.asarray(nums, np.int64)[which])
+                host, device = self.host, self.name
+                steps.extend(StepMark(host, names[k], n, start, duration, device=device) for k, n, start, duration in zip(
+                    which.tolist(), num.tolist(), ev.start_ns.tolist(), ev.duration_ns.tolist(), strict=True))
+                return
         named: dict[tuple[int, tuple[tuple[str, object], ...]], tuple[str, int]] = {}  # per distinct event kind
         for i, (mid, start, duration) in enumerate(zip(ev.mids.tolist(), ev.start_ns.tolist(),
                                                          ev.duration_ns.tolist(), strict=True)):
@@ -249,12 +262,16 @@ class DevicePlaneReader:
             if known is None:
                 name = self._name_of(mid)[0]
                 group = dict(key[1]).get("group_id", self._stats_of(mid).get("group_id"))
-                try:
-                    num = int(group if group is not None else name)  # type: ignore[call-overload]
-                except (TypeError, ValueError):
-                    num = -1
-                known = named[key] = (name, num)
+                known = named[key] = (name, self._step_num(group, name))
             steps.append(StepMark(self.host, known[0], known[1], start, duration, device=self.name))
+
+    @staticmethod
+    def _step_num(group: object, name: str) -> int:
+        """A step's number: its ``group_id`` (else its name) as an integer, -1 where it is none."""
+        try:
+            return int(group if group is not None else name)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            return -1
 
     def _module_spans(self, lines: list[object]) -> tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]:
         """Starts, ends and (module, program id) of the ``XLA Modules`` events, sorted by start."""
@@ -265,6 +282,22 @@ class DevicePlaneReader:
             ev = _scan(line, self.off_id, self.dur_id, self.op_ids, self.snames)
             # Once per (metadata, program id): the only own stat a module run is read by (its run_id varies).
             runs: dict[tuple[int, object], tuple[str, int]] = {}
+            pids = ev.own.last("program_id", len(ev.mids))
+            if pids is not None and len(ev.mids):
+                # Integer stats as rows (the compiled reader): the distinct (metadata, program id)
+                # pairs in the order they first come, each read once.
+                has, held_pid = pids
+                keys = np.stack([ev.mids, has.astype(np.int64), np.where(has, held_pid, 0)], axis=1)
+                uniq, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+                order = np.argsort(first, kind="stable")
+                made: list[tuple[str, int]] = [("", 0)] * len(uniq)
+                for u in order.tolist():
+                    mid, held, value = uniq[u].tolist()
+                    made[u] = self._module_run(mid, value if held else _ABSENT)
+                what.extend(made[u] for u in inverse.reshape(-1).tolist())
+                starts.append(ev.start_ns)
+                ends.append(ev.start_ns + ev.duration_ns)
+                continue
             for i, mid in enumerate(ev.mids.tolist()):
                 pid: object = _ABSENT
                 for k, v in ev.own.get(i, ()):
@@ -317,7 +350,7 @@ class DevicePlaneReader:
             which[i] = k
         keep = np.fromiter((infos[k] is not None for k in range(len(infos))), bool, len(infos))[which]
         span_starts, span_ends, span_what = spans
-        pos = np.searchsorted(span_starts, ev.start_ns, side="right") - 1
+        pos = searchsorted(span_starts, ev.start_ns, side="right") - 1
         inside = (pos >= 0) & (span_ends[np.maximum(pos, 0)] >= ev.start_ns) if len(span_starts) else \
             np.zeros(n, bool)
         run = np.where(inside, pos, -1)

@@ -18,11 +18,12 @@ the file) as it always has.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["EventColumns", "Unread", "check_framed", "decode_events", "framed", "packed", "stat_value_at",
+__all__ = ["EventColumns", "OwnStats", "Unread", "check_framed", "decode_events", "framed", "packed", "stat_value_at",
            "varint_sizes"]
 
 _U7 = np.uint64(0x7F)
@@ -30,6 +31,86 @@ _U7 = np.uint64(0x7F)
 
 class Unread(Exception):
     """The bytes hold something this decoder leaves to the protobuf runtime."""
+
+
+Own = tuple[tuple[str, object], ...]
+"""An event's own op stats, ``(name, value)`` in the order the event holds them."""
+
+
+class OwnStats(Mapping[int, Own]):
+    """Event index -> its own op stats (:data:`Own`), for the events that carry any.
+
+    Where every stat read is an integer (a device's ``Steps`` and ``XLA Modules`` lines: ``group_id``,
+    ``program_id``, ``run_id`` on every event) the compiled reader keeps them as rows, ``(event, stat
+    id, value)`` in the events' order, and no dict is made unless one is asked for: :meth:`last` reads
+    one stat of every event from the rows at once. Otherwise it is the dict the decoders build."""
+
+    __slots__ = ("_map", "_names", "_rows")
+
+    def __init__(self, mapping: dict[int, Own] | None = None, rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                 names: Mapping[int, str] | None = None) -> None:
+        self._map = mapping if mapping is not None or rows is not None else {}
+        self._rows = rows
+        self._names = names or {}
+
+    @classmethod
+    def joined(cls, parts: Sequence[Mapping[int, Own]]) -> OwnStats:
+        """The parts of one line (their event indexes are the line's), in order."""
+        if len(parts) == 1 and isinstance(parts[0], OwnStats):
+            return parts[0]
+        rowed = [p._rows for p in parts if isinstance(p, OwnStats) and p._rows is not None]
+        if len(rowed) == len(parts) and rowed:
+            names = {k: v for p in parts if isinstance(p, OwnStats) for k, v in p._names.items()}
+            return cls(rows=tuple(np.concatenate([r[k] for r in rowed]) for k in range(3)),  # type: ignore[arg-type]
+                       names=names)
+        merged: dict[int, Own] = {}
+        for part in parts:
+            merged.update(part)
+        return cls(merged)
+
+    def _mapping(self) -> dict[int, Own]:
+        if self._map is None:
+            assert self._rows is not None
+            events, sids, values = self._rows
+            names = [self._names[s] for s in sids.tolist()]
+            built: dict[int, list[tuple[str, object]]] = {}
+            for event, name, value in zip(events.tolist(), names, values.tolist(), strict=True):
+                items = built.get(event)
+                if items is None:
+                    built[event] = [(name, value)]
+                else:
+                    items.append((name, value))
+            self._map = {i: tuple(items) for i, items in built.items()}
+        return self._map
+
+    def __getitem__(self, event: int) -> Own:
+        return self._mapping()[event]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._mapping())
+
+    def __len__(self) -> int:
+        return len(self._mapping())
+
+    def last(self, name: str, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Of events ``0..n-1``: whether each holds the stat ``name`` and its value (the last one an
+        event holds, as a dict of its stats keeps); None where the stats are not integer rows (read
+        them through the mapping)."""
+        if self._rows is None:
+            return None
+        events, sids, values = self._rows
+        ids = [sid for sid, stat in self._names.items() if stat == name]
+        pick = np.flatnonzero(np.isin(sids, np.asarray(ids, np.int64))) if ids else np.zeros(0, np.intp)
+        has = np.zeros(n, bool)
+        out = np.zeros(n, np.int64)
+        if pick.size:
+            ev = events[pick]
+            # The last row of each event (rows are in the events' order, an event's stats in order).
+            last = np.flatnonzero(np.append(ev[1:] != ev[:-1], True)) if bool((np.diff(ev) >= 0).all()) else \
+                len(ev) - 1 - np.unique(ev[::-1], return_index=True)[1]
+            has[ev[last]] = True
+            out[ev[last]] = values[pick][last]
+        return has, out
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +123,9 @@ class EventColumns:
     durations_ps: np.ndarray
     occurrences: np.ndarray
     """``num_occurrences``, 1 where it is 0 or unset."""
-    own: dict[int, tuple[tuple[str, object], ...]]
-    """Event index (from ``base``) -> its stats named in ``op_ids``, in order, as ``stat_value`` reads them."""
+    own: Mapping[int, Own]
+    """Event index (from ``base``) -> its stats named in ``op_ids``, in order, as ``stat_value`` reads
+    them (a dict, or :class:`OwnStats`)."""
 
 
 def _varints(buf: np.ndarray, pos: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,12 +1,14 @@
 """The op-event columns (``trace/columns.py``): a line in order and the same line shuffled give the same
-columns (a line already in order skips the sort), and ``unique_inverse`` is ``np.unique``'s answer."""
+columns (a line already in order skips the sort); ``unique_inverse``, ``unique_values`` and ``searchsorted``
+give numpy's answers; a line's integer stats kept as rows read as the dict of them does."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from hlo_doctor.trace.columns import OpColumns, unique_inverse
+from hlo_doctor.trace.columns import OpColumns, searchsorted, unique_inverse, unique_values
+from hlo_doctor.trace.wire import OwnStats
 
 
 def _columns(order: np.ndarray, start: np.ndarray, duration: np.ndarray) -> list[np.ndarray]:
@@ -35,3 +37,48 @@ def test_unique_inverse_is_numpys(values: list[int]) -> None:
     a = np.array(values, np.int64)
     got, want = unique_inverse(a), np.unique(a, return_inverse=True)
     assert got[0].dtype == want[0].dtype and np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("values", [[5, 3, 5, 9, -2, 3], [1 << 40, 7, 1 << 40], [0], list(range(100, 0, -1))])
+def test_unique_values_is_numpys(values: list[int]) -> None:
+    a = np.array(values, np.int64)
+    got, want = unique_values(a), np.unique(a)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_searchsorted_is_numpys(seed: int, side: str) -> None:
+    # Events (many, sorted or not, with ties and values on the boundaries) against boundaries (few).
+    rng = np.random.default_rng(seed)
+    bounds = np.sort(rng.integers(0, 1000, int(rng.integers(1, 300)))).astype(np.float64)
+    events = np.concatenate([rng.integers(-10, 1010, 5000).astype(np.float64), bounds])
+    if seed % 2 == 0:
+        events = np.sort(events)
+    for haystack, needles in ((bounds, events), (np.zeros(0), events), (bounds, events[:10])):
+        got, want = searchsorted(haystack, needles, side=side), np.searchsorted(haystack, needles, side=side)
+        assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_integer_stats_as_rows_read_as_their_dict(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    names = {7: "group_id", 9: "program_id", 11: "group_id"}  # two stat ids of one name: the last wins
+    events = np.sort(rng.integers(0, 40, 120))
+    sids = rng.choice(list(names), 120)
+    values = rng.integers(-5, 1 << 40, 120)
+    rows = OwnStats(rows=(events, sids, values), names=names)
+    as_dict: dict[int, list[tuple[str, object]]] = {}
+    for e, s, v in zip(events.tolist(), sids.tolist(), values.tolist(), strict=True):
+        as_dict.setdefault(e, []).append((names[s], v))
+    want = {e: tuple(items) for e, items in as_dict.items()}
+    assert rows == want and dict(rows) == want
+    for name in ("group_id", "program_id", "run_id"):
+        got = rows.last(name, 45)
+        assert got is not None
+        has, value = got
+        for e in range(45):
+            held = dict(want.get(e, ())).get(name)
+            assert bool(has[e]) == (held is not None) and (held is None or int(value[e]) == held)
+    joined = OwnStats.joined([rows, OwnStats({50: (("group_id", "x"),)})])
+    assert joined.last("group_id", 51) is None and joined[50] == (("group_id", "x"),) and joined[events[0]] == want[events[0]]
