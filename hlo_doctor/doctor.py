@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -131,6 +132,12 @@ class DoctorResult:
             measured["decode_step_ms"] = None
         net = None if promise is None else promise.net_us / 1e3
         rng = None if promise is None else promise.interval_us
+        # The saving the verdict's statistic allows: its ratio's interval applied to the baseline's
+        # median decode step. A point difference of a few noisy rounds says little alone; the promise
+        # is judged against this interval.
+        span = None
+        if st is not None and st.tested and not math.isnan(st.ci_low) and st.baseline_median > 0:
+            span = [st.baseline_median * (1 - st.ci_high), st.baseline_median * (1 - st.ci_low)]
         return {
             "promised_ms": net,
             "promise": None if promise is None else promise.verdict,
@@ -143,6 +150,10 @@ class DoctorResult:
             "decode_step": "not measured" if st is None else (
                 f"{'changed' if st.significant else 'no significant change'} ({st.ratio_text()})"),
             "measured_decode_step_ms": measured["decode_step_ms"],
+            "measured_decode_step_range_ms": span,
+            "promise_in_measured_range": None if net is None or span is None else span[0] <= net <= span[1],
+            "ranges_overlap": None if rng is None or span is None else
+            rng[0] / 1e3 <= span[1] and span[0] <= rng[1] / 1e3,
             "measured_profiled_step_ms": measured["profiled_step_ms"],
             "promise_over_decode_step": net / measured["decode_step_ms"]
             if net is not None and measured["decode_step_ms"] else None,

@@ -55,6 +55,8 @@ class Context:
     modules: tuple[HloModule, ...] = ()
     table: pd.DataFrame | None = None
     step_time_us: float | None = None
+    step_times_us: tuple[float, ...] = ()
+    """Each traced step's wall time (what ``step_time_us`` is the mean of); () where the input keeps none."""
     num_steps: int = 0
     compile_events: tuple[CompileEvent, ...] = ()
     host_dispatch: tuple[HostDispatch, ...] = ()

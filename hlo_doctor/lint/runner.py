@@ -205,7 +205,7 @@ def diagnose(ctx: Context, rulebook: RuleBook, *, select: Iterable[str] = (),
             continue
         run.append(r.code)
         findings.extend(run_rule(r, ctx))
-    findings = [with_library_remedy(with_cost_severity(f, ctx.step_time_us, _category(ctx, f)))
+    findings = [with_library_remedy(with_cost_severity(f, ctx.step_time_us, _category(ctx, f), ctx.step_times_us))
                 for f in merge_memory(merge_same_line(merge_recompiled(findings)))]
     findings.sort(key=lambda f: (-(f.recoverable_us or 0.0), -int(f.severity), f.code, f.module, f.op))
     inserted_us, inserted_ops = compiler_inserted(ctx, findings)

@@ -17,6 +17,13 @@ tensor, goes one band up when its share is within 75% of the next band's thresho
 without times (HLO-only input, source rules) and findings the rule leaves unpriced (``extra``
 ``("estimate", "not priced")``) keep the rule's severity; internal errors stay errors.
 
+The step the share divides by is itself a few traced steps, which vary (the first after a pause,
+a host hiccup): a finding's band is judged against the middle of the traced steps (all of them
+where there are under five, else all but the fastest and the slowest). Where its share over the
+slowest of them and over the fastest fall in two bands, the finding takes the higher one and says
+so (``severity_basis``): near an edge, two captures of one program then agree, rather than each
+taking the side its mean step fell on.
+
 Severity never rests on one noisy timing. A finding priced by a measurement made here (a what-if
 run: ``extra`` ``measured_net_us``, the range of what its fix gives back per step, from the
 measurement's interval) takes the band of that range only when the measurement is decisive (enough
@@ -28,6 +35,7 @@ has without the what-if, and its message says why (``severity_basis`` in ``extra
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from hlo_doctor.core.model import Finding, Severity
@@ -65,9 +73,21 @@ def severity_for(share: float, category: str = "") -> Severity:
     return band
 
 
-def with_cost_severity(finding: Finding, step_time_us: float | None, category: str = "") -> Finding:
+def middle_steps(step_times_us: Sequence[float]) -> tuple[float, float] | None:
+    """The fastest and the slowest of the traced steps' middle (all but the fastest and the slowest
+    from five steps on); None under three steps."""
+    times = sorted(float(t) for t in step_times_us if t and t > 0)
+    if len(times) < 3:
+        return None
+    middle = times[1:-1] if len(times) >= 5 else times
+    return middle[0], middle[-1]
+
+
+def with_cost_severity(finding: Finding, step_time_us: float | None, category: str = "",
+                       step_times_us: Sequence[float] = ()) -> Finding:
     """``finding`` with its severity set from its share of the step (unchanged when untimed); for a
-    finding priced by a measurement, from its measured range or from the model (module docstring)."""
+    finding priced by a measurement, from its measured range or from the model (module docstring);
+    judged against the traced steps' spread where ``step_times_us`` gives three or more."""
     if finding.severity == Severity.ERROR:
         return finding
     extra = dict(finding.extra)
@@ -79,6 +99,16 @@ def with_cost_severity(finding: Finding, step_time_us: float | None, category: s
     if share is None:
         return finding
     severity = severity_for(share, category)
+    spread = middle_steps(step_times_us)
+    if spread is not None and step_time_us:
+        fast, slow = spread
+        low, high = share * step_time_us / slow, share * step_time_us / fast
+        low_band, high_band = severity_for(low, category), severity_for(high, category)
+        if low_band != high_band:
+            why = f"its share over the traced steps' middle, {low:.2f}-{high:.2f}% of the step, reaches the {high_band} band"
+            return replace(finding, severity=high_band, message=f"{finding.message}; severity {high_band}: {why}",
+                           extra=(*finding.extra, ("severity_basis", f"the steps' spread: {why}")))
+        severity = low_band
     return finding if severity == finding.severity else replace(finding, severity=severity)
 
 

@@ -207,6 +207,7 @@ def _estimate_line(result: DoctorOutcome) -> str:
                     + ("" if ratio is None else f" (promise / measured {ratio:.2f})"))
     else:
         measured = f"; the decode step: {e['decode_step']}" if e.get("decode_step") else ""
+    measured += _measured_range(e)
     # One capture a side: a difference, not a measured saving (no test says it is more than noise).
     seen = e["measured_profiled_step_ms"]
     if seen is not None:
@@ -214,6 +215,23 @@ def _estimate_line(result: DoctorOutcome) -> str:
                      f"{'shorter' if seen >= 0 else 'longer'} (one capture a side, not tested)")
     how = f" ({e['how']})" if e.get("how") else ""
     return f"estimate: diagnose promised {_promised(e)}{how}{measured}"
+
+
+def _measured_range(e: dict[str, Any]) -> str:
+    """``; the saving verify's ratio allows: 8.5-41.5 ms (95% CI x the baseline's median): the promise
+    lies inside it`` ("" without one)."""
+    span = e.get("measured_decode_step_range_ms")
+    if not isinstance(span, list) or len(span) != 2:
+        return ""
+    inside = e.get("promise_in_measured_range")
+    where = ("the promise lies inside it" if inside else
+             "the promise lies outside it" + ("; its range overlaps it" if e.get("ranges_overlap") else ""))
+    return (f"; the saving verify's ratio allows: {_signed_ms(span[0])} to {_signed_ms(span[1])} "
+            f"(its 95% CI x the baseline's median decode step): {where}")
+
+
+def _signed_ms(ms: float) -> str:
+    return f"-{fmt_ms(-ms * 1e3)}" if ms < 0 else fmt_ms(ms * 1e3)
 
 
 def _promised(e: dict[str, Any]) -> str:
@@ -251,5 +269,16 @@ def _estimate_lines(result: DoctorOutcome) -> list[str]:
             f"| measured: decode step (medians, no profiler) | "
             f"{ms(e['measured_decode_step_ms']) if e['measured_decode_step_ms'] is not None else e.get('decode_step')} | "
             f"{ratio(e['promise_over_decode_step'])} |",
+            *_range_row(e),
             f"| difference: profiled step (one capture a side, not tested) | {ms(e['measured_profiled_step_ms'])} | "
             f"{ratio(e['promise_over_profiled_step'])} |"]
+
+
+def _range_row(e: dict[str, Any]) -> list[str]:
+    """The table's row of the saving verify's ratio allows (none without one)."""
+    span = e.get("measured_decode_step_range_ms")
+    if not isinstance(span, list) or len(span) != 2:
+        return []
+    inside = "promise inside" if e.get("promise_in_measured_range") else "promise outside"
+    return [f"| measured: decode step, the saving the verdict's 95% CI allows (x the baseline's median) | "
+            f"{span[0]:,.1f} to {span[1]:,.1f} | {inside} |"]

@@ -77,6 +77,13 @@ def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:
         assert f"the decode step: {est['decode_step']}" in result.stderr
         assert "verify measured" not in result.stderr or "of the decode step" not in result.stderr
     assert "verdict on the paired trimmed-mean ratio x" in result.stderr + (out / "verify.md").read_text()
+    # The saving the verdict's interval allows, from verify's own figures, and where the promise lies.
+    span = est["measured_decode_step_range_ms"]
+    if decode["ci"] is not None and decode["ci"][0] is not None:
+        assert span == [decode["baseline"] * (1 - decode["ci"][1]), decode["baseline"] * (1 - decode["ci"][0])]
+        assert est["promise_in_measured_range"] == (span[0] <= est["promised_ms"] <= span[1])
+        assert "; the saving verify's ratio allows: " in result.stderr
+        assert ("promise inside |" if est["promise_in_measured_range"] else "promise outside |") in report
     assert f"| promised (diagnose, from the baseline's capture) | {est['promised_ms']:,.1f} | - |" in report
     assert "estimate: diagnose promised " in result.stderr
     # The engine's own tree is never written.
