@@ -298,7 +298,7 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
 
 def _measured_by(promise: Any) -> str | None:
     """How the promise was measured here, in the words of its own line (None for a model)."""
-    if promise.program is not None:
+    if promise.program is not None and not promise.replay_stands:
         return str(promise.program.line())
     if promise.replay is not None:
         return str(promise.replay.line())

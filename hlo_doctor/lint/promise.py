@@ -74,6 +74,18 @@ class FixPromise:
         return self.label or f"fix {self.fix}"
 
     @property
+    def replay_stands(self) -> bool:
+        """The program A/B did not decide (its interval holds 0, and it did not measure the fix slower)
+        while the replay decided a saving that lies inside the A/B's interval: the two agree, and the
+        replay's figure is the promise. Two diagnoses of one capture, one whose short A/B decided and
+        one whose did not, then promise about the same, not "no saving" and a saving."""
+        p, r = self.program, self.replay
+        if p is None or r is None or p.significant or not r.significant or r.slower:
+            return False
+        low, high = p.interval_us
+        return low <= r.promise_us <= high
+
+    @property
     def basis(self) -> str:
         """``measured`` (a program A/B or a replay of the capture's programs here) or ``model``."""
         return "measured" if self.replay is not None or self.program is not None else "model"
@@ -81,7 +93,7 @@ class FixPromise:
     @property
     def how(self) -> str:
         """``program A/B``, ``replay``, ``what-if`` (a model with figures measured here) or ``model``."""
-        if self.program is not None:
+        if self.program is not None and not self.replay_stands:
             return "program A/B"
         if self.replay is not None:
             return "replay"
@@ -102,7 +114,7 @@ class FixPromise:
     def net_us(self) -> float:
         """The promise per step: the replay's where one measured it (0 where it measured no significant
         change), else recovered less cost; negative where the fix makes the step slower here."""
-        if self.program is not None:
+        if self.program is not None and not self.replay_stands:
             return self.program.saving_us if self.program.significant else 0.0
         if self.replay is None:
             return self.model_us
@@ -115,7 +127,7 @@ class FixPromise:
         """The range of the promise per step, from the figure :attr:`net_us` comes from: the program
         A/B's interval, else the replay's, else the what-if's range; None for a model with nothing
         measured here (its range is :attr:`model_range_us`)."""
-        if self.program is not None:
+        if self.program is not None and not self.replay_stands:
             return self.program.interval_us
         if self.replay is not None:
             return self.replay.promise_interval_us
@@ -161,6 +173,10 @@ class FixPromise:
         [12.1, 19.8 ms] (~14% of the step)``; "no saving expected here" or "may cost here" instead of a
         net saving where the range does not lie above 0. Measured by a replay: its line instead; a
         model where a replay was asked for and could not run: the reason and the model's range too."""
+        if self.replay_stands:
+            assert self.program is not None
+            return (f"{self._replay_body(step_us)}; a program A/B did not decide it, and its interval holds that "
+                    f"figure: {self.program.line()}")
         if self.program is not None:
             pct = f" (~{100.0 * self.net_us / step_us:.0f}% of the profiled step)" if step_us else ""
             if self.program.slower:
@@ -171,26 +187,31 @@ class FixPromise:
                 what = f"~{fmt_duration(self.net_us)} per step{pct}"
             return f"{self.name}: {what}, {self.program.line()}"
         if self.replay is not None:
-            # The share of the capture's step: the saving at the capture's pace (the same as the
-            # promise, unless the promise is this machine's untraced one).
-            share = self.replay.capture_promise_us if self.replay.significant else 0.0
-            pct = f" (~{100.0 * share / step_us:.0f}% of the step)" if step_us else ""
-            if self.replay.slower:
-                what = f"no saving promised, ~{fmt_duration(-self.net_us)} per step slower"
-            elif self.replay.stopped == "negligible":
-                what = "no saving promised, no change worth one"
-            elif self.replay.stopped == "cap":
-                what = "no saving promised, undecided"
-            elif not self.replay.significant:
-                what = "no saving promised, none significant"
-            else:
-                what = f"~{fmt_duration(self.net_us)} per step{pct}"
-            return f"{self.name}: {what}, {self.replay.line()}"
+            return self._replay_body(step_us)
         model = ""
         if self.unmeasured:
             lo, hi = self.model_range_us
             model = f"; a model (not measured: {self.unmeasured}), range {_signed(lo)} to {_signed(hi)}"
         return self._line(step_us) + model
+
+    def _replay_body(self, step_us: float | None) -> str:
+        """The line of a promise the replay measured."""
+        assert self.replay is not None
+        # The share of the capture's step: the saving at the capture's pace (the same as the promise,
+        # unless the promise is this machine's untraced one).
+        share = self.replay.capture_promise_us if self.replay.significant else 0.0
+        pct = f" (~{100.0 * share / step_us:.0f}% of the step)" if step_us else ""
+        if self.replay.slower:
+            what = f"no saving promised, ~{fmt_duration(-self.net_us)} per step slower"
+        elif self.replay.stopped == "negligible":
+            what = "no saving promised, no change worth one"
+        elif self.replay.stopped == "cap":
+            what = "no saving promised, undecided"
+        elif not self.replay.significant:
+            what = "no saving promised, none significant"
+        else:
+            what = f"~{fmt_duration(self.net_us)} per step{pct}"
+        return f"{self.name}: {what}, {self.replay.line()}"
 
     def _line(self, step_us: float | None) -> str:
         how = "; ".join(self.measured) or ("what-if run" if self.cost_us > 0 or not self.unmeasured else "")
