@@ -81,6 +81,8 @@ _CUT = re.compile(r"\S*\s\.\.\.$")
 _VERDICT_REPLAY = re.compile(r"^(fix \S+: ).*?(, measured by (?:replaying|a program A/B) )")
 # Whether pairs (a replay) or rounds (a program A/B) decided before their cap, the A/B's outcome, and
 # the sign of its saving are the machine's too.
+_STANDS = re.compile(r"; the A/B did not decide, and the replay's figure, inside its interval, stands: .*$")
+"""Whether an undecided A/B left the replay's figure standing is the machine's: its line's tail."""
 _STOPPED = re.compile(r", (?:decided|undecided at its #t cap)(?=, measured here)")
 _AB_STOP = re.compile(r"\b(?:decided|budget spent) within a\b")
 _AB_OUTCOME = re.compile(r"\((?:improved|no change|regressed|inconclusive)\)")
@@ -297,7 +299,7 @@ def masked(text: str) -> list[str]:
     """The part of a block that does not depend on timing, one entry per line."""
     out = []
     for line in text.split("\n"):
-        line = _CUT.sub("...", _STORE.sub("what-if: #", _FAULTS.sub("", _FRESH.sub("; #fresh", line))))
+        line = _CUT.sub("...", _STORE.sub("what-if: #", _FAULTS.sub("", _FRESH.sub("; #fresh", _STANDS.sub("", line)))))
         line = _PAIRS.sub(r"# \1", _INTERVAL.sub("[#, ", line))
         line = _TIME.sub("#t", _UNIT.sub("#", _FLOAT.sub("#", _RUN_FOLDER.sub("<run>", _DATE.sub("<date>", line))))).translate(_BOX)
         line = _VERDICT_REPLAY.sub(r"\1<verdict>\2", _VERDICT_HERE.sub("; <verdict here>;", line))

@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     from hlo_doctor.lint.store import MeasurementStore
 
 
+REPLAY_STANDS = "the A/B did not decide, and the replay's figure, inside its interval, stands: "
+"""What a promise's line says before the replay's where an undecided A/B leaves the replay's figure."""
+
+
 @dataclass(frozen=True, slots=True)
 class FixPromise:
     """One fix's findings, the time they recover and what the fix costs here, per step (us)."""
@@ -174,9 +178,11 @@ class FixPromise:
         net saving where the range does not lie above 0. Measured by a replay: its line instead; a
         model where a replay was asked for and could not run: the reason and the model's range too."""
         if self.replay_stands:
-            assert self.program is not None
-            return (f"{self._replay_body(step_us)}; a program A/B did not decide it, and its interval holds that "
-                    f"figure: {self.program.line()}")
+            # The A/B's line first (what it measured, undecided), then the replay whose figure it is.
+            assert self.program is not None and self.replay is not None
+            pct = f" (~{100.0 * self.replay.capture_promise_us / step_us:.0f}% of the step)" if step_us else ""
+            return (f"{self.name}: ~{fmt_duration(self.net_us)} per step{pct}, {self.program.line()}; "
+                    f"{REPLAY_STANDS}{self.replay.line()}")
         if self.program is not None:
             pct = f" (~{100.0 * self.net_us / step_us:.0f}% of the profiled step)" if step_us else ""
             if self.program.slower:

@@ -94,6 +94,19 @@ def test_a_verdict_measured_here_is_masked_and_the_sentence_kept() -> None:
     assert GEN.masked(whatif) != GEN.masked(whatif.replace("3 findings", "2 findings"))
 
 
+def test_an_undecided_ab_whose_replay_stands_is_masked_as_the_ab() -> None:
+    # One capture's program A/B, decided on one run, undecided with the replay's figure standing on another.
+    decided = ("fix eager-widening: ~1.4 ms per step (~18% of the profiled step), measured by a program A/B of "
+               "sampler.py:step at line 12 on this machine (62 rounds x 5 steps each, alternated, decided within a "
+               "10 s budget, measured here 2026-12-06): 6.7 ms -> 5.4 ms per step, x0.786 [0.695, 0.889] (improved); "
+               "saving 1.4 ms [0.7 ms, 2.0 ms]")
+    stands = (decided.replace("decided within", "budget spent within").replace("(improved)", "(inconclusive)")
+              + "; the A/B did not decide, and the replay's figure, inside its interval, stands: measured by "
+              "replaying jit_convert_element_type(3), jit_sample(5) on this machine (jax 0.10.2, 20 alternated pairs)")
+    assert GEN.masked(decided) == GEN.masked(stands)
+    assert GEN.masked(decided) != GEN.masked(decided.replace("line 12", "line 13"))
+
+
 def test_a_severity_measured_here_is_masked_on_a_finding_line() -> None:
     row = "HD004   info   jit_sample   f32[64,32000]{1,0}   532 us   7.6%   sampler.py:12"
     assert GEN.masked(row) == GEN.masked(row.replace("info", "medium"))

@@ -37,7 +37,8 @@ def test_an_undecided_ab_whose_interval_holds_the_replays_figure_leaves_the_repl
     assert p.replay_stands and p.how == "replay" and p.net_us == 25_000.0
     assert p.interval_us == base.interval_us and p.verdict == "saving"
     line = p.line(160_000.0)
-    assert line.startswith("fix f: ~25.0 ms per step") and "a program A/B did not decide it" in line
+    assert line.startswith("fix f: ~25.0 ms per step") and ", measured by a program A/B of the bundled engine" in line
+    assert "; the A/B did not decide, and the replay's figure, inside its interval, stands: measured by replaying" in line
 
 
 def test_a_decided_ab_is_the_promise_and_an_undecided_one_that_excludes_the_replay_promises_nothing() -> None:

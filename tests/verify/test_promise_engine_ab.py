@@ -84,7 +84,7 @@ def test_the_engines_fix_is_measured_by_the_engine_ab_stored_and_reused(profiled
     (line,) = [x for x in _run(["diagnose", str(profiled), "--source-root", str(profiled.parent / "engine")],
                                profiled.parent / "cache").output.splitlines() if x.startswith(f"fix {FIX}")]
     assert "measured by a program A/B of the engine at" in line and "alternated" in line and "measured here" in line
-    assert ("; a program A/B did not decide it, and its interval holds that figure: " in line) == stands
+    assert ("; the A/B did not decide, and the replay's figure, inside its interval, stands: " in line) == stands
     # Stored with every round's decode step times of both engines (us).
     store = profiled / FILE_NAME
     (rec,) = [r for r in json.loads(store.read_text())["records"] if r["kind"] == KIND]
