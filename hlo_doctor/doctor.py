@@ -116,7 +116,8 @@ class DoctorResult:
 
     def estimate(self) -> dict[str, Any] | None:
         """Diagnose's promise for the applied fix against the savings verify measured, ms per step:
-        the decode step (medians of the measured rounds, no profiler) and the profiled step (the
+        the decode step (verify's verdict statistic, the paired ratio, applied to the baseline's median
+        decode step, no profiler; the medians' difference beside it) and the profiled step (the
         baseline's and the treatment's captures); None without a fix or a verify."""
         if self.fix_id is None or self.verify is None:
             return None
@@ -126,10 +127,17 @@ class DoctorResult:
         for key in ("decode_step_ms", "profiled_step_ms"):
             b, t = steps[key]["baseline"], steps[key]["treatment"]
             measured[key] = None if b is None or t is None else b - t
-        # A decode-step saving the paired rounds do not show is no measurement: it is said as such.
+        medians = measured["decode_step_ms"]
+        # The saving is the verdict's own statistic, so that it lies inside the interval below and the
+        # two cannot read as contradicting (the medians' ratio can part from the paired ratio).
         st = self.verify.step_time
+        b_step = steps["decode_step_ms"]["baseline"]
+        if st is not None and b_step is not None and math.isfinite(st.ratio):
+            measured["decode_step_ms"] = b_step * (1 - st.ratio)
+        # A decode-step saving the paired rounds do not show is no measurement: it is said as such.
         if st is None or not st.significant:
             measured["decode_step_ms"] = None
+            medians = None
         net = None if promise is None else promise.net_us / 1e3
         rng = None if promise is None else promise.interval_us
         # The saving the verdict's statistic allows: its ratio's interval applied to the baseline's
@@ -150,6 +158,7 @@ class DoctorResult:
             "decode_step": "not measured" if st is None else (
                 f"{'changed' if st.significant else 'no significant change'} ({st.ratio_text()})"),
             "measured_decode_step_ms": measured["decode_step_ms"],
+            "measured_decode_step_medians_ms": medians,
             "measured_decode_step_range_ms": span,
             "promise_in_measured_range": None if net is None or span is None else span[0] <= net <= span[1],
             "ranges_overlap": None if rng is None or span is None else

@@ -203,7 +203,7 @@ def _estimate_line(result: DoctorOutcome) -> str:
         return ""
     got, ratio = e["measured_decode_step_ms"], e["promise_over_decode_step"]
     if got is not None:
-        measured = (f"; verify measured {fmt_ms(got * 1e3)} of the decode step"
+        measured = (f"; verify measured {fmt_ms(got * 1e3)} of the decode step by its verdict's ratio"
                     + ("" if ratio is None else f" (promise / measured {ratio:.2f})"))
     else:
         measured = f"; the decode step: {e['decode_step']}" if e.get("decode_step") else ""
@@ -266,7 +266,7 @@ def _estimate_lines(result: DoctorOutcome) -> list[str]:
     return ["", f"Promised by diagnose: {_promised(e)} ({md_text(basis)}).",
             "", "| saving per step | ms | promise / measured |", "|---|---:|---:|",
             f"| promised (diagnose, from the baseline's capture) | {ms(e['promised_ms'])} | - |",
-            f"| measured: decode step (medians, no profiler) | "
+            f"| measured: decode step (the verdict's paired ratio x the baseline's median, no profiler) | "
             f"{ms(e['measured_decode_step_ms']) if e['measured_decode_step_ms'] is not None else e.get('decode_step')} | "
             f"{ratio(e['promise_over_decode_step'])} |",
             *_range_row(e),

@@ -69,7 +69,10 @@ def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:
     assert decode["medians_ratio"] == decode["treatment"] / decode["baseline"]
     assert decode["ratio"] == verify["step_time"]["ratio"] and "trimmed means" in decode["ratio_of"]
     if decode["significant"]:
-        assert est["measured_decode_step_ms"] == decode["baseline"] - decode["treatment"]
+        # The verdict's statistic, the paired ratio, applied to the baseline's median; the medians'
+        # difference beside it.
+        assert est["measured_decode_step_ms"] == decode["baseline"] * (1 - decode["ratio"])
+        assert est["measured_decode_step_medians_ms"] == decode["baseline"] - decode["treatment"]
         assert est["promise_over_decode_step"] == est["promised_ms"] / est["measured_decode_step_ms"]
     else:  # a saving the paired rounds do not show is never "measured"
         assert est["measured_decode_step_ms"] is None and est["promise_over_decode_step"] is None
