@@ -84,7 +84,7 @@ class FixPromise:
         replay's figure is the promise. Two diagnoses of one capture, one whose short A/B decided and
         one whose did not, then promise about the same, not "no saving" and a saving."""
         p, r = self.program, self.replay
-        if p is None or r is None or p.significant or not r.significant or r.slower:
+        if p is None or r is None or p.significant or not r.promises or r.slower:
             return False
         low, high = p.interval_us
         return low <= r.promise_us <= high
@@ -124,7 +124,7 @@ class FixPromise:
             return self.model_us
         # A change the replay could not tell from no change promises nothing (its figure and interval
         # stay in ``replay``); one measured slower is a loss, never a saving.
-        return self.replay.promise_us if self.replay.significant else 0.0
+        return self.replay.promise_us if self.replay.promises else 0.0
 
     @property
     def interval_us(self) -> tuple[float, float] | None:
@@ -143,6 +143,8 @@ class FixPromise:
     def verdict(self) -> str:
         """``saving`` (the whole range above 0), ``may cost`` (it straddles 0) or ``no saving expected``."""
         if self.program is not None or self.replay is not None:
+            if self.how == "replay" and self.replay is not None and self.replay.stopped == "negligible":
+                return "no saving expected"  # a change within the negligible band: none worth promising
             low, high = self.interval_us  # type: ignore[misc]
             return "saving" if low > 0 else "may cost" if high > 0 else "no saving expected"
         low, high = self.interval_us or (self.net_us, self.net_us)
@@ -205,7 +207,7 @@ class FixPromise:
         assert self.replay is not None
         # The share of the capture's step: the saving at the capture's pace (the same as the promise,
         # unless the promise is this machine's untraced one).
-        share = self.replay.capture_promise_us if self.replay.significant else 0.0
+        share = self.replay.capture_promise_us if self.replay.promises else 0.0
         pct = f" (~{100.0 * share / step_us:.0f}% of the step)" if step_us else ""
         if self.replay.slower:
             what = f"no saving promised, ~{fmt_duration(-self.net_us)} per step slower"

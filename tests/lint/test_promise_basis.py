@@ -53,3 +53,16 @@ def test_a_decided_ab_is_the_promise_and_an_undecided_one_that_excludes_the_repl
     slower = FixPromise(fix="f", findings=3, recoverable_us=50_000.0, cost_us=0.0, replay=replay,
                         program=_ab(1.10, (1.05, 1.15)))
     assert not slower.replay_stands and slower.net_us < 0 and "slower" in slower.line(None)
+
+
+def test_a_replay_within_the_negligible_band_promises_nothing_in_every_view() -> None:
+    # A tiny interval can clear 0 and still lie within the negligible band (a real capture's replay did:
+    # 327.4 -> 329.1 us... and its JSON promised what its line said it did not).
+    tiny = ReplayMeasurement(fix="f", a_us=327.4, b_us=324.2, saving_us=3.2, interval_us=(0.4, 5.9), pairs=40,
+                             capture_us=400.0, programs=("jit_sample(1)",), removed=(), covered=("HD002",),
+                             modelled=(), modelled_us=0.0, jax_version="0.10.2", same_machine=True,
+                             stopped="negligible", cap_s=10.0)
+    assert tiny.significant and not tiny.promises
+    p = FixPromise(fix="f", findings=1, recoverable_us=100.0, cost_us=0.0, replay=tiny)
+    assert p.net_us == 0.0 and p.verdict == "no saving expected"
+    assert "no saving promised, no change worth one" in p.line(1000.0) and "(~0% of the step)" not in p.line(1000.0)

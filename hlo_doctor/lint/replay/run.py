@@ -168,6 +168,13 @@ class ReplayMeasurement:
         lo, hi = self.interval_us
         return lo > 0 or hi < 0
 
+    @property
+    def promises(self) -> bool:
+        """Whether its saving is promised: significant, and not a change the interval put within the
+        negligible band (its line says "no change worth one"; a tiny interval can clear 0 and still
+        lie there)."""
+        return self.significant and self.stopped != "negligible"
+
     def line(self) -> str:
         """``measured by replaying jit_sample(7), jit_convert_element_type(3) here: ...``."""
         lo, hi = self.promise_interval_us
