@@ -226,12 +226,8 @@ def _measured_range(e: dict[str, Any]) -> str:
     inside = e.get("promise_in_measured_range")
     where = ("the promise lies inside it" if inside else
              "the promise lies outside it" + ("; its range overlaps it" if e.get("ranges_overlap") else ""))
-    return (f"; the saving verify's ratio allows: {_signed_ms(span[0])} to {_signed_ms(span[1])} "
+    return (f"; the saving verify's ratio allows: {fmt_ms(span[0] * 1e3)} to {fmt_ms(span[1] * 1e3)} "
             f"(its 95% CI x the baseline's median decode step): {where}")
-
-
-def _signed_ms(ms: float) -> str:
-    return f"-{fmt_ms(-ms * 1e3)}" if ms < 0 else fmt_ms(ms * 1e3)
 
 
 def _promised(e: dict[str, Any]) -> str:

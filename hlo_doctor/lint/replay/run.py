@@ -170,9 +170,7 @@ class ReplayMeasurement:
 
     @property
     def promises(self) -> bool:
-        """Whether its saving is promised: significant, and not a change the interval put within the
-        negligible band (its line says "no change worth one"; a tiny interval can clear 0 and still
-        lie there)."""
+        """Significant and not within the negligible band (a tiny interval can clear 0 there)."""
         return self.significant and self.stopped != "negligible"
 
     def line(self) -> str:
@@ -192,10 +190,10 @@ class ReplayMeasurement:
         if self.same_machine:
             scaled = (f"; the capture was taken on this machine, so that is the promise, untraced (the "
                       f"capture's {fmt_duration(self.capture_us)} of them is the profiler's pace): "
-                      f"~{_signed(self.promise_us)} [{_signed(lo)}, {_signed(hi)}]")
+                      f"~{fmt_duration(self.promise_us)} [{fmt_duration(lo)}, {fmt_duration(hi)}]")
         else:
             scaled = (f"; at the capture's pace {fmt_duration(self.capture_us)} of them -> "
-                      f"~{_signed(self.promise_us)} [{_signed(lo)}, {_signed(hi)}]")
+                      f"~{fmt_duration(self.promise_us)} [{fmt_duration(lo)}, {fmt_duration(hi)}]")
         model = (f"; {', '.join(self.modelled)} stay modelled (~{fmt_duration(self._modelled_here_us)})"
                  if self.modelled else "")
         return f"{head}; {verdict}{scaled}{model}{self.faults_text()}{self.fresh_text()}"
@@ -211,7 +209,7 @@ class ReplayMeasurement:
         faults = f" ({f.a_faults:,.0f} page faults a step on its written side, {f.b_faults:,.0f} on its fixed side)" \
             if f.a_faults is not None and f.b_faults is not None else ""
         what = (f"slower by {fmt_duration(-promised)}" if f.interval_us[1] < 0 else
-                f"saves ~{_signed(promised)}" if f.interval_us[0] > 0 else "no significant change")
+                f"saves ~{fmt_duration(promised)}" if f.interval_us[0] > 0 else "no significant change")
         return (f"; with every large buffer mapped fresh (the allocator's other state): "
                 f"{fmt_duration(f.a_us)} -> {fmt_duration(f.b_us)} per step here, {what}{faults}; the range holds both")
 
@@ -242,11 +240,6 @@ class ReplayMeasurement:
                 "promise_pace": self.promise_pace, "capture_promise_us": self.capture_promise_us,
                 "here_a_faults_per_step": self.a_faults, "here_b_faults_per_step": self.b_faults,
                 "fresh_pages": self.fresh.to_dict(self.fresh_promise_us) if self.fresh is not None else None}
-
-
-def _signed(us: float) -> str:
-    """``-15.5 ms`` / ``3.2 ms``: a saving that may be negative (slower)."""
-    return f"-{fmt_duration(-us)}" if us < 0 else fmt_duration(us)
 
 
 def replay_refusal(ctx: Context) -> str:
