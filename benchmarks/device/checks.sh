@@ -47,6 +47,12 @@ if wanted device; then
 fi
 
 step doctor doctor --out "$W/doctor" "${SIZE[@]}"
+# The bundled TPU captures diagnosed on the chip: their fixes' promises replayed from their own HLO
+# (on a copy: diagnose keeps what it measures beside the capture).
+for s in tpu_v5e_original tpu_v5e_seed_b512; do
+  wanted "replay-$s" && rm -rf "${W:?}/$s" && cp -r "sample_traces/$s" "$W/$s"
+  step "replay-$s" diagnose "$W/$s" --format json
+done
 wanted verify-runner-convert-removed && attempt_tree runner-convert-removed
 step verify-runner-convert-removed verify --treatment "$W/tree-runner-convert-removed" --out "$W/verify-runner-convert-removed" "${SIZE[@]}"
 step seed-b512 profile benchmarks/device/seed_sampler.py:step --steps 10 --warmup 2 --out "$W/seed-b512"

@@ -121,7 +121,9 @@ def _diagnosis_of(stats: OpStats, path: Path) -> Diagnosis:
         return diagnose(replace(load_context(path), what_if=True, measurements=MeasurementStore(path)), load_rulebook())
     ctx = Context(modules=executed_modules(stats.modules, stats.table), table=stats.table,
                   step_time_us=float(stats.step_time_us or 0) or None, num_steps=int(stats.num_steps or 0),
+                  step_times_us=tuple(float(t) for t in getattr(stats, "step_times_us", ()) or ()),
                   compile_events=tuple(stats.compile_events), breakdown=stats.breakdown, backend=stats.backend,
+                  device_kind=str(stats.device_kind or ""),
                   origin=str(path), kind="run" if path.is_dir() else "xplane", versions=tuple(stats.versions),
                   what_if=True, measurements=MeasurementStore(path))  # as diagnose: measured once, kept, reused
     if not path.name.endswith(".json"):

@@ -69,6 +69,8 @@ class Context:
     (:mod:`hlo_doctor.opstats.breakdown`); None for an input without one."""
     source_root: Path | None = None
     backend: str = ""
+    device_kind: str = ""
+    """The capture's device as its trace names it (``TPU v5 lite``, ``NVIDIA H200``); "" where none."""
     origin: str = ""
     kind: str = ""
     """``run``, ``xplane``, ``opstats``, ``xla-dump``, ``hlo`` or ``example``."""

@@ -185,6 +185,7 @@ def _context_from_stats(stats: Any, modules: tuple[HloModule, ...], origin: Path
         compile_events=tuple(_compile_event(e) for e in stats.compile_events or ()),
         breakdown=getattr(stats, "breakdown", None), per_step=getattr(stats, "per_step", None),
         source_root=source_root, backend=str(stats.backend or ""), origin=str(origin), kind=kind,
+        device_kind=str(getattr(stats, "device_kind", "") or ""),
         versions=tuple((str(k), str(v)) for k, v in dict(getattr(stats, "versions", ()) or ()).items()),
     )
 

@@ -107,12 +107,14 @@ def _median(values: tuple[float, ...]) -> float:
     return float(statistics.median(values)) if values else math.nan
 
 
-def refusal(ctx: Context) -> str:
-    """Why no what-if runs for ``ctx`` ("" when one may)."""
+def refusal(ctx: Context, backends: tuple[str, ...] = ("cpu",)) -> str:
+    """Why no what-if runs for ``ctx`` ("" when one may): what-ifs on, a capture of one of
+    ``backends`` (XLA's platform names), made by this machine's jax and jaxlib."""
     if not ctx.what_if:
         return "what-if runs are off"
-    if ctx.backend != "cpu":
-        return f"the capture is from {ctx.backend or 'an unknown backend'}, not XLA:CPU"
+    if ctx.backend not in backends:
+        return f"the capture is from {ctx.backend or 'an unknown backend'}, not " + \
+            " or ".join(f"XLA:{b.upper()}" for b in backends)
     versions = dict(ctx.versions)
     # A run directory names them ``jax``/``jaxlib``, the trace's metadata plane ``jax_version``...
     want = (versions.get("jax", versions.get("jax_version", "")), versions.get("jaxlib", versions.get("jaxlib_version", "")))
@@ -123,8 +125,8 @@ def refusal(ctx: Context) -> str:
         return "jax is not installed here"
     if want[0] != have[0] or (want[1] and want[1] != have[1]):
         ran = f"jax {want[0]}" + (f" (jaxlib {want[1]})" if want[1] else "")
-        return (f"the capture ran {ran}, this machine has jax {have[0]} (jaxlib {have[1]}): its XLA:CPU may "
-                "compile the loop otherwise")
+        return (f"the capture ran {ran}, this machine has jax {have[0]} (jaxlib {have[1]}): its "
+                f"XLA:{ctx.backend.upper()} may compile the loop otherwise")
     return ""
 
 

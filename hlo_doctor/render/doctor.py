@@ -231,11 +231,12 @@ def _measured_range(e: dict[str, Any]) -> str:
 
 
 def _promised(e: dict[str, Any]) -> str:
-    """``14.48 ms per step [11.2, 17.0]``, or ``no saving (may cost: net -1.20 ms per step [-3.1, 0.9])``
+    """``14.48 ms per step [11.20 ms, 17.00 ms]``, or ``no saving (may cost: net -1.20 ms per step
+    [-3.10 ms, 900 us])``
     where the range the what-if's interval allows does not lie above 0: never a saving for a fix
     measured slower."""
     rng = e.get("promised_range_ms")
-    span = f" [{rng[0]:,.1f}, {rng[1]:,.1f} ms]" if isinstance(rng, list) and len(rng) == 2 else ""
+    span = f" [{fmt_ms(rng[0] * 1e3)}, {fmt_ms(rng[1] * 1e3)}]" if isinstance(rng, list) and len(rng) == 2 else ""
     sign = "-" if e["promised_ms"] < 0 else ""
     net = f"{sign}{fmt_ms(abs(e['promised_ms']) * 1e3)} per step{span}"
     verdict = e.get("promise") or "saving"

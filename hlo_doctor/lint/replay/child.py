@@ -55,7 +55,7 @@ class _Compiled:
         return [o[0] for o in self.exe.execute_sharded(args).disassemble_into_single_device_arrays()]
 
 
-def _compile(call: Call, folder: Path, client: Any, devices: Any) -> tuple[Any, str, int]:
+def _compile(call: Call, folder: Path, client: Any, devices: Any, portable: bool = False) -> tuple[Any, str, int]:
     """The call's program compiled with its edits; its compiled HLO text; selections rewired."""
     from jax._src.lib import xla_client as xc
 
@@ -64,7 +64,7 @@ def _compile(call: Call, folder: Path, client: Any, devices: Any) -> tuple[Any, 
             raise ReplayError(f"{call.module}: an eager astype to {call.eager_astype}, which the replay cannot make")
         return _EagerAstype(call.eager_astype), f"eager astype to {call.eager_astype}", 0
 
-    text = module_text((folder / call.proto).read_bytes())
+    text = module_text((folder / call.proto).read_bytes(), portable)
     rewired = 0
     for number, dtype in call.narrow:
         text = narrow_parameter(text, number, MLIR_DTYPES[dtype])
@@ -108,7 +108,8 @@ class _Side:
 
     def __init__(self, calls: tuple[Call, ...], folder: Path, client: Any, devices: Any, device: Any, rng: Any) -> None:
         self.calls = calls
-        self.compiled = [_compile(c, folder, client, devices) for c in calls]
+        # XLA:CPU compiles the MLIR in process; a plugin (XLA:TPU) takes it as portable StableHLO.
+        self.compiled = [_compile(c, folder, client, devices, device.platform != "cpu") for c in calls]
         self.inputs = [_inputs(c, rng, device) for c in calls]
 
     def iterate(self) -> list[Any]:
@@ -149,13 +150,29 @@ def _time(side: _Side, repeats: int) -> tuple[float, float]:
     return us, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / repeats
 
 
+def _device(spec: ReplaySpec) -> Any:
+    """The first device of the capture's platform, refused where it is another chip than the capture's."""
+    import jax
+
+    try:
+        device = jax.devices(spec.platform)[0]
+    except RuntimeError as exc:
+        raise ReplayError(f"this machine has no {spec.platform.upper()} device jax can use: "
+                          f"{str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}") from exc
+    # The trace and jax spell one chip's kind with other capitals ("TPU v5 Lite", "TPU v5 lite").
+    if spec.device_kind and device.device_kind.casefold().split() != spec.device_kind.casefold().split():
+        raise ReplayError(f"the capture ran on {spec.device_kind}, this machine's device is {device.device_kind}: "
+                          "its compiler builds other programs")
+    return device
+
+
 def run(spec: ReplaySpec, folder: Path) -> dict[str, Any]:
     """Compile and time both sides; the document the parent reads."""
     import jax
     import numpy as np
     from jax._src.lib import xla_client as xc
 
-    device = jax.devices("cpu")[0]
+    device = _device(spec)
     client, devices = device.client, xc.DeviceList((device,))
     rng = np.random.default_rng(0)
     a = _Side(spec.a, folder, client, devices, device, rng)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from hlo_doctor.lint.replay.proto_repair import widen_narrowed_reductions
+
 MONOTONE_UNARY = frozenset({"stablehlo.exponential", "stablehlo.logistic", "stablehlo.tanh", "stablehlo.log",
                             "stablehlo.exponential_minus_one", "stablehlo.log_plus_one"})
 """Maps that keep every row's order (an argmax over their result is the argmax over their input)."""
@@ -21,17 +23,67 @@ ROW_BINARY = frozenset({"stablehlo.subtract", "stablehlo.add", "stablehlo.divide
 """With one side a broadcast value per row (softmax's max and sum), these keep a row's order too."""
 
 
-def module_text(module_proto: bytes) -> str:
-    """StableHLO text of a serialized ``HloModuleProto``, fusions inlined, bitcasts as reshapes."""
+def module_text(module_proto: bytes, portable: bool = False) -> str:
+    """StableHLO text of a serialized ``HloModuleProto``, fusions inlined, bitcasts as reshapes.
+    ``portable``: no MHLO op left that StableHLO lacks (a PJRT plugin such as XLA:TPU's takes the
+    module as a portable StableHLO artifact and refuses them): each copy is its operand."""
     from jax._src.interpreters import mlir
     from jax._src.lib import _jax
     from jax._src.lib.mlir import ir
 
+    module_proto, _ = widen_narrowed_reductions(module_proto)
     with mlir.make_ir_context():
         module = ir.Module.parse(_jax.mlir.hlo_to_stablehlo(module_proto))
         _inline_fusions(module)
         _bitcasts_as_reshapes(module)
+        _async_as_calls(module)
+        if portable:
+            _copies_as_values(module)
+            for name in _PLACEMENT_ATTRIBUTES:
+                if name in module.operation.attributes:
+                    del module.operation.attributes[name]
         return str(module)
+
+
+_PLACEMENT_ATTRIBUTES = ("mhlo.cross_program_prefetches", "mhlo.xla_entry_computation_parameter_layouts",
+                         "mhlo.xla_entry_computation_parameter_tiles", "mhlo.xla_entry_computation_result_layout",
+                         "mhlo.xla_entry_computation_result_tiles")
+"""The captured program's placement decisions (prefetches, tiled entry layouts) a portable artifact
+cannot carry: the compiler, building the program again, makes its own."""
+
+
+def _copies_as_values(module: Any) -> None:
+    """Each ``mhlo.copy`` (a value copied to another buffer or layout, which StableHLO tensors do not
+    name) replaced by its operand: XLA, compiling the module again, makes the copies its buffers need
+    (an output that is a parameter not donated gets one, as in the capture)."""
+    for copy in _ops(module.operation, "mhlo.copy"):
+        copy.results[0].replace_all_uses_with(copy.operands[0])
+        copy.erase()
+
+
+def _async_as_calls(module: Any) -> None:
+    """Each ``async_start`` ... ``async_done`` pair (XLA:TPU's ``copy-start``/``copy-done``, which
+    move a buffer between memory spaces the importer no longer names) as a plain call of the
+    computation it runs: XLA, compiling the module again, schedules its own."""
+    from jax._src.lib.mlir import ir
+
+    for done in _ops(module.operation, "mhlo.async_done"):
+        chain, start = [done], _owner(done.operands[0])
+        while start is not None and start.name == "mhlo.async_update":
+            chain.append(start)
+            start = _owner(start.operands[0])
+        if start is None or start.name != "mhlo.async_start":
+            continue
+        with ir.InsertionPoint(done), done.location:
+            call = ir.Operation.create("func.call", results=[r.type for r in done.results],
+                                       operands=list(start.operands),
+                                       attributes={"callee": start.attributes["called_computation"]})
+        for old, new in zip(done.results, call.results, strict=True):
+            old.replace_all_uses_with(new)
+        for op in chain:
+            op.erase()
+        if not any(True for _ in start.results[0].uses):
+            start.erase()
 
 
 def _ops(op: Any, name: str) -> list[Any]:

@@ -1,7 +1,8 @@
 """Measure a fix's promise by replaying the capture's own programs, with and without its change.
 
-Only where the answer stands for the capture's: its backend is XLA:CPU and it names this process's
-jax and jaxlib (``whatif.refusal``: the same compiler builds the same loops). The programs are the
+Only where the answer stands for the capture's: its backend is XLA:CPU, or XLA:TPU on a machine
+with the capture's kind of chip (:mod:`.launch`), and it names this process's jax and jaxlib
+(``whatif.refusal``: the same compiler builds the same loops). The programs are the
 capture's ``HloModuleProto``\\ s, read from its xplane; :mod:`.plan` says which and how each side
 changes them; :mod:`.child` compiles and times them in a process of its own, alternated.
 
@@ -22,11 +23,7 @@ promise; the share of the step a line prints is the capture's either way.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
-import subprocess
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,10 +41,10 @@ from hlo_doctor.lint.replay.allocator import (
     allocator_state_matters,
     faults_per_step,
 )
+from hlo_doctor.lint.replay.launch import backend_refusal, run_child
 from hlo_doctor.lint.replay.plan import ReplayPlan, module_key, plan, proto_name
 from hlo_doctor.lint.replay.spec import ReplaySpec
 from hlo_doctor.lint.replay.timing import NEGLIGIBLE, PairedTiming, look_confidence
-from hlo_doctor.lint.whatif import refusal
 
 if TYPE_CHECKING:
     from hlo_doctor.lint.store import MeasurementStore
@@ -87,7 +84,8 @@ class ReplayMeasurement:
     stopped: str = ""
     """``saving``/``slower``/``negligible`` (the interval decided) or ``cap`` (undecided at the cap)."""
     same_machine: bool = False
-    """The capture's run.json names this machine: the promise is the saving here, untraced."""
+    """The capture's run.json names this machine, or its chip is this machine's (an accelerator's
+    replay): the promise is the saving here, untraced."""
     a_faults: float | None = None
     """Side A's minor page faults per step here (the median over its timings; None: a measurement
     stored before they were counted). A side that allocates a large array fresh each step pays its
@@ -243,8 +241,9 @@ class ReplayMeasurement:
 
 
 def replay_refusal(ctx: Context) -> str:
-    """Why no replay runs for ``ctx`` ("" when one may): the what-if's conditions, and an xplane."""
-    why = refusal(ctx)
+    """Why no replay runs for ``ctx`` ("" when one may): the what-if's conditions on a backend this
+    machine has (:func:`.launch.backend_refusal`), and an xplane."""
+    why = backend_refusal(ctx)
     if why:
         return why
     if ctx.kind not in ("run", "xplane"):
@@ -279,7 +278,10 @@ def measure_fix(ctx: Context, fix: str, findings: Sequence[Finding], *, seconds:
     from hlo_doctor.core.machine import machine_here
     from hlo_doctor.lint.store import capture_machine
 
-    return dataclasses.replace(got, fix=fix, same_machine=capture_machine(Path(ctx.origin)) == machine_here())
+    # An accelerator's replay ran on the capture's own kind of chip (the child compares them), whose
+    # device time the profiler does not slow as it slows XLA:CPU's: its saving here is the promise.
+    same = ctx.backend != "cpu" or capture_machine(Path(ctx.origin)) == machine_here()
+    return dataclasses.replace(got, fix=fix, same_machine=same)
 
 
 KIND = "replay/fix"
@@ -362,11 +364,12 @@ def _measure(ctx: Context, fix: str, findings: Sequence[Finding], seconds: float
         folder = Path(tmp)
         for name, data in protos.items():
             (folder / name).write_bytes(data)
-        ReplaySpec(a=p.a, b=p.b, seconds=seconds, cap_seconds=max(seconds, cap_seconds)).write(folder / "spec.json")
-        doc = _run_child(folder, timeout_s)
-        if doc.get("ok") and allocator_state_matters(p):
-            # The allocator's other state, in a second child (FRESH_PAGES_ENV); its failure leaves the first.
-            fresh = _run_child(folder, timeout_s, FRESH_PAGES_ENV, "fresh.json")
+        ReplaySpec(a=p.a, b=p.b, seconds=seconds, cap_seconds=max(seconds, cap_seconds), platform=ctx.backend,
+                   device_kind=ctx.device_kind).write(folder / "spec.json")
+        doc = run_child(folder, timeout_s, ctx.backend)
+        if doc.get("ok") and ctx.backend == "cpu" and allocator_state_matters(p):
+            # The host allocator's other state, in a second child (FRESH_PAGES_ENV); its failure leaves the first.
+            fresh = run_child(folder, timeout_s, ctx.backend, FRESH_PAGES_ENV, "fresh.json")
             if fresh.get("ok"):
                 doc["fresh"] = fresh
     if not doc.get("ok"):
@@ -392,26 +395,6 @@ def _protos(ctx: Context, p: ReplayPlan) -> dict[str, bytes] | str:
             return f"the capture holds no HLO proto of {module_key(m)}"
         out[proto_name(m)] = module_proto_bytes(proto.hlo_proto)
     return out
-
-
-def _run_child(folder: Path, timeout_s: float, extra_env: dict[str, str] | None = None,
-               out_name: str = "out.json") -> dict[str, object]:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"))
-    env = {k: v for k, v in env.items() if not k.startswith("MALLOC_")}  # the allocator's state is chosen here
-    env.update(extra_env or {})
-    out = folder / out_name
-    try:
-        done = subprocess.run([sys.executable, "-m", "hlo_doctor.lint.replay.child", str(folder / "spec.json"), str(out)],
-                              env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "reason": f"it ran past {timeout_s:.0f} s and was stopped"}
-    if not out.exists():
-        # An abort inside XLA (a CHECK) ends the process without a word on stdout: its last line says what.
-        tail = [line for line in done.stderr.splitlines() if line.strip() and not line.lstrip().startswith("@")]
-        reason = tail[0][:200] if tail and "Check failed" in tail[0] else (tail[-1][:200] if tail else "")
-        return {"ok": False, "reason": f"the compiler stopped (exit {done.returncode}): {reason}"}
-    doc: dict[str, object] = json.loads(out.read_text(encoding="utf-8"))
-    return doc
 
 
 def _measurement(fix: str, p: ReplayPlan, doc: dict[str, object], m: Measurement) -> ReplayMeasurement:

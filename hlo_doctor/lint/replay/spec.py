@@ -74,6 +74,10 @@ class ReplaySpec:
     sample_us: float = 2000.0
     """Each timed sample repeats a side's iteration until it lasts about this long."""
     notes: tuple[str, ...] = field(default=())
+    platform: str = "cpu"
+    """The capture's backend, where the child runs both sides (``cpu``, ``tpu``)."""
+    device_kind: str = ""
+    """The capture's device (``TPU v5 lite``): the child refuses another ("": not compared)."""
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")
@@ -95,4 +99,5 @@ class ReplaySpec:
                           seconds=float(doc["seconds"]), cap_seconds=float(doc.get("cap_seconds", doc["seconds"])),
                           min_pairs=int(doc["min_pairs"]),
                           max_pairs=int(doc["max_pairs"]), sample_us=float(doc["sample_us"]),
-                          notes=tuple(doc.get("notes", ())))
+                          notes=tuple(doc.get("notes", ())), platform=str(doc.get("platform", "cpu")),
+                          device_kind=str(doc.get("device_kind", "")))

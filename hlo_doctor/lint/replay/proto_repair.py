@@ -1,0 +1,125 @@
+"""Repairs to a captured ``HloModuleProto`` that jaxlib's importer needs before it reads the module.
+
+XLA:TPU narrows a reduction's result in place: an argmax whose value output nobody reads is left
+with f32 reducers (its ``to_apply`` computes in f32) and a bf16 result. XLA's own verifier accepts
+that; StableHLO's does not (a reduce's result types are those its body returns), so
+``hlo_to_stablehlo`` refuses the whole module. :func:`widen_narrowed_reductions` gives each such
+reduce the types its body returns and converts them back to the captured types right after it:
+the module computes what it computed, and XLA, compiling it again, narrows it again.
+
+Field numbers are XLA's ``hlo.proto`` and ``xla_data.proto``; every other field is kept as it was
+(an unknown field to this reduced schema is carried through unchanged).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+
+@cache
+def _messages() -> Any:
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    f = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(name="hlo_doctor/replay/hlo_repair.proto",
+                                              package="hlo_doctor.repair", syntax="proto2")
+    opt, rep = f.LABEL_OPTIONAL, f.LABEL_REPEATED
+    for message, fields in (
+            ("Shape", (("element_type", 2, f.TYPE_INT32, opt, ""), ("dimensions", 3, f.TYPE_INT64, rep, ""),
+                       ("tuple_shapes", 4, f.TYPE_MESSAGE, rep, ".hlo_doctor.repair.Shape"))),
+            ("Instruction", (("name", 1, f.TYPE_STRING, opt, ""), ("opcode", 2, f.TYPE_STRING, opt, ""),
+                             ("shape", 3, f.TYPE_MESSAGE, opt, ".hlo_doctor.repair.Shape"),
+                             ("tuple_index", 13, f.TYPE_INT64, opt, ""), ("id", 35, f.TYPE_INT64, opt, ""),
+                             ("operand_ids", 36, f.TYPE_INT64, rep, ""),
+                             ("called_computation_ids", 38, f.TYPE_INT64, rep, ""))),
+            ("Computation", (("instructions", 2, f.TYPE_MESSAGE, rep, ".hlo_doctor.repair.Instruction"),
+                             ("id", 5, f.TYPE_INT64, opt, ""), ("root_id", 6, f.TYPE_INT64, opt, ""))),
+            ("Module", (("computations", 3, f.TYPE_MESSAGE, rep, ".hlo_doctor.repair.Computation"),))):
+        msg = file.message_type.add(name=message)
+        for name, number, kind, label, type_name in fields:
+            field = msg.field.add(name=name, number=number, type=kind, label=label)
+            if type_name:
+                field.type_name = type_name
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("hlo_doctor.repair.Module"))
+
+
+def _leaf_types(shape: Any) -> list[int]:
+    """The element types of ``shape``'s leaves, in order (one for an array)."""
+    return [t.element_type for t in shape.tuple_shapes] if shape.tuple_shapes else [shape.element_type]
+
+
+def widen_narrowed_reductions(data: bytes) -> tuple[bytes, int]:
+    """``data`` (a serialized ``HloModuleProto``) with every reduce whose result types are not those
+    its ``to_apply`` returns given its body's types and converted back after it; how many were.
+    ``data`` itself where none is (or where it is no module this schema reads)."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        module = _messages().FromString(data)
+    except DecodeError:
+        return data, 0
+    roots: dict[int, Any] = {}
+    for comp in module.computations:
+        for ins in comp.instructions:
+            if ins.id == comp.root_id:
+                roots[comp.id] = ins
+    next_id = 1 + max((ins.id for comp in module.computations for ins in comp.instructions), default=0)
+    repaired = 0
+    for comp in module.computations:
+        for index in range(len(comp.instructions) - 1, -1, -1):
+            reduce = comp.instructions[index]
+            if reduce.opcode != "reduce" or len(reduce.called_computation_ids) != 1:
+                continue
+            body = roots.get(reduce.called_computation_ids[0])
+            if body is None:
+                continue
+            captured, wide = _leaf_types(reduce.shape), _leaf_types(body.shape)
+            if len(captured) != len(wide) or captured == wide:
+                continue
+            old_shape = type(reduce.shape)()
+            old_shape.CopyFrom(reduce.shape)
+            made = _widen(comp, index, reduce, old_shape, wide, next_id)
+            next_id += len(made)
+            repaired += 1
+    return (module.SerializeToString(), repaired) if repaired else (data, 0)
+
+
+def _widen(comp: Any, index: int, reduce: Any, old_shape: Any, wide: list[int], next_id: int) -> list[Any]:
+    """Retype ``reduce`` (instruction ``index`` of ``comp``) to ``wide``, insert the converts back to
+    ``old_shape`` after it and point its users (and the root) at them; the new instructions."""
+    Instruction = type(reduce)
+    made: list[Any] = []
+
+    def new(opcode: str, shape: Any, operands: list[int], suffix: str) -> Any:
+        ins = Instruction(name=f"{reduce.name}.{suffix}", opcode=opcode, id=next_id + len(made),
+                          operand_ids=operands)
+        ins.shape.CopyFrom(shape)
+        made.append(ins)
+        return ins
+
+    if old_shape.tuple_shapes:
+        for leaf, element_type in zip(reduce.shape.tuple_shapes, wide, strict=True):
+            leaf.element_type = element_type
+        parts: list[int] = []
+        for i, (leaf, narrow) in enumerate(zip(reduce.shape.tuple_shapes, old_shape.tuple_shapes, strict=True)):
+            part = new("get-tuple-element", leaf, [reduce.id], f"part{i}")
+            part.tuple_index = i
+            if leaf.element_type != narrow.element_type:
+                part = new("convert", narrow, [part.id], f"narrow{i}")
+            parts.append(part.id)
+        last = new("tuple", old_shape, parts, "narrowed")
+    else:
+        reduce.shape.element_type = wide[0]
+        last = new("convert", old_shape, [reduce.id], "narrowed")
+    mine = {ins.id for ins in made}
+    for ins in comp.instructions:
+        if ins.id not in mine and reduce.id in ins.operand_ids:
+            ins.operand_ids[:] = [last.id if o == reduce.id else o for o in ins.operand_ids]
+    if comp.root_id == reduce.id:
+        comp.root_id = last.id
+    for offset, ins in enumerate(made, start=1):
+        comp.instructions.insert(index + offset, ins)
+    return made
