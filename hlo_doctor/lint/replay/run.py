@@ -83,6 +83,8 @@ class ReplayMeasurement:
     """The time cap pairs were added under (None: a measurement stored before pairs were added)."""
     stopped: str = ""
     """``saving``/``slower``/``negligible`` (the interval decided) or ``cap`` (undecided at the cap)."""
+    chip: str = ""
+    """The accelerator the replay ran on, the capture's own kind (``TPU v5 lite``); "" on XLA:CPU."""
     same_machine: bool = False
     """The capture's run.json names this machine, or its chip is this machine's (an accelerator's
     replay): the promise is the saving here, untraced."""
@@ -185,7 +187,12 @@ class ReplayMeasurement:
             verdict = "no significant change here"
         else:
             verdict = f"saves {100.0 * self.fraction:.0f}% of those programs"
-        if self.same_machine:
+        if self.chip:
+            scaled = (f"; the capture's chip ({self.chip}) is this machine's, so that is the promise, untraced "
+                      f"(the capture's {fmt_duration(self.capture_us)} of them is their device ops alone, without "
+                      f"the dispatch and idle between them): ~{fmt_duration(self.promise_us)} "
+                      f"[{fmt_duration(lo)}, {fmt_duration(hi)}]")
+        elif self.same_machine:
             scaled = (f"; the capture was taken on this machine, so that is the promise, untraced (the "
                       f"capture's {fmt_duration(self.capture_us)} of them is the profiler's pace): "
                       f"~{fmt_duration(self.promise_us)} [{fmt_duration(lo)}, {fmt_duration(hi)}]")
@@ -235,7 +242,7 @@ class ReplayMeasurement:
                 "promise_interval_us": list(self.promise_interval_us), "programs": list(self.programs),
                 "removed": list(self.removed), "covered": list(self.covered), "modelled": list(self.modelled),
                 "modelled_us": self.modelled_us, "jax": self.jax_version, "same_machine": self.same_machine,
-                "promise_pace": self.promise_pace, "capture_promise_us": self.capture_promise_us,
+                "promise_pace": self.promise_pace, "chip": self.chip, "capture_promise_us": self.capture_promise_us,
                 "here_a_faults_per_step": self.a_faults, "here_b_faults_per_step": self.b_faults,
                 "fresh_pages": self.fresh.to_dict(self.fresh_promise_us) if self.fresh is not None else None}
 
@@ -281,7 +288,7 @@ def measure_fix(ctx: Context, fix: str, findings: Sequence[Finding], *, seconds:
     # An accelerator's replay ran on the capture's own kind of chip (the child compares them), whose
     # device time the profiler does not slow as it slows XLA:CPU's: its saving here is the promise.
     same = ctx.backend != "cpu" or capture_machine(Path(ctx.origin)) == machine_here()
-    return dataclasses.replace(got, fix=fix, same_machine=same)
+    return dataclasses.replace(got, fix=fix, same_machine=same, chip=ctx.device_kind if ctx.backend != "cpu" else "")
 
 
 KIND = "replay/fix"
