@@ -22,7 +22,7 @@ from hlo_doctor.lint import diagnose, load_context, load_rulebook
 from hlo_doctor.lint.replay import measure_fix, median_interval, replay_refusal
 from hlo_doctor.lint.replay.child import main as child_main
 from hlo_doctor.lint.replay.child import opcodes
-from hlo_doctor.lint.replay.run import _MEMO, CAP_SECONDS, KIND
+from hlo_doctor.lint.replay.run import _MEMO, CAP_SECONDS, KIND, NOT_THE_CAPTURE
 from hlo_doctor.lint.replay.spec import Call, Parameter, ReplaySpec
 from hlo_doctor.lint.replay.timing import decision, look_confidence
 from hlo_doctor.lint.store import FILE_NAME, MeasurementStore
@@ -105,6 +105,33 @@ def test_a_replay_is_stored_with_its_cap_and_reused_as_it_was(capture: Path, tmp
     # These programs make 256 KiB of arrays a run whose pages the allocator's state decides (two f32
     # [8, 4096]): under 1 MiB, so no second child ran.
     assert made.fresh is None and again.to_dict()["fresh_pages"] is None and "mapped fresh" not in made.line()
+
+
+def test_a_replay_far_slower_than_its_own_capture_on_that_machine_does_not_stand(capture: Path, tmp_path: Path) -> None:
+    """Untraced on the machine that took the capture, side A cannot take twice the capture's time of
+    its programs (the profiler slows a capture): a stored replay that did (a program replayed with
+    made-up inputs whose loop then runs otherwise) leaves the model, said in one line."""
+    folder = tmp_path / "run"
+    shutil.copytree(capture, folder)
+    for stale in folder.glob(FILE_NAME):
+        stale.unlink()
+    findings = [f for f in diagnose(replace(load_context(folder), what_if=False), load_rulebook()).findings
+                if f.code in ("HD002", "HD003")]
+    ctx = replace(load_context(folder), what_if=True, measurements=MeasurementStore(folder))
+    made = measure_fix(ctx, "x", findings, seconds=0.5, cap_seconds=1.0)
+    assert not isinstance(made, str), made
+    assert made.same_machine and made.a_us <= NOT_THE_CAPTURE * made.capture_us
+    doc = json.loads((folder / FILE_NAME).read_text())
+    (rec,) = [r for r in doc["records"] if r["kind"] == KIND]
+    scale = 3 * NOT_THE_CAPTURE * made.capture_us / made.a_us
+    rec["samples"]["a"] = [v * scale for v in rec["samples"]["a"]]
+    rec["samples"]["b"] = [v * scale for v in rec["samples"]["b"]]
+    (folder / FILE_NAME).write_text(json.dumps(doc))
+    _MEMO.clear()
+    got = measure_fix(replace(ctx, measurements=MeasurementStore(folder)), "x", findings)
+    assert isinstance(got, str) and got.startswith("the replay does not stand for the capture: its programs took ")
+    assert "x their captured time on this same machine" in got
+    _MEMO.clear()
 
 
 def test_the_allocators_other_state_is_timed_in_a_second_child_that_maps_each_large_buffer_fresh(

@@ -55,6 +55,11 @@ CAP_SECONDS = 10.0
 """The most time it spends timing pairs: it adds pairs until the interval decides or this is reached."""
 TIMEOUT_S = 180.0
 """The child's whole run (importing jax, compiling both sides, timing) before it is stopped."""
+NOT_THE_CAPTURE = 2.0
+"""On the machine that took an XLA:CPU capture, side A untraced cannot take this many times the
+capture's time of its programs (the profiler slows the capture, it never speeds it): a replay that
+does was not built or run as the capture was, and does not stand for it (12 programs: 0.61-1.25x;
+a keras-hub generate loop replayed from its captured HLO: 32x)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +293,12 @@ def measure_fix(ctx: Context, fix: str, findings: Sequence[Finding], *, seconds:
     # An accelerator's replay ran on the capture's own kind of chip (the child compares them), whose
     # device time the profiler does not slow as it slows XLA:CPU's: its saving here is the promise.
     same = ctx.backend != "cpu" or capture_machine(Path(ctx.origin)) == machine_here()
-    return dataclasses.replace(got, fix=fix, same_machine=same, chip=ctx.device_kind if ctx.backend != "cpu" else "")
+    got = dataclasses.replace(got, fix=fix, same_machine=same, chip=ctx.device_kind if ctx.backend != "cpu" else "")
+    if same and not got.chip and got.capture_us > 0 and got.a_us > NOT_THE_CAPTURE * got.capture_us:
+        return (f"the replay does not stand for the capture: its programs took {got.a_us / got.capture_us:.1f}x their "
+                f"captured time on this same machine ({fmt_duration(got.a_us)} against {fmt_duration(got.capture_us)} "
+                "traced), so XLA did not build or run them as the capture did")
+    return got
 
 
 KIND = "replay/fix"
