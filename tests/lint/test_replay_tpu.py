@@ -106,8 +106,8 @@ def test_modules_without_a_narrowed_reduce_are_left_byte_for_byte() -> None:
         assert widen_narrowed_reductions(raw) == (raw, 0), name
 
 
-@pytest.mark.parametrize("capture", TPU_CAPTURES)
-def test_every_sampler_program_of_the_tpu_captures_is_a_portable_artifact(capture: str) -> None:
+@pytest.mark.parametrize("capture", (*TPU_CAPTURES, "gpu_h200_original", "gpu_h200_seed_b512"))
+def test_every_sampler_program_of_the_tpu_and_gpu_captures_is_a_portable_artifact(capture: str) -> None:
     """What a PJRT plugin is handed: jaxlib's serializer refuses an MHLO op StableHLO lacks (the
     copies XLA:TPU made) and the captured placement attributes."""
     found = {name: raw for name, raw in _protos(capture).items() if name in SAMPLER_PROGRAMS}
@@ -123,8 +123,10 @@ def test_a_tpu_capture_is_refused_here_in_one_line() -> None:
     assert ctx.backend == "tpu" and ctx.device_kind.casefold() == "tpu v5 lite"
     assert replay_refusal(ctx) == ("the capture is from XLA:TPU and this machine has no TPU runtime "
                                    "(libtpu is not installed)")
-    assert replay_refusal(replace(ctx, backend="gpu")) == "the capture is from gpu, not XLA:CPU or XLA:TPU"
-    assert not _held_here("tpu")
+    assert replay_refusal(replace(ctx, backend="gpu")) == ("the capture is from XLA:GPU and this machine has no GPU "
+                                                           "runtime (jax-cuda12-plugin is not installed)")
+    assert replay_refusal(replace(ctx, backend="rocm")) == "the capture is from rocm, not XLA:CPU or XLA:TPU or XLA:GPU"
+    assert not _held_here("tpu") and not _held_here("gpu")
 
 
 def test_the_child_refuses_another_chip_and_a_missing_platform() -> None:

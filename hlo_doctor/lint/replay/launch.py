@@ -1,8 +1,8 @@
 """Where a replay runs: which captures' backends this machine can replay, and its child process.
 
-A capture of XLA:CPU replays on this machine's CPU; a capture of XLA:TPU replays on this machine's
-TPU, where it has one (jax's TPU runtime, ``libtpu``, installed) of the capture's own chip (the child
-compares the device kinds). Either way the capture's jax and jaxlib must be this machine's
+A capture of XLA:CPU replays on this machine's CPU; a capture of XLA:TPU (XLA:GPU) replays on this
+machine's TPU (GPU), where it has one (jax's runtime for it, ``libtpu`` or a ``jax-cuda*-plugin``,
+installed) of the capture's own chip (the child compares the device kinds). Either way the capture's jax and jaxlib must be this machine's
 (:func:`~hlo_doctor.lint.whatif.refusal`). The child is started with ``JAX_PLATFORMS`` set to the
 capture's platform, so that it never picks another device.
 """
@@ -19,10 +19,13 @@ from pathlib import Path
 from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.whatif import refusal
 
-BACKENDS = ("cpu", "tpu")
+BACKENDS = ("cpu", "tpu", "gpu")
 """The captures' backends a replay runs for."""
-_RUNTIMES = {"tpu": ("libtpu", "libtpu-nightly")}
+_RUNTIMES = {"tpu": ("libtpu", "libtpu-nightly"), "gpu": ("jax-cuda12-plugin", "jax-cuda13-plugin")}
 """Distributions that bring a backend's runtime (checked from their metadata, without importing jax)."""
+_PLATFORMS = {"gpu": ("cuda",)}
+"""jax's own platform names for a capture's backend, where they differ (``JAX_PLATFORMS``, the
+backends a process holds): an NVIDIA GPU is ``cuda``."""
 
 
 def backend_refusal(ctx: Context) -> str:
@@ -52,7 +55,7 @@ def run_child(folder: Path, timeout_s: float, platform: str = "cpu", extra_env: 
     process owns the chip), the child's work runs here instead."""
     if platform != "cpu" and _held_here(platform):
         return _run_here(folder)
-    env = dict(os.environ, JAX_PLATFORMS=platform, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"))
+    env = dict(os.environ, JAX_PLATFORMS=",".join(_PLATFORMS.get(platform, (platform,))), TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"))
     env = {k: v for k, v in env.items() if not k.startswith("MALLOC_")}  # the allocator's state is chosen here
     env.update(extra_env or {})
     out = folder / out_name
@@ -74,7 +77,7 @@ def _held_here(platform: str) -> bool:
     """Whether jax in this process has started ``platform``'s backend (without importing jax)."""
     bridge = sys.modules.get("jax._src.xla_bridge")
     backends = getattr(bridge, "_backends", None)
-    return isinstance(backends, dict) and platform in backends
+    return isinstance(backends, dict) and any(p in backends for p in _PLATFORMS.get(platform, (platform,)))
 
 
 def _run_here(folder: Path) -> dict[str, object]:

@@ -1,7 +1,7 @@
 """Measure a fix's promise by replaying the capture's own programs, with and without its change.
 
-Only where the answer stands for the capture's: its backend is XLA:CPU, or XLA:TPU on a machine
-with the capture's kind of chip (:mod:`.launch`), and it names this process's jax and jaxlib
+Only where the answer stands for the capture's: its backend is XLA:CPU, or XLA:TPU or XLA:GPU on a
+machine with the capture's kind of chip (:mod:`.launch`), and it names this process's jax and jaxlib
 (``whatif.refusal``: the same compiler builds the same loops). The programs are the
 capture's ``HloModuleProto``\\ s, read from its xplane; :mod:`.plan` says which and how each side
 changes them; :mod:`.child` compiles and times them in a process of its own, alternated.
