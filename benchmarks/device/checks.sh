@@ -47,9 +47,10 @@ if wanted device; then
 fi
 
 step doctor doctor --out "$W/doctor" "${SIZE[@]}"
-# The bundled TPU captures diagnosed on the chip: their fixes' promises replayed from their own HLO
-# (on a copy: diagnose keeps what it measures beside the capture).
-for s in tpu_v5e_original tpu_v5e_seed_b512; do
+# The bundled captures diagnosed on the device: their fixes' promises replayed from their own HLO
+# where the device is the capture's (a TPU v5e's, an H200's; elsewhere one line says why not), on a
+# copy: diagnose keeps what it measures beside the capture.
+for s in tpu_v5e_original tpu_v5e_seed_b512 gpu_h200_original gpu_h200_seed_b512; do
   wanted "replay-$s" && rm -rf "${W:?}/$s" && cp -r "sample_traces/$s" "$W/$s"
   step "replay-$s" diagnose "$W/$s" --format json
 done
