@@ -18,6 +18,7 @@ import pytest
 
 from hlo_doctor.capture import capture_callable
 from hlo_doctor.cli import main
+from hlo_doctor.core.model import Finding
 from hlo_doctor.lint import diagnose, load_context, load_rulebook
 from hlo_doctor.lint.replay import measure_fix, median_interval, replay_refusal
 from hlo_doctor.lint.replay.child import main as child_main
@@ -76,13 +77,18 @@ def test_a_real_captures_fix_is_measured_by_replaying_its_programs(capture: Path
     assert m.when and m.when[:10] in m.line()
 
 
-def test_a_replay_is_stored_with_its_cap_and_reused_as_it_was(capture: Path, tmp_path: Path) -> None:
+def _copy_without_measurements(capture: Path, tmp_path: Path) -> tuple[Path, list[Finding]]:
+    """A copy of the capture with no stored measurement, and its HD002/HD003 findings."""
     folder = tmp_path / "run"
     shutil.copytree(capture, folder)
     for stale in folder.glob(FILE_NAME):
         stale.unlink()
-    findings = [f for f in diagnose(replace(load_context(folder), what_if=False), load_rulebook()).findings
-                if f.code in ("HD002", "HD003")]
+    return folder, [f for f in diagnose(replace(load_context(folder), what_if=False), load_rulebook()).findings
+                    if f.code in ("HD002", "HD003")]
+
+
+def test_a_replay_is_stored_with_its_cap_and_reused_as_it_was(capture: Path, tmp_path: Path) -> None:
+    folder, findings = _copy_without_measurements(capture, tmp_path)
     store = MeasurementStore(folder)
     ctx = replace(load_context(folder), what_if=True, measurements=store)
     made = measure_fix(ctx, "x", findings, seconds=0.5, cap_seconds=1.0)
@@ -111,12 +117,7 @@ def test_a_replay_far_slower_than_its_own_capture_on_that_machine_does_not_stand
     """Untraced on the machine that took the capture, side A cannot take twice the capture's time of
     its programs (the profiler slows a capture): a stored replay that did (a program replayed with
     made-up inputs whose loop then runs otherwise) leaves the model, said in one line."""
-    folder = tmp_path / "run"
-    shutil.copytree(capture, folder)
-    for stale in folder.glob(FILE_NAME):
-        stale.unlink()
-    findings = [f for f in diagnose(replace(load_context(folder), what_if=False), load_rulebook()).findings
-                if f.code in ("HD002", "HD003")]
+    folder, findings = _copy_without_measurements(capture, tmp_path)
     ctx = replace(load_context(folder), what_if=True, measurements=MeasurementStore(folder))
     made = measure_fix(ctx, "x", findings, seconds=0.5, cap_seconds=1.0)
     assert not isinstance(made, str), made

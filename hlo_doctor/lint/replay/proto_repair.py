@@ -19,31 +19,16 @@ from typing import Any
 
 @cache
 def _messages() -> Any:
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from hlo_doctor.memory.proto import message_classes
 
-    f = descriptor_pb2.FieldDescriptorProto
-    file = descriptor_pb2.FileDescriptorProto(name="hlo_doctor/replay/hlo_repair.proto",
-                                              package="hlo_doctor.repair", syntax="proto2")
-    opt, rep = f.LABEL_OPTIONAL, f.LABEL_REPEATED
-    for message, fields in (
-            ("Shape", (("element_type", 2, f.TYPE_INT32, opt, ""), ("dimensions", 3, f.TYPE_INT64, rep, ""),
-                       ("tuple_shapes", 4, f.TYPE_MESSAGE, rep, ".hlo_doctor.repair.Shape"))),
-            ("Instruction", (("name", 1, f.TYPE_STRING, opt, ""), ("opcode", 2, f.TYPE_STRING, opt, ""),
-                             ("shape", 3, f.TYPE_MESSAGE, opt, ".hlo_doctor.repair.Shape"),
-                             ("tuple_index", 13, f.TYPE_INT64, opt, ""), ("id", 35, f.TYPE_INT64, opt, ""),
-                             ("operand_ids", 36, f.TYPE_INT64, rep, ""),
-                             ("called_computation_ids", 38, f.TYPE_INT64, rep, ""))),
-            ("Computation", (("instructions", 2, f.TYPE_MESSAGE, rep, ".hlo_doctor.repair.Instruction"),
-                             ("id", 5, f.TYPE_INT64, opt, ""), ("root_id", 6, f.TYPE_INT64, opt, ""))),
-            ("Module", (("computations", 3, f.TYPE_MESSAGE, rep, ".hlo_doctor.repair.Computation"),))):
-        msg = file.message_type.add(name=message)
-        for name, number, kind, label, type_name in fields:
-            field = msg.field.add(name=name, number=number, type=kind, label=label)
-            if type_name:
-                field.type_name = type_name
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(file)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("hlo_doctor.repair.Module"))
+    (module,) = message_classes("hlo_doctor/replay/hlo_repair.proto", "hlo_doctor.repair", [
+        ("Shape", [("element_type", 2, "e", False), ("dimensions", 3, "i", True), ("tuple_shapes", 4, "Shape", True)]),
+        ("Instruction", [("name", 1, "s", False), ("opcode", 2, "s", False), ("shape", 3, "Shape", False),
+                         ("tuple_index", 13, "i", False), ("id", 35, "i", False), ("operand_ids", 36, "i", True),
+                         ("called_computation_ids", 38, "i", True)]),
+        ("Computation", [("instructions", 2, "Instruction", True), ("id", 5, "i", False), ("root_id", 6, "i", False)]),
+        ("Module", [("computations", 3, "Computation", True)])], ("Module",))
+    return module
 
 
 def _leaf_types(shape: Any) -> list[int]:
