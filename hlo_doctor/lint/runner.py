@@ -253,12 +253,13 @@ def replayed(ctx: Context, fix_promises: tuple[FixPromise, ...], findings: Itera
 def replay_unfixed(ctx: Context, diagnosis: Diagnosis) -> Diagnosis:
     """``diagnosis`` with each finding in a library's code (a remedy, no fix) whose change a replay
     makes (an order-keeping map before an argmax in a library's sampler, say), measured by that replay here:
-    what removing its waste gives back per step (``removed``). A finding the replay cannot stand for,
-    or a capture it cannot run, is left as it was (its figure stays the rule's model)."""
-    from hlo_doctor.lint.replay import measure_fix
+    what removing its waste gives back per step (``removed``). A capture no replay can run on this
+    machine is left as it was; a finding whose replay could not be made or does not stand for the
+    capture keeps the rule's model there, saying so and why (``unmeasured``)."""
+    from hlo_doctor.lint.replay import measure_fix, replay_refusal
     from hlo_doctor.lint.replay.plan import REPLAYED
 
-    if not ctx.what_if or not ctx.has_opstats:
+    if not ctx.what_if or not ctx.has_opstats or replay_refusal(ctx):
         return diagnosis
     out = []
     for f in diagnosis.findings:
@@ -268,9 +269,11 @@ def replay_unfixed(ctx: Context, diagnosis: Diagnosis) -> Diagnosis:
             continue
         where = fmt_source(f.source) if f.source else f"{f.module}/{f.op}"
         got = measure_fix(ctx, f"{f.code}@{where}", [f])
+        label = f"{f.code} at {where}, removed"
         if isinstance(got, str):
+            out.append(FixPromise(f"{f.code}@{where}", 1, f.recoverable_us, 0.0, unmeasured=got, label=label))
             continue
-        out.append(FixPromise(got.fix, 1, f.recoverable_us, 0.0, replay=got, label=f"{f.code} at {where}, removed"))
+        out.append(FixPromise(got.fix, 1, f.recoverable_us, 0.0, replay=got, label=label))
     return dataclasses.replace(diagnosis, removed=tuple(sorted(out, key=lambda p: (-p.net_us, p.fix))))
 
 

@@ -26,6 +26,7 @@ from hlo_doctor.lint.replay.child import opcodes
 from hlo_doctor.lint.replay.run import _MEMO, CAP_SECONDS, KIND, NOT_THE_CAPTURE
 from hlo_doctor.lint.replay.spec import Call, Parameter, ReplaySpec
 from hlo_doctor.lint.replay.timing import decision, look_confidence
+from hlo_doctor.lint.runner import replay_unfixed
 from hlo_doctor.lint.store import FILE_NAME, MeasurementStore
 
 B, V = 8, 4096
@@ -132,6 +133,36 @@ def test_a_replay_far_slower_than_its_own_capture_on_that_machine_does_not_stand
     got = measure_fix(replace(ctx, measurements=MeasurementStore(folder)), "x", findings)
     assert isinstance(got, str) and got.startswith("the replay does not stand for the capture: its programs took ")
     assert "x their captured time on this same machine" in got
+    _MEMO.clear()
+
+
+def test_a_library_finding_is_removed_by_its_replay_or_keeps_its_model_saying_why(capture: Path, tmp_path: Path) -> None:
+    """A finding in a library's code (a remedy, no fix): its replay's figure where one stands, else
+    the rule's model with the reason on its line; nothing where no replay runs on this machine."""
+    folder, findings = _copy_without_measurements(capture, tmp_path)
+    copy = next(f for f in findings if f.code == "HD002")
+    library = replace(copy, fix="", remedy="the library's own setting")
+    store = MeasurementStore(folder)
+    ctx = replace(load_context(folder), what_if=True, measurements=store)
+    made = measure_fix(ctx, "x", [library], seconds=0.5, cap_seconds=1.0)  # stored: replay_unfixed reads it back
+    assert not isinstance(made, str), made
+    d = diagnose(replace(ctx, what_if=False), load_rulebook())
+    d = replace(d, findings=(library,), removed=())
+    _MEMO.clear()
+    (kept,) = replay_unfixed(ctx, d).removed
+    assert kept.replay is not None and kept.name.startswith("HD002 at ") and kept.name.endswith(", removed")
+    # The stored replay scaled past what the capture's own machine allows: the model, and why.
+    doc = json.loads((folder / FILE_NAME).read_text())
+    (rec,) = [r for r in doc["records"] if r["kind"] == KIND]
+    scale = 3 * NOT_THE_CAPTURE * made.capture_us / made.a_us
+    rec["samples"]["a"] = [v * scale for v in rec["samples"]["a"]]
+    (folder / FILE_NAME).write_text(json.dumps(doc))
+    _MEMO.clear()
+    (model,) = replay_unfixed(replace(ctx, measurements=MeasurementStore(folder)), d).removed
+    assert model.replay is None and model.basis == "model" and model.net_us == library.recoverable_us
+    assert "; a model (not measured: the replay does not stand for the capture: " in model.body(None)
+    # A capture no replay runs for here (another backend): left as it was.
+    assert replay_unfixed(replace(ctx, backend="tpu"), d).removed == ()
     _MEMO.clear()
 
 
