@@ -9,6 +9,7 @@ that is the line a person edits, and the line every finding on the program point
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import replace
 
 from hlo_doctor.core.model import Finding
@@ -30,10 +31,23 @@ def step_caller(ctx: Context, module: HloModule, origin: OpOrigin) -> tuple[str,
         return None
     path, line, function = cost.caller_frames[0]
     frame = origin.frame
-    if frame is not None and frame.file.replace("\\", "/").rsplit("/", 1)[-1] == path.rsplit("/", 1)[-1] \
-            and frame.function.rsplit(".", 1)[-1] == function:
+    if frame is not None and _same_file(frame.file, path) and frame.function.rsplit(".", 1)[-1] == function:
         return None
     return path, line, function
+
+
+def _same_file(hlo_file: str, frame_file: str) -> bool:
+    """Whether the HLO's file and the tracer's are one file: the same path where both are absolute
+    (a ``sampler.py`` in another folder that traced the program first is another file), else the
+    same file name (a relative path in the HLO names no folder to compare)."""
+    a, b = (posixpath.normpath(f.replace("\\", "/")) for f in (hlo_file, frame_file))
+    if _absolute(a) and _absolute(b):
+        return a == b
+    return a.rsplit("/", 1)[-1] == b.rsplit("/", 1)[-1]
+
+
+def _absolute(path: str) -> bool:
+    return path.startswith("/") or (len(path) > 2 and path[1] == ":" and path[2] == "/")
 
 
 def at_step_caller(finding: Finding, caller: tuple[str, int, str] | None) -> Finding:

@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -225,6 +226,8 @@ def _call_cost(ctx: Context, name: str) -> CallCost | None:
     from hlo_doctor.opstats.host_time import FrameKinds
 
     kinds = FrameKinds.from_modules(ctx.modules)
+    if kinds.candidates and (target := _target_file(ctx)):
+        kinds.prefer(target)
     totals = {"calls": 0, "steps": 0, "host": 0.0, "dispatch": 0.0, "idle": 0.0, "device": 0.0, "waited": 0.0,
               "repeats": 0, "repeat_host": 0.0, "repeat_idle": 0.0}
     frames: dict[str, None] = {}
@@ -358,3 +361,16 @@ def held_by_removed_programs(ctx: Context, owner: str = "HD003") -> tuple[Held, 
             out.append(Held(owner, p.prog.module.name, where, cost.per_step(kinds.get("python", 0.0)),
                             cost.per_step(kinds.get("dispatch", 0.0))))
     return tuple(out)
+
+
+def _target_file(ctx: Context) -> str:
+    """The file of the program ``profile`` ran for this capture (run.json's ``FILE.py:FUNC``), "" for
+    another target or a capture without a run.json."""
+    from hlo_doctor.lint.store import run_doc, run_folder
+
+    doc = run_doc(run_folder(Path(ctx.origin))) if ctx.origin else None
+    target = doc.get("target") if doc is not None else None
+    if not isinstance(target, str) or ":" not in target:
+        return ""
+    path = target.rpartition(":")[0]
+    return path if path.endswith(".py") else ""

@@ -130,6 +130,8 @@ class FrameKinds:
     def __init__(self, paths: dict[str, str] | None = None) -> None:
         self._installed = _installed_files(tuple(p for p in frameworks() if p != "python"))
         self.paths = dict(paths or {})
+        self.candidates: dict[str, tuple[str, ...]] = {}
+        """Base names the HLO's stacks give several full paths for (sorted): :meth:`prefer` picks one."""
         self._user = {base for base, path in self.paths.items() if not self.path_is_framework(path)}
         self._cache: dict[tuple[str, str, bool], bool] = {}
         self.by_definition = False
@@ -149,6 +151,7 @@ class FrameKinds:
         """Kinds for a capture without Python frames: nothing to classify, nothing read from disk."""
         kinds = cls.__new__(cls)
         kinds._installed, kinds.paths, kinds._user, kinds._cache = {}, {}, set(), {}
+        kinds.candidates = {}
         kinds.by_definition = False
         return kinds
 
@@ -162,11 +165,27 @@ class FrameKinds:
         kinds = cls()
         framework = {path: kinds.path_is_framework(path) for path in files}
         paths: dict[str, str] = {}
+        candidates: dict[str, list[str]] = {}
         for path in sorted(files):
             base = os.path.basename(path)
+            candidates.setdefault(base, []).append(path)
             if base not in paths or (framework[paths[base]] and not framework[path]):
                 paths[base] = path
-        return cls(paths)
+        made = cls(paths)
+        made.candidates = {base: tuple(found) for base, found in candidates.items() if len(found) > 1}
+        return made
+
+    def prefer(self, path: str) -> None:
+        """Name ``path`` (a file the capture ran: ``profile``'s target) for its base name where the
+        HLO's stacks name several files of that name (a program twin in another folder that traced a
+        cached eager program first); matched by its trailing path parts, so a relative target works."""
+        tail = tuple(p for p in path.replace("\\", "/").split("/") if p not in ("", "."))
+        if not tail:
+            return
+        named = [c for c in self.candidates.get(tail[-1], ())
+                 if tuple(c.replace("\\", "/").split("/"))[-len(tail):] == tail]
+        if len(named) == 1:
+            self.paths[tail[-1]] = named[0]
 
     def is_framework(self, frame: PyFrame, *, called_from_framework: bool = False) -> bool:
         """True for a frame of a framework, the standard library, or a C function.

@@ -147,3 +147,43 @@ def test_call_line_reads_a_file_again_once_it_changed(tmp_path: Path) -> None:
     src.write_text("# a line added above\ndef f(x):\n    y = x\n    return y.astype('float32')\n")
     assert call_line(str(src), 1, "f", "_astype") is None  # f no longer starts at line 1
     assert call_line(str(src), 2, "f", "_astype") == 4
+
+
+_TWIN = '''\
+import jax
+import jax.numpy as jnp
+
+_LOGITS = jax.random.normal(jax.random.key(0), (16, 12288), jnp.bfloat16)
+
+
+@jax.jit
+def sample(logits):
+    return jnp.argmax(logits, axis=-1)
+
+
+def step():
+    logits = _LOGITS.astype(jnp.float32)  # THE CALL
+    return sample(logits)
+'''
+
+
+def test_a_twin_file_in_another_folder_that_traced_first_is_not_the_steps_line(tmp_path: Path) -> None:
+    """Two programs alike, the same file name and function in two folders, profiled in one process:
+    the eager astype's HLO names the first folder's file (jax caches the program), and the second
+    capture's findings must still point at the second folder's file, where its steps call it."""
+    runs = []
+    for name in ("first", "second"):
+        source = tmp_path / name / "sampler.py"
+        source.parent.mkdir()
+        source.write_text(_TWIN)
+        out = tmp_path / name / "run"
+        result = CliRunner().invoke(main, ["profile", f"{source}:step", "--steps", "3", "--warmup", "1",
+                                           "--out", str(out), "--format", "json"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        runs.append((source, out))
+    (first, _), (second, run) = runs
+    want = _line_of(_TWIN, "# THE CALL")
+    by_code = {f["code"]: f for f in json.loads(_findings(run, "--format", "json"))["findings"]}
+    for code in ("HD003", "HD001"):
+        assert by_code[code]["source"] == f"{second}:{want}", (code, by_code[code]["source"])
+    assert f"first traced at {first}:{want}" in by_code["HD003"]["message"]

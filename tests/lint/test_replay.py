@@ -336,8 +336,10 @@ def test_a_capture_of_another_jax_or_backend_is_refused_in_one_line_and_stays_a_
     from click.testing import CliRunner
 
     samples = Path(__file__).resolve().parents[2] / "sample_traces"
-    for sample, reason in (("gpu_h200_original", "the capture is from gpu"),
-                           ("engine_b64_original_a", "the capture ran jax 0.10.2")):
+    # The H200 capture: another jax here (its own is 0.11.2), or, under that jax, no GPU runtime.
+    gpu = replay_refusal(replace(load_context(samples / "gpu_h200_original"), what_if=True))
+    assert gpu.startswith(("the capture ran jax 0.11.2", "the capture is from XLA:GPU and this machine has no GPU"))
+    for sample, reason in (("gpu_h200_original", gpu), ("engine_b64_original_a", "the capture ran jax 0.10.2")):
         r = CliRunner().invoke(main, ["diagnose", str(samples / sample)], env={"GITHUB_ACTIONS": ""},
                                catch_exceptions=False)
         assert r.exit_code == 0, r.output
