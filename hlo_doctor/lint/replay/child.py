@@ -224,15 +224,20 @@ def opcodes(hlo_text: str) -> dict[str, int]:
     return dict(Counter(_OPCODE.findall(hlo_text)))
 
 
+def document(spec_path: Path) -> dict[str, Any]:
+    """:func:`run` on the spec at ``spec_path`` (its protos beside it), or ``ok: false`` and the
+    one-line reason it could not run: what the parent reads, from this process or another."""
+    try:
+        return run(ReplaySpec.read(spec_path), spec_path.parent)
+    except ReplayError as exc:
+        return {"ok": False, "reason": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - any failure here is a replay that cannot run, said in one line
+        return {"ok": False, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+
+
 def main(argv: list[str]) -> int:
     spec_path, out_path = Path(argv[0]), Path(argv[1])
-    try:
-        doc = run(ReplaySpec.read(spec_path), spec_path.parent)
-    except ReplayError as exc:
-        doc = {"ok": False, "reason": str(exc)}
-    except Exception as exc:  # noqa: BLE001 - any failure here is a replay that cannot run, said in one line
-        doc = {"ok": False, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
-    out_path.write_text(json.dumps(doc), encoding="utf-8")
+    out_path.write_text(json.dumps(document(spec_path)), encoding="utf-8")
     return 0
 
 

@@ -23,6 +23,7 @@ import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from hlo_doctor.core.model import Finding
 from hlo_doctor.hlo import HloModule
@@ -237,4 +238,23 @@ def _consumers(ctx: Context, conv: HloModule, dtype: str, dims: tuple[int, ...])
             if p.shape.dtype == dtype and tuple(p.shape.dims) == dims and not p.shape.is_tuple:
                 out.append((m, p.parameter_number or 0))
                 break
+    return out
+
+
+def capture_protos(ctx: Context, p: ReplayPlan) -> dict[str, bytes] | str:
+    """Each of ``p``'s modules' ``HloModuleProto`` from the capture's xplane, by its file name beside a
+    spec (:func:`proto_name`); the one-line reason where the capture cannot give them."""
+    from hlo_doctor.hlo.proto import module_proto_bytes
+    from hlo_doctor.trace.read import find_xplanes, read_module_protos
+
+    try:
+        found = read_module_protos(find_xplanes(Path(ctx.origin))[0])
+    except Exception as exc:  # noqa: BLE001 - a capture that cannot be read again: no replay, said why
+        return f"the capture's HLO protos could not be read: {exc}"
+    out: dict[str, bytes] = {}
+    for m in p.modules:
+        proto = next((x for x in found if x.name == m.name and x.program_id == m.program_id), None)
+        if proto is None:
+            return f"the capture holds no HLO proto of {module_key(m)}"
+        out[proto_name(m)] = module_proto_bytes(proto.hlo_proto)
     return out

@@ -43,7 +43,7 @@ from hlo_doctor.lint.replay.allocator import (
     faults_per_step,
 )
 from hlo_doctor.lint.replay.launch import backend_refusal, run_child
-from hlo_doctor.lint.replay.plan import ReplayPlan, module_key, plan, proto_name
+from hlo_doctor.lint.replay.plan import ReplayPlan, capture_protos, plan
 from hlo_doctor.lint.replay.spec import ReplaySpec
 from hlo_doctor.lint.replay.timing import NEGLIGIBLE, PairedTiming, look_confidence
 
@@ -375,7 +375,7 @@ def _measure(ctx: Context, fix: str, findings: Sequence[Finding], seconds: float
     p = plan(ctx, findings)
     if isinstance(p, str):
         return p
-    protos = _protos(ctx, p)
+    protos = capture_protos(ctx, p)
     if isinstance(protos, str):
         return protos
     with tempfile.TemporaryDirectory(prefix="hlo-doctor-replay-") as tmp:
@@ -396,23 +396,6 @@ def _measure(ctx: Context, fix: str, findings: Sequence[Finding], seconds: float
     if store is not None:
         store.record(m)
     return _measurement(fix, p, doc, m)
-
-
-def _protos(ctx: Context, p: ReplayPlan) -> dict[str, bytes] | str:
-    from hlo_doctor.hlo.proto import module_proto_bytes
-    from hlo_doctor.trace.read import find_xplanes, read_module_protos
-
-    try:
-        found = read_module_protos(find_xplanes(Path(ctx.origin))[0])
-    except Exception as exc:  # noqa: BLE001 - a capture that cannot be read again: no replay, said why
-        return f"the capture's HLO protos could not be read: {exc}"
-    out: dict[str, bytes] = {}
-    for m in p.modules:
-        proto = next((x for x in found if x.name == m.name and x.program_id == m.program_id), None)
-        if proto is None:
-            return f"the capture holds no HLO proto of {module_key(m)}"
-        out[proto_name(m)] = module_proto_bytes(proto.hlo_proto)
-    return out
 
 
 def _measurement(fix: str, p: ReplayPlan, doc: dict[str, object], m: Measurement) -> ReplayMeasurement:
