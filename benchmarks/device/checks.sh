@@ -54,6 +54,17 @@ for s in tpu_v5e_original tpu_v5e_seed_b512 gpu_h200_original gpu_h200_seed_b512
   wanted "replay-$s" && rm -rf "${W:?}/$s" && cp -r "sample_traces/$s" "$W/$s"
   step "replay-$s" diagnose "$W/$s" --format json
 done
+# Every program of the bundled captures of this device compiled again from its own HLO and run alone:
+# what the replay can import, and each program's time beside the capture's device time for it.
+if wanted replay-programs; then
+  echo "=== replay-programs"
+  backend=$("$PY" -c "import jax; print(jax.default_backend())" 2>/dev/null)
+  caps=(); for s in tpu_v5e_original tpu_v5e_fixed tpu_v5e_seed_b512 tpu_v5e_seed_b512_fixed gpu_h200_original gpu_h200_seed_b512; do
+    [ "${s%%_*}" = "$backend" ] && caps+=("sample_traces/$s")
+  done
+  timeout "$LIMIT" "$PY" benchmarks/device/replay_programs.py "${caps[@]}" --json "$W/replay-programs.json" > "$W/replay-programs.txt" 2>&1
+  echo "=== replay-programs: exit $?"; cat "$W/replay-programs.txt"; archive
+fi
 wanted verify-runner-convert-removed && attempt_tree runner-convert-removed
 step verify-runner-convert-removed verify --treatment "$W/tree-runner-convert-removed" --out "$W/verify-runner-convert-removed" "${SIZE[@]}"
 step seed-b512 profile benchmarks/device/seed_sampler.py:step --steps 10 --warmup 2 --out "$W/seed-b512"

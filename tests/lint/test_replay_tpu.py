@@ -27,7 +27,11 @@ from hlo_doctor.lint.replay import measure_fix, replay_refusal
 from hlo_doctor.lint.replay.child import ReplayError, _device
 from hlo_doctor.lint.replay.launch import _held_here
 from hlo_doctor.lint.replay.mlir_edit import module_text
-from hlo_doctor.lint.replay.proto_repair import _messages, widen_narrowed_reductions
+from hlo_doctor.lint.replay.proto_repair import (
+    _messages,
+    drop_tiled_layout_constraints,
+    widen_narrowed_reductions,
+)
 from hlo_doctor.lint.replay.run import _MEMO
 from hlo_doctor.lint.replay.spec import ReplaySpec
 from hlo_doctor.trace.read import find_xplanes, read_module_protos
@@ -99,6 +103,30 @@ def test_an_array_reduce_narrowed_in_place_is_widened_and_converted_back() -> No
     (total,) = _run(_compile_cpu(module_text(repaired)), x)
     assert total.dtype == jnp.bfloat16
     np.testing.assert_array_equal(total, np.asarray(jnp.asarray(x.sum(axis=1, dtype=np.float32)).astype(jnp.bfloat16)))
+
+
+def test_the_decode_forward_with_tiled_layout_constraints_is_read_after_the_repair() -> None:
+    """XLA:TPU constrained the gather's indices to ``s32[1024]{0:T(1024)}`` (an
+    ``AssumeGatherIndicesInBound`` call): the importer refuses the module as captured, reads it with
+    the constraint taken off, jaxlib's portable serializer accepts it, and XLA:CPU compiles it with
+    the gathers in place (the assumption, which only XLA:TPU knows, left to the compiler)."""
+    raw = _protos("tpu_v5e_original")["jit_decode_forward"]
+    with pytest.raises(Exception, match="Tiled layout is not supported"):
+        _imported(raw)
+    repaired, n = drop_tiled_layout_constraints(raw)
+    assert n == 1 and module_problem(repaired) is None
+    assert "AssumeGatherIndicesInBound" in _imported(repaired)
+    portable = module_text(raw, portable=True)
+    assert "custom_call" not in portable
+    assert _jax.mlir.serialize_portable_artifact(portable, stablehlo.get_current_version(), False)
+    compiled = "\n".join(m.to_string() for m in _compile_cpu(module_text(raw)).hlo_modules())  # type: ignore[attr-defined]
+    assert " gather(" in compiled
+
+
+def test_modules_without_a_tiled_layout_constraint_are_left_byte_for_byte() -> None:
+    for name, raw in {**_protos("engine_b64_original_a"), **_protos("tpu_v5e_seed_b512"),
+                      **_protos("gpu_h200_original")}.items():
+        assert drop_tiled_layout_constraints(raw) == (raw, 0), name
 
 
 def test_modules_without_a_narrowed_reduce_are_left_byte_for_byte() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hlo_doctor.lint.replay.proto_repair import widen_narrowed_reductions
+from hlo_doctor.lint.replay.proto_repair import drop_tiled_layout_constraints, widen_narrowed_reductions
 
 MONOTONE_UNARY = frozenset({"stablehlo.exponential", "stablehlo.logistic", "stablehlo.tanh", "stablehlo.log",
                             "stablehlo.exponential_minus_one", "stablehlo.log_plus_one"})
@@ -32,11 +32,13 @@ def module_text(module_proto: bytes, portable: bool = False) -> str:
     from jax._src.lib.mlir import ir
 
     module_proto, _ = widen_narrowed_reductions(module_proto)
+    module_proto, _ = drop_tiled_layout_constraints(module_proto)
     with mlir.make_ir_context():
         module = ir.Module.parse(_jax.mlir.hlo_to_stablehlo(module_proto))
         _inline_fusions(module)
         _bitcasts_as_reshapes(module)
         _async_as_calls(module)
+        _assumptions_as_values(module)
         if portable:
             _copies_as_values(module)
             for name in _PLACEMENT_ATTRIBUTES:
@@ -59,6 +61,22 @@ def _copies_as_values(module: Any) -> None:
     for copy in _ops(module.operation, "mhlo.copy"):
         copy.results[0].replace_all_uses_with(copy.operands[0])
         copy.erase()
+
+
+_ASSUMPTIONS = frozenset({"AssumeGatherIndicesInBound"})
+"""Custom calls XLA puts in an optimized module that return their operand and only tell its later
+passes something about it (a gather's indices are in bounds): XLA compiling the module again puts
+them back where it can prove them, and no backend but the one that wrote them knows the target."""
+
+
+def _assumptions_as_values(module: Any) -> None:
+    """Each custom call in :data:`_ASSUMPTIONS` replaced by its operand (its result is that value)."""
+    for call in _ops(module.operation, "stablehlo.custom_call"):
+        target = str(call.attributes["call_target_name"]).strip('"')
+        if target in _ASSUMPTIONS and len(call.operands) == 1 and len(call.results) == 1 \
+                and call.operands[0].type == call.results[0].type:
+            call.results[0].replace_all_uses_with(call.operands[0])
+            call.erase()
 
 
 def _async_as_calls(module: Any) -> None:

@@ -7,6 +7,12 @@ that; StableHLO's does not (a reduce's result types are those its body returns),
 reduce the types its body returns and converts them back to the captured types right after it:
 the module computes what it computed, and XLA, compiling it again, narrows it again.
 
+XLA:TPU also constrains some custom calls' operand layouts to its tiled layouts (the
+``AssumeGatherIndicesInBound`` call it puts before a gather's indices: ``s32[1024]{0:T(1024)}``). The
+importer can express a custom call's layouts only as dimension orders and refuses the module ("Tiled
+layout is not supported yet"). :func:`drop_tiled_layout_constraints` takes those constraints off:
+XLA, compiling the module again, lays the operands out itself.
+
 Field numbers are XLA's ``hlo.proto`` and ``xla_data.proto``; every other field is kept as it was
 (an unknown field to this reduced schema is carried through unchanged).
 """
@@ -22,10 +28,14 @@ def _messages() -> Any:
     from hlo_doctor.memory.proto import message_classes
 
     (module,) = message_classes("hlo_doctor/replay/hlo_repair.proto", "hlo_doctor.repair", [
-        ("Shape", [("element_type", 2, "e", False), ("dimensions", 3, "i", True), ("tuple_shapes", 4, "Shape", True)]),
+        ("Shape", [("element_type", 2, "e", False), ("dimensions", 3, "i", True), ("tuple_shapes", 4, "Shape", True),
+                   ("layout", 5, "Layout", False)]),
+        ("Layout", [("minor_to_major", 1, "i", True), ("tiles", 6, "Tile", True)]),
+        ("Tile", [("dimensions", 1, "i", True)]),
         ("Instruction", [("name", 1, "s", False), ("opcode", 2, "s", False), ("shape", 3, "Shape", False),
                          ("tuple_index", 13, "i", False), ("id", 35, "i", False), ("operand_ids", 36, "i", True),
-                         ("called_computation_ids", 38, "i", True)]),
+                         ("called_computation_ids", 38, "i", True), ("constrain_layout", 56, "b", False),
+                         ("operand_shapes_with_layout", 57, "Shape", True)]),
         ("Computation", [("instructions", 2, "Instruction", True), ("id", 5, "i", False), ("root_id", 6, "i", False)]),
         ("Module", [("computations", 3, "Computation", True)])], ("Module",))
     return module
@@ -70,6 +80,31 @@ def widen_narrowed_reductions(data: bytes) -> tuple[bytes, int]:
             next_id += len(made)
             repaired += 1
     return (module.SerializeToString(), repaired) if repaired else (data, 0)
+
+
+def _tiled(shape: Any) -> bool:
+    """Whether ``shape`` or one of its leaves names a tiled layout."""
+    return bool(shape.layout.tiles) or any(_tiled(leaf) for leaf in shape.tuple_shapes)
+
+
+def drop_tiled_layout_constraints(data: bytes) -> tuple[bytes, int]:
+    """``data`` (a serialized ``HloModuleProto``) with the operand layout constraints taken off every
+    instruction that constrains an operand to a tiled layout; how many were. ``data`` itself where
+    none does (or where it is no module this schema reads)."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        module = _messages().FromString(data)
+    except DecodeError:
+        return data, 0
+    dropped = 0
+    for comp in module.computations:
+        for ins in comp.instructions:
+            if any(_tiled(shape) for shape in ins.operand_shapes_with_layout):
+                del ins.operand_shapes_with_layout[:]
+                ins.constrain_layout = False
+                dropped += 1
+    return (module.SerializeToString(), dropped) if dropped else (data, 0)
 
 
 def _widen(comp: Any, index: int, reduce: Any, old_shape: Any, wide: list[int], next_id: int) -> list[Any]:
