@@ -288,7 +288,80 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* A varint as varint() reads it, refused (-2) where its value needs more than 64 bits (a tenth byte
+   above 1), as the Python walker refuses it. */
+static int varint64(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    const uint8_t *q = *p;
+    int r = varint(p, end, out);
+    if (r == 0 && *p - q == 10 && (*p)[-1] > 1) return -2;
+    return r;
+}
+
+/* walk_fields(buf, base, end): the fields of a message from buf[0] (at file offset base) on, until
+   the message's end (file offset end) or until a field's head no longer fits in buf. Returns
+   (rows, stopped): rows int64 (number, start, value, stop) per field as bytes, file offsets (value:
+   a varint field's value, else where its payload starts); stopped, the file offset the walk reached.
+   A field whose payload runs past buf is still listed (its head is enough) and the walk stops after
+   it. The walk also stops, before it, at any field that is not well formed or reaches past the
+   message: the caller reads that one itself (and says what is wrong with it). */
+static PyObject *walk_fields(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    long long base, msg_end;
+    if (!PyArg_ParseTuple(args, "y*LL", &buf, &base, &msg_end)) return NULL;
+    const uint8_t *start = (const uint8_t *)buf.buf, *p = start;
+    long long avail = msg_end - base < (long long)buf.len ? msg_end - base : (long long)buf.len;
+    const uint8_t *end = start + (avail > 0 ? avail : 0);
+    vec rows;
+    memset(&rows, 0, sizeof rows);
+    int oom = 0;
+    long long stopped = base;
+    Py_BEGIN_ALLOW_THREADS
+    while (p < end) {
+        const uint8_t *q = p;
+        uint64_t tag, value = 0, length;
+        if (varint64(&q, end, &tag)) break;
+        uint64_t number = tag >> 3;
+        int wire = (int)(tag & 7);
+        if (number == 0) break;
+        long long at = base + (long long)(p - start), stop;
+        if (wire == 0) {
+            if (varint64(&q, end, &value)) break;
+            stop = base + (long long)(q - start);
+        } else if (wire == 2) {
+            if (varint64(&q, end, &length)) break;
+            value = (uint64_t)(base + (long long)(q - start));
+            if (length > (uint64_t)(msg_end - (long long)value)) break;
+            stop = (long long)value + (long long)length;
+        } else if (wire == 1 || wire == 5) {
+            value = (uint64_t)(base + (long long)(q - start));
+            stop = (long long)value + (wire == 1 ? 8 : 4);
+            if (stop > msg_end) break;
+        } else {
+            break;
+        }
+        if (vec_push(&rows, (int64_t)number) || vec_push(&rows, at) || vec_push(&rows, (int64_t)value) ||
+            vec_push(&rows, stop)) {
+            oom = 1;
+            break;
+        }
+        stopped = stop;
+        if (stop > base + (long long)(end - start)) break;
+        p = start + (stop - base);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (oom) {
+        PyMem_RawFree(rows.data);
+        return PyErr_NoMemory();
+    }
+    PyObject *result = Py_BuildValue("(NL)", vec_bytes(&rows), stopped);
+    PyMem_RawFree(rows.data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"walk_fields", walk_fields, METH_VARARGS,
+     "walk_fields(buf, base, end): a message's fields from buf on, as (number, start, value, stop) rows."},
     {"decode_line", decode_line, METH_VARARGS,
      "decode_line(buf, off_id, dur_id, wanted, at_end, first_index): a line's events as columns."},
     {NULL, NULL, 0, NULL},

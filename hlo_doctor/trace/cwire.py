@@ -27,7 +27,7 @@ from google.protobuf.message import DecodeError
 from hlo_doctor.trace.wire import EventColumns, OwnStats, Unread, stat_value_at
 from hlo_doctor.trace.xspace import XLINE_SPLIT
 
-__all__ = ["COMPILED", "NUMPY_READER_ENV", "line_columns"]
+__all__ = ["COMPILED", "NUMPY_READER_ENV", "line_columns", "walk_fields"]
 
 NUMPY_READER_ENV = "HLO_DOCTOR_NUMPY_READER"
 """Set (to anything but empty): the numpy reader even where the compiled one is built (to compare them)."""
@@ -78,6 +78,16 @@ def line_columns(read_at: Callable[[int, int], bytes], start: int, end: int, off
             XLINE_SPLIT.FromString(b"".join(others))
         except (DecodeError, ValueError):
             raise Unread("the line's other fields are not readable") from None
+
+
+def walk_fields(data: bytes, base: int, end: int) -> tuple[np.ndarray, int]:
+    """The fields of a message from ``data`` (at file offset ``base``; the message ends at ``end``)
+    as rows (number, start, value, stop) of file offsets, and the offset the walk reached: it stops
+    after a field whose payload runs past ``data`` and before one it leaves to the caller's reader
+    (not well formed, past its message, or its head cut by the end of ``data``)."""
+    assert _xwire is not None
+    rows, stopped = _xwire.walk_fields(data, base, end)
+    return np.frombuffer(rows, np.int64).reshape(-1, 4), stopped
 
 
 def _own(data: bytes, rows: np.ndarray, op_ids: dict[int, str], snames: dict[int, str]) -> OwnStats:

@@ -29,7 +29,7 @@ from google.protobuf.message import DecodeError
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.regular import open_regular
-from hlo_doctor.trace.cwire import COMPILED, line_columns
+from hlo_doctor.trace.cwire import COMPILED, line_columns, walk_fields
 from hlo_doctor.trace.wire import (
     EventColumns,
     Unread,
@@ -132,6 +132,21 @@ class _Source:
         if stop > end:
             raise self.corrupt(f"field {number} at offset {pos} reaches past its message")
         return _Field(number, pos, value, stop)
+
+    def fields(self, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+        """The fields (number, start, value, stop) of the message at ``[pos, end)``, in order, as
+        :meth:`field_at` reads them (a field it refuses raises there). The compiled reader walks a
+        window of them at a time (a plane's metadata is tens of thousands of small fields)."""
+        while pos < end:
+            if COMPILED:
+                rows, stopped = walk_fields(self.piece(pos, min(_WINDOW, end - pos)), pos, end)
+                if len(rows):
+                    yield from map(tuple, rows.tolist())  # type: ignore[misc]
+                    pos = stopped
+                    continue
+            f = self.field_at(pos, end)
+            yield f.number, f.start, f.value, f.end
+            pos = f.end
 
 
 def _parse(cls: Any, data: bytes | memoryview, source: _Source, what: str) -> Any:
@@ -389,18 +404,17 @@ class XSpaceFile:
         src = self._source
         end = ref.offset + ref.length
         lines: list[LineRef] = []
-        parts: list[bytes] = []
-        pos = ref.offset
-        while pos < end:
-            f = src.field_at(pos, end)
-            if f.number == _LINES:
+        parts: list[tuple[int, int]] = []  # runs of the other fields, (start, stop)
+        for number, start, value, stop in src.fields(ref.offset, end):
+            if number == _LINES:
                 if len(lines) == MAX_LINES:
                     raise InputError(f"{self.origin}: plane {ref.name!r} holds more than {MAX_LINES:,} lines (a profiler "
                                      "writes one per thread or kind of event)", "capture again; the file was not "
                                      "written by a profiler as it stands")
-                lines.append(LineRef(src, f.value, f.end - f.value))
+                lines.append(LineRef(src, value, stop - value))
+            elif parts and parts[-1][1] == start:
+                parts[-1] = (parts[-1][0], stop)
             else:
-                parts.append(src.piece(pos, f.end - pos))
-            pos = f.end
-        head = _parse(XPLANE_HEAD, b"".join(parts), src, f"plane {ref.name}")
+                parts.append((start, stop))
+        head = _parse(XPLANE_HEAD, b"".join(src.piece(a, b - a) for a, b in parts), src, f"plane {ref.name}")
         return StreamedPlane(head, lines)
