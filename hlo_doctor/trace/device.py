@@ -21,6 +21,8 @@
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,17 +62,22 @@ class _Line:
     """Event index -> the event's own op stats, for the events that carry any."""
 
 
-def _scan(line: object, off_id: int, dur_id: int, op_ids: dict[int, str], snames: dict[int, str]) -> _Line:
+def _scan(line: object, off_id: int, dur_id: int, op_ids: dict[int, str], snames: dict[int, str],
+          wire_only: bool = False) -> _Line:
     """The events of one line as columns; the hot loop of a device trace (millions of events).
 
     A line still on disk is decoded from its wire bytes (:mod:`hlo_doctor.trace.wire`); one the
-    decoder leaves to the protobuf runtime, or a parsed line, is read message by message."""
+    decoder leaves to the protobuf runtime, or a parsed line, is read message by message
+    (``wire_only``: :class:`Unread` is raised instead)."""
     columns = getattr(line, "event_columns", None)
+    if wire_only and (columns is None or getattr(line, "wire_bytes", 0) < WIRE_MIN_BYTES):
+        raise Unread("not on disk")
     if columns is not None and getattr(line, "wire_bytes", 0) >= WIRE_MIN_BYTES:
         try:
             parts = list(columns(off_id, dur_id, op_ids, snames))
         except Unread:
-            pass
+            if wire_only:
+                raise
         else:
             ts = line.timestamp_ns  # type: ignore[attr-defined]
             own = OwnStats.joined([part.own for part in parts])
@@ -165,6 +172,7 @@ class DevicePlaneReader:
         self.meta = {entry.key: entry.value for entry in plane.event_metadata}
         self._meta_stats: dict[int, dict[str, object]] = {}
         self._warned: set[tuple[str, object]] = set()
+        self._prefetched: Future[list[_Line | None]] | None = None
         self.costs: dict[tuple[str, int, str], tuple[float | None, float | None]] = {}
         """(module, program id, op) -> (FLOPs, bytes accessed) of one run, as the trace states them."""
 
@@ -224,17 +232,45 @@ class DevicePlaneReader:
         return _Op(op, text, module or self.module_names.get(pid, ""), pid,
                    _cost(stats.get("flops")), _cost(stats.get("bytes_accessed")))
 
+    def _op_lines(self) -> tuple[list[object], bool]:
+        """The plane's op lines, and whether they are ``XLA Ops`` lines (TPU)."""
+        lines = list(self.plane.lines)
+        xla_ops = [ln for ln in lines if ln.name == "XLA Ops"]
+        return (xla_ops or [ln for ln in lines if ln.name not in _NOT_OP_LINES]), bool(xla_ops)
+
+    def prefetch(self, submit: Callable[..., Future[list[_Line | None]]]) -> None:
+        """Decode the plane's op lines in the background (``submit``: a one-thread executor's): the
+        compiled reader decodes without the interpreter's lock, so the next plane's events are read
+        while this process works on the one before. :meth:`read` takes them as they come."""
+        if COMPILED:
+            lines, _ = self._op_lines()
+            self._prefetched = submit(self._scan_all, lines)
+
+    def _scan_all(self, lines: list[object]) -> list[_Line | None]:
+        """Each line's columns from its wire bytes; None for a line the protobuf runtime must read
+        (it is then read in the thread that asks, as before)."""
+        out: list[_Line | None] = []
+        for ln in lines:
+            try:
+                out.append(_scan(ln, self.off_id, self.dur_id, self.op_ids, self.snames, wire_only=True))
+            except Unread:
+                out.append(None)
+        return out
+
     def read(self, steps: list[StepMark]) -> int:
         """Add the plane's op events to the columns and its device steps to ``steps``; events added."""
         lines = list(self.plane.lines)
-        xla_ops = [ln for ln in lines if ln.name == "XLA Ops"]
+        op_lines, xla_ops = self._op_lines()
         spans = self._module_spans([ln for ln in lines if ln.name == "XLA Modules"])
         for ln in lines:
             if ln.name == "Steps":
                 self._steps(ln, steps)
         before = len(self.cols)
-        for ln in (xla_ops or [ln for ln in lines if ln.name not in _NOT_OP_LINES]):
-            self._op_line(ln, bool(xla_ops), spans)
+        scanned: list[_Line | None] = [None] * len(op_lines)
+        if self._prefetched is not None:
+            scanned, self._prefetched = self._prefetched.result(), None
+        for ln, ev in zip(op_lines, scanned, strict=True):
+            self._op_line(ln, xla_ops, spans, ev)
         return len(self.cols) - before
 
     def _steps(self, line: object, steps: list[StepMark]) -> None:
@@ -245,10 +281,8 @@ class DevicePlaneReader:
             # (else its name) per distinct metadata, with no Python work per event but the mark.
             has, own_group = groups
             uniq, which = unique_inverse(ev.mids)
-            names = [self._name_of(mid)[0] for mid in uniq.tolist()]
-            nums = [self._step_num(self._stats_of(mid).get("group_id"), name)
-                    for mid, name in zip(uniq.tolist(), names, strict=True)]
-            if all(-(1 << 63) <= n < (1 << 63) for n in nums):
+            names, nums = self._step_marks(uniq.tolist())
+            if -(1 << 63) <= min(nums, default=0) and max(nums, default=0) < (1 << 63):
                 num = np.where(has, own_group, np.asarray(nums, np.int64)[which])
                 host, device = self.host, self.name
                 steps.extend(StepMark(host, names[k], n, start, duration, device=device) for k, n, start, duration in zip(
@@ -264,6 +298,27 @@ class DevicePlaneReader:
                 group = dict(key[1]).get("group_id", self._stats_of(mid).get("group_id"))
                 known = named[key] = (name, self._step_num(group, name))
             steps.append(StepMark(self.host, known[0], known[1], start, duration, device=self.name))
+
+    def _step_marks(self, mids: list[int]) -> tuple[list[str], list[int]]:
+        """Each step metadata's name and number (:meth:`_step_num` of its ``group_id`` stat, else of
+        its name): what ``_stats_of(mid).get("group_id")`` reads, without a dict per metadata (a
+        device writes one metadata per step)."""
+        names: list[str] = []
+        nums: list[int] = []
+        snames, meta_of, step_num = self.snames, self.meta.get, self._step_num
+        for mid in mids:
+            meta = meta_of(mid)
+            if meta is None:
+                names.append("")
+                nums.append(step_num(None, ""))
+                continue
+            group: object = None
+            for st in meta.stats:
+                if snames.get(st.metadata_id) == "group_id":
+                    group = stat_value(st, snames)  # the last one wins, as in the dict of them
+            names.append(meta.name)
+            nums.append(step_num(group, meta.name))
+        return names, nums
 
     @staticmethod
     def _step_num(group: object, name: str) -> int:
@@ -332,8 +387,9 @@ class DevicePlaneReader:
         return module, pid if pid != _NO_ID else (suffix if suffix is not None else _NO_ID)
 
     def _op_line(self, line: object, op_line: bool,
-                 spans: tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]) -> None:
-        ev = _scan(line, self.off_id, self.dur_id, self.op_ids, self.snames)
+                 spans: tuple[np.ndarray, np.ndarray, list[tuple[str, int]]], ev: _Line | None = None) -> None:
+        if ev is None:
+            ev = _scan(line, self.off_id, self.dur_id, self.op_ids, self.snames)
         n = len(ev.mids)
         if not n:
             return

@@ -9,9 +9,11 @@ Each host's file is read on its own (:func:`read_host`: op events into columns, 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +26,7 @@ from hlo_doctor.trace.device import DevicePlaneReader
 from hlo_doctor.trace.locate import XPLANE_SUFFIX, locate_capture
 from hlo_doctor.trace.model import CompileEvent, ModuleProto, OpEvents, StepMark, Trace
 from hlo_doctor.trace.peaks import DevicePeaks, peaks_from_plane
-from hlo_doctor.trace.stream import XSpaceFile
+from hlo_doctor.trace.stream import PlaneRef, XSpaceFile
 from hlo_doctor.trace.xspace import METADATA_PLANE, XPlane, metadata_plane_modules, stat_items, stat_names
 
 
@@ -121,23 +123,34 @@ def read_host(source: Path | bytes, cols: OpColumns, origin: str = "") -> HostRe
                     out.versions[key] = str(value)
 
         idle: list[str] = []
-        for ref in space.planes:
-            if not _is_device_plane(ref.name):
-                continue
+        device_refs = [ref for ref in space.planes if _is_device_plane(ref.name)]
+
+        def prepare(ref: PlaneRef) -> tuple[PlaneRef, Any, DevicePlaneReader]:
             plane = space.plane(ref)
             reader = DevicePlaneReader(plane, host, out.named_modules, cols, out.expressions, out.warnings)
-            if reader.read(out.device_steps):
-                out.backends.add(device_plane_backend(ref.name))
-                out.devices.add((host, ref.name))
-                plane_stats = _plane_stats(plane)
-                for key, value in plane_stats:
-                    if key in _DEVICE_KIND_STATS and not out.device_kind:
-                        out.device_kind = str(value)
-                out.peaks = out.peaks or peaks_from_plane(plane_stats)
-                for op_key, cost in reader.costs.items():
-                    out.costs.setdefault(op_key, cost)
-            else:
-                idle.append(ref.name)
+            reader.prefetch(background.submit)
+            return ref, plane, reader
+
+        # The next device plane's op events are decoded in the background while this one is read
+        # into the columns (one plane ahead: the peak holds one more plane's events at most).
+        with ThreadPoolExecutor(1, thread_name_prefix="hlo-doctor-decode") as background:
+            ahead = [prepare(device_refs[0])] if device_refs else []
+            for k in range(len(device_refs)):
+                ref, plane, reader = ahead.pop()
+                if k + 1 < len(device_refs):
+                    ahead.append(prepare(device_refs[k + 1]))
+                if reader.read(out.device_steps):
+                    out.backends.add(device_plane_backend(ref.name))
+                    out.devices.add((host, ref.name))
+                    plane_stats = _plane_stats(plane)
+                    for key, value in plane_stats:
+                        if key in _DEVICE_KIND_STATS and not out.device_kind:
+                            out.device_kind = str(value)
+                    out.peaks = out.peaks or peaks_from_plane(plane_stats)
+                    for op_key, cost in reader.costs.items():
+                        out.costs.setdefault(op_key, cost)
+                else:
+                    idle.append(ref.name)
         device_had_ops = len(cols) > start
         if device_had_ops and idle:
             out.warnings.append(f"{host}: no op events on {', '.join(idle)} (no XLA Ops line, no hlo_op stats)")

@@ -89,16 +89,36 @@ class _Source:
     def __init__(self, f: IO[bytes], size: int, origin: str) -> None:
         self.f, self.size, self.origin = f, size, origin
         self._lo, self._buf = 0, b""
+        # Reads at an offset share no file position (os.pread, or a slice of the bytes in memory),
+        # so a line's events may be read in another thread (DevicePlaneReader.prefetch).
+        self._fd = f.fileno() if not isinstance(f, io.BytesIO) else -1
+        self._mem = f.getbuffer() if isinstance(f, io.BytesIO) else None
 
     def corrupt(self, what: str) -> InputError:
         return InputError(f"{self.origin}: not a readable xplane (truncated or corrupt: {what})", _HINT)
 
     def read_at(self, offset: int, n: int) -> bytes:
-        self.f.seek(offset)
-        data = self.f.read(n)
+        """``n`` bytes at ``offset`` (any thread may call it)."""
+        if self._mem is not None:
+            data = bytes(self._mem[offset:offset + n]) if offset >= 0 else b""
+        else:
+            parts, got = [], 0
+            while got < n:
+                part = os.pread(self._fd, n - got, offset + got) if offset >= 0 else b""
+                if not part:
+                    break
+                parts.append(part)
+                got += len(part)
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
         if len(data) != n:
             raise self.corrupt(f"{n} bytes at offset {offset} reach past the end of the file")
         return data
+
+    def release(self) -> None:
+        """Drop the view of the bytes in memory (the file object can then be closed)."""
+        if self._mem is not None:
+            self._mem.release()
+            self._mem = None
 
     def piece(self, offset: int, n: int) -> bytes:
         """``n`` bytes at ``offset``, through the window when they fit in one."""
@@ -365,6 +385,7 @@ class XSpaceFile:
 
     def close(self) -> None:
         """Close the file."""
+        self._source.release()
         self._source.f.close()
 
     def _planes(self) -> list[PlaneRef]:
