@@ -182,3 +182,29 @@ def test_the_tpu_captures_sampler_fix_replays_whole_on_this_cpu() -> None:
     on_chip = replace(m, chip="TPU v5 lite", same_machine=True)
     assert "the capture's chip (TPU v5 lite) is this machine's, so that is the promise, untraced" in on_chip.line()
     assert on_chip.promise_us == on_chip.saving_us and on_chip.to_dict()["chip"] == "TPU v5 lite"
+
+
+def test_a_replay_in_this_process_is_bounded_in_time(tmp_path: Path) -> None:
+    """Where this process holds the device, the replay runs here (no child to stop): its document
+    within the bound, and past it the one line a stopped child gives, without waiting for it."""
+    import time
+
+    from hlo_doctor.lint.replay.launch import _run_here
+    from hlo_doctor.lint.replay.plan import capture_protos, plan
+
+    ctx = load_context(SAMPLES / "tpu_v5e_original")
+    findings = [f for f in diagnose(ctx, load_rulebook()).findings if f.code in ("HD002", "HD003", "HD004")]
+    p = plan(replace(ctx, what_if=True, backend="cpu", device_kind=""), findings)
+    assert not isinstance(p, str), p
+    protos = capture_protos(ctx, p)
+    assert not isinstance(protos, str), protos
+    for name, data in protos.items():
+        (tmp_path / name).write_bytes(data)
+    ReplaySpec(a=p.a, b=p.b, seconds=0.3, cap_seconds=0.3, platform="cpu").write(tmp_path / "spec.json")
+    t0 = time.perf_counter()
+    late = _run_here(tmp_path, 0.01)
+    assert time.perf_counter() - t0 < 5
+    assert late == {"ok": False, "reason": "it ran past 0 s in this process (which holds the device) and was "
+                                           "left to finish; its result is not used"}
+    doc = _run_here(tmp_path, 300)
+    assert doc["ok"] is True and doc["a_us"] and doc["b_us"], doc.get("reason")

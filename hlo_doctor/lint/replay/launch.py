@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def run_child(folder: Path, timeout_s: float, platform: str = "cpu", extra_env: 
     Where this process already holds an accelerator of that platform (``doctor`` on a TPU: one
     process owns the chip), the child's work runs here instead."""
     if platform != "cpu" and _held_here(platform):
-        return _run_here(folder)
+        return _run_here(folder, timeout_s)
     env = dict(os.environ, JAX_PLATFORMS=",".join(_PLATFORMS.get(platform, (platform,))), TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"))
     env = {k: v for k, v in env.items() if not k.startswith("MALLOC_")}  # the allocator's state is chosen here
     env.update(extra_env or {})
@@ -80,7 +81,19 @@ def _held_here(platform: str) -> bool:
     return isinstance(backends, dict) and any(p in backends for p in _PLATFORMS.get(platform, (platform,)))
 
 
-def _run_here(folder: Path) -> dict[str, object]:
+def _run_here(folder: Path, timeout_s: float) -> dict[str, object]:
+    """:func:`.child.document` in this process, waited for at most ``timeout_s`` (the bound a child
+    has). A compile or run past it cannot be stopped from here (XLA's compiler holds no cancel): it
+    is left to finish in a daemon thread, its result dropped, and the replay is said to have run past
+    its bound, as a stopped child is."""
     from hlo_doctor.lint.replay.child import document
 
-    return document(folder / "spec.json")
+    got: list[dict[str, object]] = []
+    worker = threading.Thread(target=lambda: got.append(document(folder / "spec.json")),
+                              name="hlo-doctor-replay", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive() or not got:
+        return {"ok": False, "reason": f"it ran past {timeout_s:.0f} s in this process (which holds the "
+                                       "device) and was left to finish; its result is not used"}
+    return got[0]
