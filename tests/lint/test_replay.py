@@ -418,3 +418,40 @@ def test_a_capture_taken_here_promises_the_saving_here_and_one_from_elsewhere_th
     again = measure_fix(ctx, "x", findings)
     assert not isinstance(again, str) and again.to_dict() == there.to_dict()
     assert there.to_dict()["same_machine"] is False and here.to_dict()["same_machine"] is True
+
+
+def test_a_program_whose_loop_runs_as_its_inputs_decide_is_not_replayed(tmp_path: Path) -> None:
+    """XLA states a loop's trip count where it can count it (``known_trip_count``): a loop run until
+    its inputs say stop (a generate loop) would run another count on the replay's made-up inputs, so
+    its replay is refused before anything compiles; a counted loop (``fori_loop``) is replayed."""
+    from hlo_doctor.lint.replay.plan import plan
+
+    x = jax.random.normal(jax.random.key(1), (B, V), jnp.float32)
+
+    @jax.jit
+    def until(logits: jax.Array, n: jax.Array) -> tuple[jax.Array, jax.Array]:
+        _, acc = jax.lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[1] + jnp.argmax(logits, -1)),
+                                    (jnp.int32(0), jnp.zeros(B, jnp.int32)))
+        return acc, logits  # its input returned: a copy (HD002)
+
+    @jax.jit
+    def counted(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
+        acc = jax.lax.fori_loop(0, 3, lambda _, a: a + jnp.argmax(logits, -1), jnp.zeros(B, jnp.int32))
+        return acc, logits
+
+    n = jnp.int32(3)
+    for name, fn, loop_counted in (("until", lambda: until(x, n), False), ("counted", lambda: counted(x), True)):
+        run = capture_callable(fn, steps=2, warmup=1, out_dir=tmp_path / name, target=f"test:{name}")
+        ctx = replace(load_context(run), what_if=True)
+        module = next(m for m in ctx.modules if m.name == f"jit_{name}")
+        loops = [i for i in module.instructions() if i.opcode == "while"]
+        assert loops and all(("known_trip_count" in i.attribute("backend_config")) == loop_counted for i in loops)
+        copies = [f for f in diagnose(ctx, load_rulebook()).findings if f.code == "HD002"]
+        assert copies, name
+        got = plan(ctx, copies)
+        if loop_counted:
+            assert not isinstance(got, str), got
+        else:
+            assert got == (f"the replay does not stand for the capture: {module.name}({module.program_id}) runs a "
+                           f"loop ({loops[0].name}) whose trip count its inputs decide (XLA's optimized HLO states "
+                           "none), and the replay's inputs are random values and zeros, not the capture's")

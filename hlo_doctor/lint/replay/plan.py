@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hlo_doctor.core.model import Finding
-from hlo_doctor.hlo import HloModule
+from hlo_doctor.hlo import HloInstruction, HloModule
 from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.host_cost import PerStepProgram, per_step_convert_programs
 from hlo_doctor.lint.replay.spec import Call, Parameter
@@ -210,6 +210,13 @@ def plan(ctx: Context, findings: Sequence[Finding]) -> ReplayPlan | str:
     bad = [module_key(m) for m, _ in b.a for p in m.entry.parameters if p.shape.is_tuple]
     if bad:
         return f"{bad[0]} takes a tuple parameter, which the replay cannot make"
+    loop = next(((m, i) for m, _ in b.a for i in m.instructions() if _data_dependent_loop(i)), None)
+    if loop is not None:
+        # Checked before anything compiles: such a program (a generate loop run until its tokens
+        # stop) cost minutes to compile twice, then ran another trip count than the capture's.
+        return (f"the replay does not stand for the capture: {module_key(loop[0])} runs a loop ({loop[1].name}) "
+                "whose trip count its inputs decide (XLA's optimized HLO states none), and the replay's inputs "
+                "are random values and zeros, not the capture's")
     a_calls, b_calls = b.calls()
     # A finding on a replayed program is measured with it (the whole program runs on both sides).
     modelled = [f for f in findings if f not in covered and not any(
@@ -217,6 +224,12 @@ def plan(ctx: Context, findings: Sequence[Finding]) -> ReplayPlan | str:
     covered += [f for f in findings if f not in covered and f not in modelled]
     return ReplayPlan(a=a_calls, b=b_calls, modules=tuple(m for m, _ in b.a), covered=tuple(covered),
                       modelled=tuple(modelled), capture_us=sum(_capture_us(ctx, m) for m, _ in b.a))
+
+
+def _data_dependent_loop(inst: HloInstruction) -> bool:
+    """A ``while`` whose trip count XLA could not fix at compile time: its optimized HLO states a
+    ``known_trip_count`` for a loop it can count (a scan, a ``fori_loop`` of constant bounds)."""
+    return inst.opcode == "while" and "known_trip_count" not in inst.attribute("backend_config")
 
 
 def _producer(ctx: Context, m: HloModule, converts: Iterable[PerStepProgram]) -> PerStepProgram | None:
