@@ -20,6 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from hlo_doctor.trace.columns import OpColumns
+from hlo_doctor.trace.host_columns import read_host_line
 from hlo_doctor.trace.model import CompileEvent, StepMark
 from hlo_doctor.trace.xspace import (
     MODULE_WITH_ID,
@@ -103,6 +104,12 @@ def read_host_plane(plane: XPlane, host: str, want_ops: bool, cols: OpColumns,
     module_code, op_code, pid_code = cols.modules.code, cols.ops.code, cols.program_ids.code
     for line in plane.lines:
         lname = line.name
+        read = read_host_line(line, names, snames, wanted, want_ops, host, pname, cols, steps, _NOISE_PREFIXES,
+                              _COMPILE_RE, (f"{host} {pname} {lname}", f"{host} {pname} {line.id}"))
+        if read is not None:  # the compiled reader's columns (trace/host_columns.py)
+            if read.compiles:
+                compiles.extend(_with_callers(line, names, read.compiles))
+            continue
         # Columns of this line's op events (array.array: no Python object kept per event).
         starts, durs, runs = array("d"), array("d"), array("q")
         mods, ops, pids = array("i"), array("i"), array("i")
