@@ -68,3 +68,26 @@ def test_compile_work_read_from_columns_as_event_by_event(tmp_path: Path, monkey
     table, steps, compiles = _read(xplane, True, monkeypatch)
     assert (table, steps, compiles) == _read(xplane, False, monkeypatch)
     assert compiles and any(c.function for c in compiles) and steps  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("capture", ["engine_b64_original_a", "gpu_h200_original", "tpu_v5e_original"])
+def test_host_threads_read_from_columns_as_event_by_event(capture: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python tracer's frames, the dispatch spans and the compile work of every host thread
+    (``python_frames.threads_of_plane``): the same columns from both reads, to the bit."""
+    from hlo_doctor.trace import python_frames
+
+    def threads() -> list[tuple[object, ...]]:
+        out: list[tuple[object, ...]] = []
+        with XSpaceFile(find_xplanes(SAMPLES / capture)[0]) as space:
+            for ref in space.planes:
+                if ref.name.startswith("/host:") and ref.name != "/host:metadata":
+                    for t in python_frames.threads_of_plane("h", space.plane(ref)):
+                        out.append((t.line, t.line_id, t.names, t.dispatches, t.frames, t.start_ns.tobytes(),
+                                    t.end_ns.tobytes(), t.name_code.astype(np.int64).tobytes()))
+        return out
+
+    got = threads()
+    with monkeypatch.context() as m:
+        m.setattr(python_frames, "_columns", lambda *a, **k: None)
+        assert got == threads()
+    assert got and sum(len(t[5]) for t in got) // 8 >= 100  # type: ignore[arg-type,misc]
