@@ -18,6 +18,8 @@ BUNDLED = {"hlo_doctor.bundled_rules": "rules"}
 
 XWIRE = Extension("hlo_doctor.trace._xwire", sources=["hlo_doctor/trace/_xwire.c"], optional=True)
 """The compiled event decoder; ``optional``: a failed build is a warning, not a failed install."""
+XSEGMENTS = Extension("hlo_doctor.trace._xsegments", sources=["hlo_doctor/trace/_xsegments.c"], optional=True)
+"""The compiled walk of a host thread's events (optional too: the walk runs in Python without it)."""
 
 setup(packages=[*find_packages(include=["hlo_doctor", "hlo_doctor.*"]), *BUNDLED], package_dir=BUNDLED,
-      ext_modules=[XWIRE])
+      ext_modules=[XWIRE, XSEGMENTS])

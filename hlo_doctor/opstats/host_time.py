@@ -36,6 +36,7 @@ from hlo_doctor.hlo import HloModule
 from hlo_doctor.hlo.frames import framework_of, frameworks
 from hlo_doctor.trace.compiles import Compile, module_of_function
 from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX, EXECUTE_MARKER
+from hlo_doctor.trace.cwire import SEGMENTS_COMPILED, segments
 from hlo_doctor.trace.python_frames import DriverThread, PyFrame, parse_frame
 
 _WAIT_FUNCTIONS = frozenset({"block_until_ready"})
@@ -260,6 +261,8 @@ def host_segments(thread: DriverThread | None, kinds: FrameKinds, compiles: Sequ
     # arrays at a time: a driver thread holds millions of Python-tracer events, never a tuple each.
     spans = sorted(((c.start_us * 1e3, (c.start_us + c.duration_us) * 1e3, _COMPILE_SPAN + c.module) for c in compiles),
                    key=lambda ev: (ev[0], -ev[1]))
+    if SEGMENTS_COMPILED:
+        return _compiled_segments(thread, spans, kinds, execution_waits)
     events: Iterator[tuple[float, float, str]] = heapq.merge(_thread_events(thread), spans,
                                                              key=lambda ev: (ev[0], -ev[1]))
     first = next(events, None)
@@ -309,6 +312,47 @@ def host_segments(thread: DriverThread | None, kinds: FrameKinds, compiles: Sequ
         t = max(t, top_end)
     return Segments(np.frombuffer(starts, np.float64), np.frombuffer(ends, np.float64),
                     np.frombuffer(which, np.int64), tuple(labels))
+
+
+def _compiled_segments(thread: DriverThread | None, spans: list[tuple[float, float, str]], kinds: FrameKinds,
+                       execution_waits: bool) -> Segments:
+    """:func:`host_segments`'s walk by the compiled reader (``cwire.segments``), the labels worked
+    out here as the loop does, once per (parent label, name), in the order the walk meets them."""
+    names = list(thread.names) if thread is not None else []
+    known: dict[str, int] = {}
+    span_codes = []
+    for _, _, name in spans:
+        if name not in known:
+            known[name] = len(names)
+            names.append(name)
+        span_codes.append(known[name])
+    starts = np.concatenate([thread.start_ns if thread is not None else np.zeros(0),
+                             np.asarray([s[0] for s in spans], np.float64)])
+    ends = np.concatenate([thread.end_ns if thread is not None else np.zeros(0),
+                           np.asarray([s[1] for s in spans], np.float64)])
+    codes = np.concatenate([thread.name_code.astype(np.int64) if thread is not None else np.zeros(0, np.int64),
+                            np.asarray(span_codes, np.int64)])
+    if spans and len(starts) > len(spans):
+        # heapq.merge of the two sorted runs: a stable sort by (start, longest first), the thread's first.
+        order = np.lexsort((-ends, starts))
+        starts, ends, codes = starts[order], ends[order], codes[order]
+    index: dict[Label, int] = {}
+    labels: list[Label] = []
+
+    def code(label: Label) -> int:
+        k = index.get(label)
+        if k is None:
+            k = index[label] = len(labels)
+            labels.append(label)
+        return k
+
+    untraced, root = code(Label("untraced")), Label("python")
+
+    def label_of(parent: int, name: int) -> int:
+        return code(_child(root if parent < 0 else labels[parent], names[name], kinds, execution_waits))
+
+    s, e, k = segments(starts, ends, codes, untraced, label_of)
+    return Segments(s, e, k, tuple(labels))
 
 
 def _thread_events(thread: DriverThread | None, chunk: int = 1 << 16) -> Iterator[tuple[float, float, str]]:

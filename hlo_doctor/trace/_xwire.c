@@ -360,6 +360,7 @@ static PyObject *walk_fields(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+
     {"walk_fields", walk_fields, METH_VARARGS,
      "walk_fields(buf, base, end): a message's fields from buf on, as (number, start, value, stop) rows."},
     {"decode_line", decode_line, METH_VARARGS,

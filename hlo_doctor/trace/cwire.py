@@ -27,7 +27,7 @@ from google.protobuf.message import DecodeError
 from hlo_doctor.trace.wire import EventColumns, OwnStats, Unread, stat_value_at
 from hlo_doctor.trace.xspace import XLINE_SPLIT
 
-__all__ = ["COMPILED", "NUMPY_READER_ENV", "line_columns", "walk_fields"]
+__all__ = ["COMPILED", "NUMPY_READER_ENV", "SEGMENTS_COMPILED", "line_columns", "segments", "walk_fields"]
 
 NUMPY_READER_ENV = "HLO_DOCTOR_NUMPY_READER"
 """Set (to anything but empty): the numpy reader even where the compiled one is built (to compare them)."""
@@ -41,6 +41,16 @@ if not os.environ.get(NUMPY_READER_ENV):
 
 COMPILED: bool = _xwire is not None
 """Whether this install has the compiled reader."""
+
+_xsegments: ModuleType | None = None
+if not os.environ.get(NUMPY_READER_ENV):
+    try:
+        import hlo_doctor.trace._xsegments as _xsegments  # type: ignore[import-not-found,no-redef]
+    except ImportError:
+        pass
+
+SEGMENTS_COMPILED: bool = _xsegments is not None
+"""Whether this install has the compiled walk of a host thread's events (:func:`segments`)."""
 
 _U64 = (1 << 64) - 1
 
@@ -88,6 +98,18 @@ def walk_fields(data: bytes, base: int, end: int) -> tuple[np.ndarray, int]:
     assert _xwire is not None
     rows, stopped = _xwire.walk_fields(data, base, end)
     return np.frombuffer(rows, np.int64).reshape(-1, 4), stopped
+
+
+def segments(starts: np.ndarray, ends: np.ndarray, names: np.ndarray, untraced: int,
+             label_of: Callable[[int, int], int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A thread's nested events (sorted by start, longest first) as labelled segments that do not
+    overlap: :func:`hlo_doctor.opstats.host_time.host_segments`'s walk, compiled. ``label_of(parent,
+    name)`` is the code of an event's label from its parent's (-1: none) and its name's codes."""
+    assert _xsegments is not None
+    s, e, k = _xsegments.segments(np.ascontiguousarray(starts, np.float64).tobytes(),
+                              np.ascontiguousarray(ends, np.float64).tobytes(),
+                              np.ascontiguousarray(names, np.int64).tobytes(), untraced, label_of)
+    return np.frombuffer(s, np.float64), np.frombuffer(e, np.float64), np.frombuffer(k, np.int64)
 
 
 def _own(data: bytes, rows: np.ndarray, op_ids: dict[int, str], snames: dict[int, str]) -> OwnStats:

@@ -1,0 +1,191 @@
+/* The compiled walk of a host thread's nested events into labelled segments (wrapped by
+   hlo_doctor.trace.cwire.segments; the walk it replaces, and judges it: hlo_doctor.opstats.host_time).
+
+   An extension of its own beside _xwire.c (the reader of a capture's wire bytes): optional as that one
+   is, and where it is not built the walk runs in Python with the same results. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Growable int64 columns, grown with the raw allocator as _xwire.c's are. */
+typedef struct {
+    int64_t *data;
+    Py_ssize_t len, cap;
+} vec;
+
+static int vec_push(vec *v, int64_t x) {
+    if (v->len == v->cap) {
+        Py_ssize_t cap = v->cap ? v->cap * 2 : 4096;
+        int64_t *d = (int64_t *)PyMem_RawRealloc(v->data, (size_t)cap * sizeof(int64_t));
+        if (!d) return -1;
+        v->data = d;
+        v->cap = cap;
+    }
+    v->data[v->len++] = x;
+    return 0;
+}
+
+static PyObject *vec_bytes(vec *v) {
+    return PyBytes_FromStringAndSize((const char *)v->data, v->len * (Py_ssize_t)sizeof(int64_t));
+}
+
+/* A (parent label, name) -> label table, open addressing; keys are (parent + 1) << 32 | name. */
+typedef struct {
+    uint64_t *keys; /* 0: empty (a key is never 0: the name code is stored + 1) */
+    int64_t *values;
+    size_t cap, len;
+} table_t;
+
+static int table_put(table_t *t, uint64_t key, int64_t value);
+
+static int64_t *table_get(table_t *t, uint64_t key) {
+    if (!t->cap) return NULL;
+    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & (t->cap - 1);
+    while (t->keys[i]) {
+        if (t->keys[i] == key) return &t->values[i];
+        i = (i + 1) & (t->cap - 1);
+    }
+    return NULL;
+}
+
+static int table_grow(table_t *t) {
+    table_t bigger = {NULL, NULL, t->cap ? t->cap * 2 : 1024, 0};
+    bigger.keys = (uint64_t *)PyMem_Calloc(bigger.cap, sizeof(uint64_t));
+    bigger.values = (int64_t *)PyMem_Calloc(bigger.cap, sizeof(int64_t));
+    if (!bigger.keys || !bigger.values) {
+        PyMem_Free(bigger.keys);
+        PyMem_Free(bigger.values);
+        return -1;
+    }
+    for (size_t i = 0; i < t->cap; i++)
+        if (t->keys[i]) table_put(&bigger, t->keys[i], t->values[i]);
+    PyMem_Free(t->keys);
+    PyMem_Free(t->values);
+    *t = bigger;
+    return 0;
+}
+
+static int table_put(table_t *t, uint64_t key, int64_t value) {
+    if ((t->len + 1) * 2 > t->cap && table_grow(t)) return -1;
+    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & (t->cap - 1);
+    while (t->keys[i] && t->keys[i] != key) i = (i + 1) & (t->cap - 1);
+    if (!t->keys[i]) t->len++;
+    t->keys[i] = key;
+    t->values[i] = value;
+    return 0;
+}
+
+/* segments(starts, ends, names, untraced, label_of): a thread's nested events (float64 starts and
+   ends, int64 name codes, sorted by start, longest first) cut into labelled segments that do not
+   overlap, as hlo_doctor.opstats.host_time.host_segments walks them: a stack of open events, each
+   event's label from its parent's label and its name. label_of(parent, name) gives that label's
+   code (parent -1: the thread's root) and is called once per pair. Returns (starts, ends, labels)
+   as bytes (float64, float64, int64). */
+static PyObject *segments(PyObject *self, PyObject *args) {
+    Py_buffer sb, eb, nb;
+    long long untraced;
+    PyObject *label_of;
+    if (!PyArg_ParseTuple(args, "y*y*y*LO", &sb, &eb, &nb, &untraced, &label_of)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = sb.len / (Py_ssize_t)sizeof(double);
+    const double *starts = (const double *)sb.buf, *ends = (const double *)eb.buf;
+    const int64_t *names = (const int64_t *)nb.buf;
+    vec os = {0}, oe = {0}, ol = {0};
+    table_t children = {0};
+    double *stack_end = NULL;
+    int64_t *stack_label = NULL;
+    Py_ssize_t depth = 0;
+    if (eb.len != sb.len || nb.len != n * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "starts, ends and names differ in length");
+        goto done;
+    }
+    stack_end = (double *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof(double));
+    stack_label = (int64_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (!stack_end || !stack_label) {
+        PyErr_NoMemory();
+        goto done;
+    }
+#define EMIT(a, b, k)                                                                           \
+    do {                                                                                        \
+        double a_ = (a), b_ = (b);                                                              \
+        if (b_ > a_) {                                                                          \
+            int64_t ai, bi;                                                                     \
+            memcpy(&ai, &a_, 8);                                                                \
+            memcpy(&bi, &b_, 8);                                                                \
+            if (vec_push(&os, ai) || vec_push(&oe, bi) || vec_push(&ol, (k))) {                 \
+                PyErr_NoMemory();                                                               \
+                goto done;                                                                      \
+            }                                                                                   \
+        }                                                                                       \
+    } while (0)
+    double t = n ? starts[0] : 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double start = starts[i], end = ends[i];
+        while (depth && stack_end[depth - 1] <= start) {
+            double top_end = stack_end[depth - 1];
+            int64_t k = stack_label[depth - 1];
+            depth--;
+            EMIT(t, top_end, k);
+            t = top_end > t ? top_end : t;
+        }
+        EMIT(t, start, depth ? stack_label[depth - 1] : untraced);
+        t = start > t ? start : t;
+        int64_t parent = depth ? stack_label[depth - 1] : -1;
+        if (depth && stack_end[depth - 1] < end) end = stack_end[depth - 1];
+        if (names[i] < 0 || names[i] >= 0xFFFFFFFFll || parent >= 0x7FFFFFFFll) {
+            PyErr_SetString(PyExc_ValueError, "a name or label code out of range");
+            goto done;
+        }
+        uint64_t key = ((uint64_t)(parent + 1) << 32) | (uint64_t)(names[i] + 1);
+        int64_t *known = table_get(&children, key), label;
+        if (known) {
+            label = *known;
+        } else {
+            PyObject *got = PyObject_CallFunction(label_of, "LL", (long long)parent, (long long)names[i]);
+            if (!got) goto done;
+            label = PyLong_AsLongLong(got);
+            Py_DECREF(got);
+            if (label == -1 && PyErr_Occurred()) goto done;
+            if (table_put(&children, key, label)) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        }
+        stack_end[depth] = end;
+        stack_label[depth] = label;
+        depth++;
+    }
+    while (depth) {
+        double top_end = stack_end[depth - 1];
+        int64_t k = stack_label[depth - 1];
+        depth--;
+        EMIT(t, top_end, k);
+        t = top_end > t ? top_end : t;
+    }
+#undef EMIT
+    result = Py_BuildValue("(NNN)", vec_bytes(&os), vec_bytes(&oe), vec_bytes(&ol));
+done:
+    PyMem_RawFree(os.data);
+    PyMem_RawFree(oe.data);
+    PyMem_RawFree(ol.data);
+    PyMem_Free(children.keys);
+    PyMem_Free(children.values);
+    PyMem_Free(stack_end);
+    PyMem_Free(stack_label);
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&eb);
+    PyBuffer_Release(&nb);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"segments", segments, METH_VARARGS,
+     "segments(starts, ends, names, untraced, label_of): a thread's nested events as labelled segments."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_xsegments", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__xsegments(void) { return PyModule_Create(&module); }
