@@ -125,13 +125,45 @@ def _own(data: bytes, rows: np.ndarray, op_ids: dict[int, str], snames: dict[int
         # values as they are; a dict only if one is asked for.
         return OwnStats(rows=(table[:, 0].copy(), table[:, 1].copy(), table[:, 3].copy()),
                         names={sid: op_ids[sid] for sid in np.unique(table[:, 1]).tolist()})
-    names = [op_ids[sid] for sid in table[:, 1].tolist()]
-    values = [stat_value_at(buf, kind, value & _U64, stop, snames) for kind, value, stop in table[:, 2:].tolist()]
+    sids, inverse = np.unique(table[:, 1], return_inverse=True)
+    names = np.asarray([op_ids[sid] for sid in sids.tolist()] + [""], object)[inverse.reshape(-1)].tolist()
+    values = _values(buf, table, snames)
+    events = table[:, 0]
+    pairs = list(zip(names, values, strict=True))
+    if len(events) < 2 or bool((events[1:] >= events[:-1]).all()):
+        # The rows come in the events' order (the reader writes them so): each event's run of rows.
+        cut = np.flatnonzero(events[1:] != events[:-1]) + 1
+        bounds = [0, *cut.tolist(), len(events)]
+        return OwnStats({event: tuple(pairs[a:b]) for event, a, b in
+                         zip(events[bounds[:-1]].tolist(), bounds[:-1], bounds[1:], strict=True)})
     own: dict[int, list[tuple[str, object]]] = {}
-    for event, name, value in zip(table[:, 0].tolist(), names, values, strict=True):
+    for event, pair in zip(events.tolist(), pairs, strict=True):
         items = own.get(event)
         if items is None:
-            own[event] = [(name, value)]
+            own[event] = [pair]
         else:
-            items.append((name, value))
+            items.append(pair)
     return OwnStats({i: tuple(items) for i, items in own.items()})
+
+
+def _values(buf: np.ndarray, table: np.ndarray, snames: dict[int, str]) -> list[object]:
+    """Each row's value as :func:`~hlo_doctor.trace.wire.stat_value_at` reads it: integers and
+    references (what an op event's stats mostly are) a kind at a time, the rest row by row."""
+    kinds, raw = table[:, 2], table[:, 3]
+    out = np.full(len(table), None, object)
+    unsigned = raw.astype(np.uint64)
+    for kind in np.unique(kinds).tolist():
+        at = np.flatnonzero(kinds == kind)
+        if kind == 0:
+            continue
+        if kind == 3:
+            out[at] = unsigned[at].tolist()  # uint64_value
+        elif kind == 4:
+            out[at] = raw[at].tolist()  # int64_value: the signed value as written
+        elif kind == 7:
+            refs, which = np.unique(unsigned[at], return_inverse=True)
+            out[at] = np.asarray([snames.get(r, "") for r in refs.tolist()] + [""], object)[which.reshape(-1)]
+        else:
+            out[at] = [stat_value_at(buf, kind, value & _U64, stop, snames)
+                       for value, stop in table[at][:, 3:5].tolist()]
+    return out.tolist()
