@@ -268,16 +268,8 @@ def host_segments(thread: DriverThread | None, kinds: FrameKinds, compiles: Sequ
     first = next(events, None)
     if first is not None:
         events = itertools.chain((first,), events)
-    index: dict[Label, int] = {}
-    labels: list[Label] = []
-
-    def code(label: Label) -> int:
-        k = index.get(label)
-        if k is None:
-            k = index[label] = len(labels)
-            labels.append(label)
-        return k
-
+    code = _LabelCodes()
+    labels = code.labels
     untraced = code(Label("untraced"))
     starts, ends, which = array("d"), array("d"), array("q")
 
@@ -314,6 +306,21 @@ def host_segments(thread: DriverThread | None, kinds: FrameKinds, compiles: Sequ
                     np.frombuffer(which, np.int64), tuple(labels))
 
 
+class _LabelCodes:
+    """Label -> its code, in the order the labels are first met."""
+
+    def __init__(self) -> None:
+        self.index: dict[Label, int] = {}
+        self.labels: list[Label] = []
+
+    def __call__(self, label: Label) -> int:
+        k = self.index.get(label)
+        if k is None:
+            k = self.index[label] = len(self.labels)
+            self.labels.append(label)
+        return k
+
+
 def _compiled_segments(thread: DriverThread | None, spans: list[tuple[float, float, str]], kinds: FrameKinds,
                        execution_waits: bool) -> Segments:
     """:func:`host_segments`'s walk by the compiled reader (``cwire.segments``), the labels worked
@@ -336,16 +343,8 @@ def _compiled_segments(thread: DriverThread | None, spans: list[tuple[float, flo
         # heapq.merge of the two sorted runs: a stable sort by (start, longest first), the thread's first.
         order = np.lexsort((-ends, starts))
         starts, ends, codes = starts[order], ends[order], codes[order]
-    index: dict[Label, int] = {}
-    labels: list[Label] = []
-
-    def code(label: Label) -> int:
-        k = index.get(label)
-        if k is None:
-            k = index[label] = len(labels)
-            labels.append(label)
-        return k
-
+    code = _LabelCodes()
+    labels = code.labels
     untraced, root = code(Label("untraced")), Label("python")
 
     def label_of(parent: int, name: int) -> int:

@@ -13,20 +13,16 @@ Also the names shared by both: an op's HLO text, ``module(program_id)``.
 from __future__ import annotations
 
 import re
-from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import replace
 
-import numpy as np
-
 from hlo_doctor.trace.columns import OpColumns
-from hlo_doctor.trace.host_columns import read_host_line
+from hlo_doctor.trace.host_columns import HostLineSink, read_host_line
 from hlo_doctor.trace.model import CompileEvent, StepMark
 from hlo_doctor.trace.xspace import (
     MODULE_WITH_ID,
     XPlane,
     event_names,
-    program_id_of,
     stat_names,
     stat_value,
 )
@@ -101,69 +97,27 @@ def read_host_plane(plane: XPlane, host: str, want_ops: bool, cols: OpColumns,
     names = event_names(plane)
     snames = stat_names(plane)
     wanted = {sid: name for sid, name in snames.items() if name in _HOST_STATS}
-    module_code, op_code, pid_code = cols.modules.code, cols.ops.code, cols.program_ids.code
     for line in plane.lines:
-        lname = line.name
-        read = read_host_line(line, names, snames, wanted, want_ops, host, pname, cols, steps, _NOISE_PREFIXES,
-                              _COMPILE_RE, (f"{host} {pname} {lname}", f"{host} {pname} {line.id}"))
-        if read is not None:  # the compiled reader's columns (trace/host_columns.py)
-            if read.compiles:
-                compiles.extend(_with_callers(line, names, read.compiles))
-            continue
-        # Columns of this line's op events (array.array: no Python object kept per event).
-        starts, durs, runs = array("d"), array("d"), array("q")
-        mods, ops, pids = array("i"), array("i"), array("i")
-        found: list[CompileEvent] = []
-        for ev in line.events:
-            name = names.get(ev.metadata_id, "")
-            # Python-tracer events ("$file.py:12 func") carry no stats worth reading.
-            if name.startswith(_NOISE_PREFIXES):
-                continue
-            sd: dict[str, object] = {}
-            if not name.startswith("$"):
-                for stat in ev.stats:
-                    key = wanted.get(stat.metadata_id)
-                    if key is not None:
-                        sd[key] = stat_value(stat, snames)
-            if sd:
-                op = sd.get("hlo_op")
-                if op is not None:
-                    if want_ops:
-                        pid = program_id_of(sd.get("program_id"))
-                        run = sd.get("run_id")
-                        start, dur = _event_times(line, ev)
-                        starts.append(start)
-                        durs.append(dur)
-                        runs.append(int(run) if run is not None else -1)  # type: ignore[call-overload]
-                        mods.append(module_code(str(sd.get("hlo_module", ""))))
-                        ops.append(op_code(str(op)))
-                        pids.append(pid_code(pid if pid is not None else -1))
+        label = (f"{host} {pname} {line.name}", f"{host} {pname} {line.id}")
+        found = read_host_line(line, names, snames, wanted, want_ops, host, pname, cols, steps, _NOISE_PREFIXES,
+                               _COMPILE_RE, label)  # the compiled reader's columns (trace/host_columns.py)
+        if found is None:  # else the line's events one message at a time
+            sink = HostLineSink(line.timestamp_ns, want_ops, host, pname, cols, label)
+            for ev in line.events:
+                name = names.get(ev.metadata_id, "")
+                # Python-tracer events ("$file.py:12 func") carry no stats worth reading.
+                if name.startswith(_NOISE_PREFIXES):
                     continue
-                if "step_num" in sd:
-                    try:
-                        num = int(sd["step_num"])  # type: ignore[call-overload]
-                    except (TypeError, ValueError):
-                        num = -1
-                    start, dur = _event_times(line, ev)
-                    steps.append(StepMark(host, name, num, start, dur))
-                    continue
-            if _COMPILE_RE.search(name):
-                module = str(sd.get("hlo_module", sd.get("module", "")))
-                pid = program_id_of(sd.get("program_id"))
-                start, dur = _event_times(line, ev)
-                found.append(CompileEvent(
-                    name=name, start_us=start / 1e3, duration_us=dur / 1e3,
-                    module=module, detail=f"{host} {pname} {lname}", thread=f"{host} {pname} {line.id}",
-                    program_id=pid))
+                sd: dict[str, object] = {}
+                if not name.startswith("$"):
+                    for stat in ev.stats:
+                        key = wanted.get(stat.metadata_id)
+                        if key is not None:
+                            sd[key] = stat_value(stat, snames)
+                sink.take(name, sd, ev.offset_ps, ev.duration_ps, bool(_COMPILE_RE.search(name)))
+            found = sink.finish(steps)
         if found:
             compiles.extend(_with_callers(line, names, found))
-        if starts:
-            cols.add(host, pname, np.frombuffer(mods, np.int32), np.frombuffer(pids, np.int32),
-                     np.frombuffer(ops, np.int32), np.frombuffer(starts, np.float64),
-                     np.frombuffer(durs, np.float64), np.frombuffer(runs, np.int64),
-                     np.ones(len(starts), np.int32))
-
-
 
 
 def _with_callers(line: object, names: dict[int, str], found: list[CompileEvent]) -> list[CompileEvent]:

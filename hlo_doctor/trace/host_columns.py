@@ -24,16 +24,62 @@ from hlo_doctor.trace.model import CompileEvent, StepMark
 from hlo_doctor.trace.wire import Unread
 from hlo_doctor.trace.xspace import program_id_of
 
-__all__ = ["HostLineRead", "read_host_line"]
+__all__ = ["HostLineSink", "read_host_line"]
 
 
-class HostLineRead:
-    """What one host line said: its compile events (before their callers are found)."""
+class HostLineSink:
+    """What one host line's events say, taken one event at a time (by either read of the line): its
+    op events (when ``want_ops``), step marks and compile events, in the line's order."""
 
-    __slots__ = ("compiles",)
+    def __init__(self, timestamp_ns: int, want_ops: bool, host: str, pname: str, cols: OpColumns,
+                 label: tuple[str, str]) -> None:
+        self.ts1000, self.want_ops, self.host, self.pname, self.cols, self.label = (
+            int(timestamp_ns) * 1000, want_ops, host, pname, cols, label)
+        # Columns of the line's op events (array.array: no Python object kept per event).
+        self.starts, self.durs, self.runs = array("d"), array("d"), array("q")
+        self.mods, self.ops, self.pids = array("i"), array("i"), array("i")
+        self.marks: list[StepMark] = []
+        self.compiles: list[CompileEvent] = []
 
-    def __init__(self, compiles: list[CompileEvent]) -> None:
-        self.compiles = compiles
+    def take(self, name: str, sd: dict[str, object], offset_ps: int, duration_ps: int, compile_work: bool) -> None:
+        """One event: its metadata's name, its own wanted stats (``sd``), its picosecond offset and
+        duration (times are worked out from them as integers: ``(timestamp_ns * 1000 + offset_ps) /
+        1000``), whether its name is compile work."""
+        if sd:
+            op = sd.get("hlo_op")
+            if op is not None:
+                if self.want_ops:
+                    cols, pid, run = self.cols, program_id_of(sd.get("program_id")), sd.get("run_id")
+                    self.starts.append((self.ts1000 + offset_ps) / 1000)
+                    self.durs.append(duration_ps / 1000)
+                    self.runs.append(int(run) if run is not None else -1)  # type: ignore[call-overload]
+                    self.mods.append(cols.modules.code(str(sd.get("hlo_module", ""))))
+                    self.ops.append(cols.ops.code(str(op)))
+                    self.pids.append(cols.program_ids.code(pid if pid is not None else -1))
+                return
+            if "step_num" in sd:
+                try:
+                    num = int(sd["step_num"])  # type: ignore[call-overload]
+                except (TypeError, ValueError):
+                    num = -1
+                self.marks.append(StepMark(self.host, name, num, (self.ts1000 + offset_ps) / 1000, duration_ps / 1000))
+                return
+        if compile_work:
+            start = (self.ts1000 + offset_ps) / 1000
+            self.compiles.append(CompileEvent(
+                name=name, start_us=start / 1e3, duration_us=duration_ps / 1000 / 1e3,
+                module=str(sd.get("hlo_module", sd.get("module", ""))), detail=self.label[0], thread=self.label[1],
+                program_id=program_id_of(sd.get("program_id"))))
+
+    def finish(self, steps: list[StepMark]) -> list[CompileEvent]:
+        """Add the op events to the columns and the marks to ``steps``; the compile events."""
+        steps.extend(self.marks)
+        if self.starts:
+            self.cols.add(self.host, self.pname, np.frombuffer(self.mods, np.int32), np.frombuffer(self.pids, np.int32),
+                          np.frombuffer(self.ops, np.int32), np.frombuffer(self.starts, np.float64),
+                          np.frombuffer(self.durs, np.float64), np.frombuffer(self.runs, np.int64),
+                          np.ones(len(self.starts), np.int32))
+        return self.compiles
 
 
 def _class(classes: dict[int, tuple[str, bool, bool]], names: dict[int, str], mid: int, noise: tuple[str, ...],
@@ -48,18 +94,13 @@ def _class(classes: dict[int, tuple[str, bool, bool]], names: dict[int, str], mi
 
 def read_host_line(line: object, names: dict[int, str], snames: dict[int, str], wanted: dict[int, str],
                    want_ops: bool, host: str, pname: str, cols: OpColumns, steps: list[StepMark],
-                   noise: tuple[str, ...], compile_re: re.Pattern[str], label: tuple[str, str]) -> HostLineRead | None:
+                   noise: tuple[str, ...], compile_re: re.Pattern[str], label: tuple[str, str]) -> list[CompileEvent] | None:
     """The op events (when ``want_ops``, into ``cols``), step marks (into ``steps``) and compile
     events of one host line, as the message loop reads them; None where that loop must read it."""
     columns = getattr(line, "event_columns", None)
     if not COMPILED or columns is None:
         return None
-    ts1000 = int(line.timestamp_ns) * 1000  # type: ignore[attr-defined]
-    starts, durs, runs = array("d"), array("d"), array("q")
-    mods, ops, pids = array("i"), array("i"), array("i")
-    module_code, op_code, pid_code = cols.modules.code, cols.ops.code, cols.program_ids.code
-    found: list[CompileEvent] = []
-    marks: list[StepMark] = []
+    sink = HostLineSink(line.timestamp_ns, want_ops, host, pname, cols, label)  # type: ignore[attr-defined]
     classes: dict[int, tuple[str, bool, bool]] = {}  # metadata id -> (name, noise, compile work)
     first = 0
     try:
@@ -78,41 +119,9 @@ def read_host_line(line: object, names: dict[int, str], snames: dict[int, str], 
             for i, k, off, dur in zip((events + first).tolist(), which[events].tolist(),
                                       part.offsets_ps[events].tolist(), part.durations_ps[events].tolist(), strict=True):
                 name, _, compile_work = kinds[k]
-                sd: dict[str, object] = {} if name.startswith("$") else dict(own.get(i, ()))
-                if sd:
-                    op = sd.get("hlo_op")
-                    if op is not None:
-                        if want_ops:
-                            pid = program_id_of(sd.get("program_id"))
-                            run = sd.get("run_id")
-                            starts.append((ts1000 + off) / 1000)
-                            durs.append(dur / 1000)
-                            runs.append(int(run) if run is not None else -1)  # type: ignore[call-overload]
-                            mods.append(module_code(str(sd.get("hlo_module", ""))))
-                            ops.append(op_code(str(op)))
-                            pids.append(pid_code(pid if pid is not None else -1))
-                        continue
-                    if "step_num" in sd:
-                        try:
-                            num = int(sd["step_num"])  # type: ignore[call-overload]
-                        except (TypeError, ValueError):
-                            num = -1
-                        marks.append(StepMark(host, name, num, (ts1000 + off) / 1000, dur / 1000))
-                        continue
-                if compile_work:
-                    start = (ts1000 + off) / 1000
-                    found.append(CompileEvent(
-                        name=name, start_us=start / 1e3, duration_us=dur / 1000 / 1e3,
-                        module=str(sd.get("hlo_module", sd.get("module", ""))), detail=label[0], thread=label[1],
-                        program_id=program_id_of(sd.get("program_id"))))
+                sink.take(name, {} if name.startswith("$") else dict(own.get(i, ())), off, dur, compile_work)
             first += len(part.mids)
     except Unread:
         # Left to the message loop, whole: nothing of this line is kept (the op codes made stay unused).
         return None
-    steps.extend(marks)
-    if starts:
-        cols.add(host, pname, np.frombuffer(mods, np.int32), np.frombuffer(pids, np.int32),
-                 np.frombuffer(ops, np.int32), np.frombuffer(starts, np.float64),
-                 np.frombuffer(durs, np.float64), np.frombuffer(runs, np.int64),
-                 np.ones(len(starts), np.int32))
-    return HostLineRead(found)
+    return sink.finish(steps)
