@@ -21,7 +21,6 @@ def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: 
     marks) or device ``Steps`` events (``by_device=True``: the marks of the event's own device).
     ``name`` fixes the annotation that is the step where other hosts decide it.
     """
-    step_of = np.full(len(ev), -1, dtype=np.int64)
     times: list[float] = []
     counts: list[int] = []
     if not by_device:
@@ -30,6 +29,9 @@ def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: 
             names[s.name] = names.get(s.name, 0) + 1
         step_name = name if name is not None else max(names, key=lambda n: names[n])
         marks = [s for s in marks if s.name == step_name]
+    # A step's label is its number, else its place among its group's marks: int32 where all fit.
+    narrow = len(marks) < (1 << 31) and all(s.step_num < (1 << 31) for s in marks)
+    step_of = np.full(len(ev), -1, dtype=np.int32 if narrow else np.int64)
     host_cat = ev["host"].cat
     device_cat = ev["device"].cat
     host_index = {str(v): i for i, v in enumerate(host_cat.categories)}

@@ -119,15 +119,12 @@ class EventTotals:
 
 def events_frame(trace: Trace) -> pd.DataFrame:
     """The trace's op events as a frame (no copy of the columns): host, device, module, program_id,
-    op, start_ns, duration_ns, self_ns, run_id, occurrences, device_key (one code per (host, device))."""
+    op, start_ns, duration_ns, self_ns, run_id, occurrences."""
     ops = trace.ops
-    device_key = ops.host.codes.astype(np.int64)  # host * devices + device, in place
-    device_key *= max(len(ops.device.categories), 1)
-    device_key += ops.device.codes
     return pd.DataFrame({
         "host": ops.host, "device": ops.device, "module": ops.module, "program_id": ops.program_id,
         "op": ops.op, "start_ns": ops.start_ns, "duration_ns": ops.duration_ns, "self_ns": ops.self_ns,
-        "run_id": ops.run_id, "occurrences": ops.occurrences, "device_key": device_key,
+        "run_id": ops.run_id, "occurrences": ops.occurrences,
     }, copy=False)
 
 
