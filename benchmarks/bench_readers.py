@@ -198,7 +198,7 @@ def stages(xplane: Path) -> list[str]:
     from hlo_doctor.hosts.merge import merge_parts
     from hlo_doctor.hosts.work import HostTask, read_one
     from hlo_doctor.opstats.export_json import to_json
-    from hlo_doctor.trace import device
+    from hlo_doctor.trace import device, device_lines
     from hlo_doctor.trace.stream import XSpaceFile
     from hlo_doctor.trace.xspace import stat_names
 
@@ -219,8 +219,8 @@ def stages(xplane: Path) -> list[str]:
                 by = {v: k for k, v in names.items()}
                 ops = {k: v for k, v in names.items() if v in device._OP_STATS}
                 for line in plane.lines:
-                    n += len(device._scan(line, by.get("device_offset_ps", -1), by.get("device_duration_ps", -1),
-                                          ops, names).mids)
+                    n += len(device_lines.scan(line, by.get("device_offset_ps", -1), by.get("device_duration_ps", -1),
+                                               ops, names).mids)
         return n
 
     events = timed("events: wire decode (every line of every plane)", decode_only)

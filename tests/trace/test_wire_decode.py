@@ -1,7 +1,7 @@
 """The columnar decode of a line's events (``trace/wire.py``) reads what the protobuf runtime reads.
 
 The judge is protobuf itself: every line here is read twice from the same file, by the decoder and
-by the runtime's parsed ``XEvent`` messages (``_scan_messages``), and the columns and each event's
+by the runtime's parsed ``XEvent`` messages (``device_lines.scan_messages``), and the columns and each event's
 op stats must be equal. Lines are written by the runtime's own serializer (random events: both
 members of the ``data`` oneof, negative and 64-bit values, every kind of stat value) and by hand on
 the wire where the serializer never writes so (fields out of order, a field repeated, the other
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.trace import cwire, device, stream
+from hlo_doctor.trace import cwire, device, device_lines, stream
 from hlo_doctor.trace import xplane_pb2 as xp
 from hlo_doctor.trace.stream import CHUNK_BYTES, XSpaceFile
 from hlo_doctor.trace.wire import Unread
@@ -41,13 +41,13 @@ OP_STATS = {k: v for k, v in STATS.items() if v in device._OP_STATS}
 
 @pytest.fixture(autouse=True, params=["compiled", "numpy"])
 def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The reader of a line's events that ``event_columns`` and ``device._scan`` use."""
+    """The reader of a line's events that ``event_columns`` and ``device_lines.scan`` use."""
     if request.param == "compiled":
         if not cwire.COMPILED:
             pytest.skip("the compiled reader is not built in this install")
     else:
         monkeypatch.setattr(stream, "COMPILED", False)
-        monkeypatch.setattr(device, "WIRE_MIN_BYTES", 256 << 10)
+        monkeypatch.setattr(device_lines, "WIRE_MIN_BYTES", 256 << 10)
     return str(request.param)
 
 
@@ -92,7 +92,7 @@ def _both(path: Path) -> tuple[object, object]:
         (line,) = plane.lines
         wire = list(line.event_columns(1, 2, OP_STATS, names))  # raises Unread where it falls back
         del wire
-        return (device._scan(line, 1, 2, OP_STATS, names), device._scan_messages(line, 1, 2, OP_STATS, names))
+        return (device_lines.scan(line, 1, 2, OP_STATS, names), device_lines.scan_messages(line, 1, 2, OP_STATS, names))
 
 
 def _equal(a: object, b: object) -> None:
@@ -181,13 +181,13 @@ def test_what_the_decoder_does_not_read_falls_back_to_the_runtime(tmp_path: Path
         with pytest.raises(Unread):
             list(line.event_columns(1, 2, OP_STATS, stat_names(plane)))
         try:
-            expected = device._scan_messages(line, 1, 2, OP_STATS, stat_names(plane))
+            expected = device_lines.scan_messages(line, 1, 2, OP_STATS, stat_names(plane))
         except InputError as exc:  # the runtime rejects it: so must the read
             with pytest.raises(InputError) as got:
-                device._scan(line, 1, 2, OP_STATS, stat_names(plane))
+                device_lines.scan(line, 1, 2, OP_STATS, stat_names(plane))
             assert got.value.what == exc.what
             return
-        _equal(device._scan(line, 1, 2, OP_STATS, stat_names(plane)), expected)
+        _equal(device_lines.scan(line, 1, 2, OP_STATS, stat_names(plane)), expected)
 
 
 def test_a_line_cut_short_is_the_same_one_line_error(tmp_path: Path) -> None:
@@ -199,5 +199,5 @@ def test_a_line_cut_short_is_the_same_one_line_error(tmp_path: Path) -> None:
             for ref in xs._planes():
                 plane = xs.plane(ref)
                 for line in plane.lines:
-                    device._scan(line, 1, 2, OP_STATS, stat_names(plane))
+                    device_lines.scan(line, 1, 2, OP_STATS, stat_names(plane))
     assert "d.xplane.pb" in exc.value.what and "\n" not in exc.value.what
