@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-import pandas as pd
 
+from hlo_doctor.core.lazy import pd
 from hlo_doctor.gate.match import Matched, OpStatsLike
 from hlo_doctor.gate.policy import GatePolicy
 from hlo_doctor.gate.result import OpDiff, Verdict, Violation

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import numpy as np
-import pandas as pd
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.lazy import pd
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.gate.policy import GatePolicy
 

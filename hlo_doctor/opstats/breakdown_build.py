@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
+from hlo_doctor.core.lazy import pd
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.opstats.breakdown import HOST_KINDS, DeviceWindow, HostLine, HostThread, StepBreakdown
 from hlo_doctor.opstats.breakdown_steps import SliceColumns, StepTable
 from hlo_doctor.opstats.host_time import FrameKinds, Label, Segments, host_segments
 from hlo_doctor.opstats.step_spans import StepSpans, device_index, step_spans
 from hlo_doctor.trace import Trace
+from hlo_doctor.trace.columns import counts
 from hlo_doctor.trace.compiles import Compile, group_compiles
 from hlo_doctor.trace.host_threads import read_host_threads
 from hlo_doctor.trace.python_frames import DriverThread, parse_frame
@@ -53,24 +54,36 @@ class _Busy:
             heads = np.flatnonzero(new)
             del new
             if len(heads) == len(s):  # no two ops overlap: each is its own interval
-                self.start, self.end = s, reach
+                self.start, end = s, reach
             else:
                 self.start = s[heads]
                 last = np.empty_like(heads)
                 last[:-1] = heads[1:] - 1
                 last[-1] = len(s) - 1
-                self.end = reach[last]
+                end = reach[last]
+            del reach
         else:
-            self.start, self.end = s, e
+            self.start, end = s, e
+        # (Each interval's start and length are kept, not its end: a device holds close to a million.)
+        self.length = end - self.start
+        del end
         self.before = np.empty(len(self.start) + 1)
         self.before[0] = 0.0
-        np.cumsum(self.end - self.start, out=self.before[1:])
+        np.cumsum(self.length, out=self.before[1:])
 
     def __call__(self, t: np.ndarray) -> np.ndarray:
-        k = np.searchsorted(self.start, t, side="right") - 1
-        inside = np.clip(t - self.start[np.maximum(k, 0)], 0.0, (self.end - self.start)[np.maximum(k, 0)]) \
-            if len(self.start) else np.zeros_like(t)
-        return np.where(k >= 0, self.before[np.maximum(k, 0)] + inside, 0.0)
+        if not len(self.start):
+            return np.zeros(len(t))
+        # In place where it can be: a block of a million host pieces makes a few arrays of its size.
+        k = np.searchsorted(self.start, t, side="right")
+        before = k == 0  # t before the first busy interval: none of it yet
+        k -= 1
+        np.maximum(k, 0, out=k)
+        out = t - self.start[k]
+        np.clip(out, 0.0, self.length[k], out=out)
+        out += self.before[k]
+        out[before] = 0.0
+        return out
 
     @property
     def total(self) -> float:
@@ -148,7 +161,7 @@ def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
         order = np.argsort(which, kind="stable")
         starts_all, durations_all, timed_all = starts_all[order], durations_all[order], timed_all[order]
         del order
-    bounds = np.r_[0, np.cumsum(np.bincount(which, minlength=len(devices)))]
+    bounds = np.r_[0, np.cumsum(counts(which, len(devices)))]
     del which
     slices: list[SliceColumns] = []
     windows: list[DeviceWindow] = []
@@ -174,6 +187,7 @@ def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
         for thread, other in others.get(host, ()):
             rows, idle, spent = _attribute(host, device, busy, steps, other, starts, durations)
             per_thread.setdefault((host, thread.line_id), _ThreadSums()).add(rows, idle, spent, other)
+        del busy, ends  # (not beside the next device's)
     paths = {base: kinds.path(base) for _, label in (*line_idle, *line_host)
              if (base := label.where.split(":", 1)[0]) and label.where}
     host_records = tuple(
@@ -311,9 +325,15 @@ def _attribute(host: str, device: str, busy: _Busy, steps: StepSpans, seg: Segme
     a, b = steps.start_ns, steps.end_ns
     bounds = busy(np.concatenate([a, b]))
     busy_us = (bounds[len(a):] - bounds[:len(a)]) / 1e3
-    order = np.argsort(op_starts, kind="stable")
-    sorted_starts = op_starts[order]
-    cum = np.r_[0.0, np.cumsum(durations[order])]
+    if len(op_starts) > 1 and not bool(np.all(op_starts[1:] >= op_starts[:-1])):
+        order = np.argsort(op_starts, kind="stable")
+        sorted_starts, sorted_durations = op_starts[order], durations[order]
+        del order
+    else:  # a device's ops in start order (the usual case): no copy
+        sorted_starts, sorted_durations = op_starts, durations
+    cum = np.empty(len(sorted_durations) + 1)
+    cum[0] = 0.0
+    np.cumsum(sorted_durations, out=cum[1:])
     op_us = (cum[np.searchsorted(sorted_starts, b, side="left")] - cum[np.searchsorted(sorted_starts, a, side="left")]) / 1e3
     kind_of = np.asarray([HOST_KINDS.index(lab.kind) for lab in seg.labels], np.int64) if seg.labels else \
         np.zeros(1, np.int64)
@@ -345,7 +365,7 @@ def _attribute(host: str, device: str, busy: _Busy, steps: StepSpans, seg: Segme
             {i: float(v) for i, v in enumerate(host_label) if v > 0})
 
 
-_PIECES = 1 << 20
+_PIECES = 1 << 18
 """Pieces of host time cut at a time (a block of steps): a driver thread of millions of Python
 frames is cut in blocks, so the arrays of one block are what the cut needs beside the segments."""
 

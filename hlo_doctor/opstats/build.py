@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.lazy import pd
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.hlo import HloInstruction, HloModule, HloShape, parse_module
 from hlo_doctor.hlo.categories import categorize, categorize_opcodes

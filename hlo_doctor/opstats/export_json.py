@@ -8,10 +8,9 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-import pandas as pd
-
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.format import json_safe
+from hlo_doctor.core.lazy import pd
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.opstats.breakdown import StepBreakdown, breakdown_from_dict
 from hlo_doctor.opstats.schema import (

@@ -7,11 +7,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-import pandas as pd
-
 from hlo_doctor.core.atomic import write_atomically
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.escape.csv import csv_cell
+from hlo_doctor.core.lazy import pd
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.hlo.printer import warm as warm_printer
 from hlo_doctor.opstats.build import build_opstats

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from hlo_doctor.core.atomic import file_mode
 from hlo_doctor.core.errors import InputError, NotAvailableError
+from hlo_doctor.core.lazy import pd
 from hlo_doctor.opstats.breakdown_steps import HOST_KINDS, SCALARS, SliceColumns, StepTable
 from hlo_doctor.opstats.schema import PER_STEP_COLUMNS, OpStats
 

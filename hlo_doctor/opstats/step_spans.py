@@ -12,10 +12,11 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
+from hlo_doctor.core.lazy import pd
 from hlo_doctor.opstats.steps import execution_starts
 from hlo_doctor.trace import Trace
+from hlo_doctor.trace.columns import counts
 
 Device = tuple[str, str]
 """(host, device plane): one device as the op events name it (``("vm", "/host:CPU")`` on XLA:CPU)."""
@@ -45,16 +46,21 @@ def device_index(ev: pd.DataFrame) -> tuple[np.ndarray, list[Device]]:
     host = ev["host"] if isinstance(ev["host"].dtype, pd.CategoricalDtype) else ev["host"].astype("category")
     dev = ev["device"] if isinstance(ev["device"].dtype, pd.CategoricalDtype) else ev["device"].astype("category")
     width = len(dev.cat.categories) + 1
-    # In place: one int64 array per event at a time (a device trace holds millions of events).
-    key = host.cat.codes.to_numpy(np.int64)
+    # In place: one int32 array per event at a time (a device trace holds millions of events).
+    wide = np.int32 if (len(host.cat.categories) + 1) * width < np.iinfo(np.int32).max else np.int64
+    key = host.cat.codes.to_numpy(wide, copy=True)
     key *= width
     key += dev.cat.codes.to_numpy()
     if not len(key):
-        return np.zeros(0, np.int64), []
-    present = np.flatnonzero(np.bincount(key))
-    lookup = np.full(int(present[-1]) + 1, -1, np.int64)
+        return np.zeros(0, np.int32), []
+    present = np.flatnonzero(counts(key))
+    lookup = np.full(int(present[-1]) + 1, -1, np.int32)  # (fewer devices than int32 holds)
     lookup[present] = np.arange(len(present))
     devices = [(str(host.cat.categories[k // width]), str(dev.cat.categories[k % width])) for k in present.tolist()]
+    if key.dtype == lookup.dtype:
+        for a in range(0, len(key), 1 << 18):  # in place, a chunk at a time: no second array per event
+            key[a:a + (1 << 18)] = lookup[key[a:a + (1 << 18)]]
+        return key, devices
     return lookup[key], devices
 
 
@@ -80,10 +86,11 @@ def step_spans(trace: Trace, ev: pd.DataFrame, source: str, which: np.ndarray,
                                              [m.step_num if m.step_num >= 0 else k for k, m in enumerate(marks)])
     elif source == "module-executions":
         out = _executions(ev, which, devices, main)
-    starts = ev["start_ns"].to_numpy(np.float64)
-    ends = starts + ev["duration_ns"].to_numpy(np.float64)
-    for i, d in enumerate(devices):
-        if d not in out:
+    missing = [(i, d) for i, d in enumerate(devices) if d not in out]
+    if missing:  # (the ends of millions of events made only where a device has no step)
+        starts = ev["start_ns"].to_numpy(np.float64)
+        ends = starts + ev["duration_ns"].to_numpy(np.float64)
+        for i, d in missing:
             on = which == i
             out[d] = _spans([float(starts[on].min())], [float(ends[on].max())], [0])
     return out

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 
+from hlo_doctor.core.lazy import pd
 from hlo_doctor.trace import StepMark
 from hlo_doctor.trace.columns import searchsorted
 
@@ -54,6 +54,16 @@ def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: 
         labels = np.asarray([s.step_num if s.step_num >= 0 else k for k, s in enumerate(group)], np.int64)
         # Only the group's own events are looked up (a device's marks among its events, not all).
         where = np.flatnonzero(on)
+        del on
+        if len(where) and int(where[-1]) - int(where[0]) + 1 == len(where):
+            # The group's events are one run (a device's, read a plane at a time): views, not copies.
+            run = slice(int(where[0]), int(where[-1]) + 1)
+            del where
+            mine = starts[run]
+            idx = searchsorted(mark_starts, mine, side="right") - 1
+            inside = (idx >= 0) & (mine <= mark_ends[np.maximum(idx, 0)])
+            step_of[run][inside] = labels[idx[inside]]
+            continue
         mine = starts[where]
         idx = searchsorted(mark_starts, mine, side="right") - 1
         inside = (idx >= 0) & (mine <= mark_ends[np.maximum(idx, 0)])

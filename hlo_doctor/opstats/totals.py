@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from hlo_doctor.core.lazy import pd
 from hlo_doctor.opstats.breakdown_build import BreakdownPart, breakdown_part
 from hlo_doctor.opstats.host_time import FrameKinds
 from hlo_doctor.opstats.steps import steps_from_executions, steps_from_marks
 from hlo_doctor.trace import Trace
 from hlo_doctor.trace.columns import unique_values
 
-_CHUNK = 1 << 20
+_CHUNK = 1 << 18
 _DENSE_KEYS = 1 << 24
 """Above this many (module, program id, op) code combinations, op keys are found by sorting."""
 
@@ -147,6 +147,11 @@ def step_evidence(trace: Trace) -> StepEvidence:
                         tuple((m_, p_, ns) for (m_, p_), ns in module_ns.items()))
 
 
+def _last_end(starts: np.ndarray, durations: np.ndarray) -> float:
+    """``(starts + durations).max()``, a chunk of events at a time (no array of every end)."""
+    return max(float((starts[a:a + _CHUNK] + durations[a:a + _CHUNK]).max()) for a in range(0, len(starts), _CHUNK))
+
+
 def event_totals(trace: Trace, frame_kinds: Callable[[], FrameKinds],
                  choice: StepChoice | None = None) -> EventTotals:
     """The sums of ``trace``'s op events, its steps decided by ``choice`` (default: from this trace
@@ -164,7 +169,7 @@ def event_totals(trace: Trace, frame_kinds: Callable[[], FrameKinds],
     sums = _sums(trace, step_of)
     del step_of
     starts, durations = trace.ops.start_ns, trace.ops.duration_ns
-    span = (float(starts.min()), float((starts + durations).max())) if len(starts) else (0.0, 0.0)
+    span = (float(starts.min()), _last_end(starts, durations)) if len(starts) else (0.0, 0.0)
     part = breakdown_part(trace, ev, choice.source, frame_kinds, step_name=choice.name, main=choice.main)
     return EventTotals(
         **sums, step_times_us=tuple(float(t) for t in times), step_count=int(count), choice=choice,

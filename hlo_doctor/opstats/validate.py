@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.core.lazy import pd
 from hlo_doctor.opstats.schema import COLUMNS, PER_STEP_COLUMNS, OpStats
 
 INT_MAX = 2**63 - 1

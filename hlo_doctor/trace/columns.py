@@ -23,7 +23,8 @@ _WIDTH = 10
 
 def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(values, return_inverse=True)`` of integers: by a table over their range where it
-    is small (metadata ids, codes: hundreds of values over millions of events), without sorting."""
+    is small (metadata ids, codes: hundreds of values over millions of events), without sorting; the
+    inverse is then int32."""
     if values.ndim == 1 and values.size and values.dtype.kind in "iu":
         lo, hi = int(values.min()), int(values.max())
         if hi - lo < max(1 << 16, 4 * values.size):
@@ -31,7 +32,7 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             present = np.zeros(hi - lo + 1, bool)
             present[shifted] = True
             uniq = np.flatnonzero(present)
-            table = np.zeros(hi - lo + 1, np.intp)
+            table = np.zeros(hi - lo + 1, np.int32)  # (the inverse: 4 bytes an event, not 8)
             table[uniq] = np.arange(len(uniq))
             return (uniq + lo).astype(values.dtype), table[shifted]
     return np.unique(values, return_inverse=True)
@@ -48,6 +49,21 @@ def searchsorted(haystack: np.ndarray, needles: np.ndarray, side: str = "left") 
     # value j counts from the first needle above it (or not below it, "right").
     first = np.searchsorted(needles, haystack, side="right" if side == "left" else "left")
     return np.cumsum(np.bincount(first, minlength=n + 1)[:n])
+
+
+_COUNT_CHUNK = 1 << 18
+
+
+def counts(values: np.ndarray, minlength: int = 0) -> np.ndarray:
+    """``np.bincount(values, minlength=minlength)`` of non-negative integers a chunk at a time: numpy
+    makes an int64 copy of narrower ones (26 MB for a device trace's 3.3 million events)."""
+    if values.dtype == np.intp or len(values) <= _COUNT_CHUNK:
+        return np.bincount(values, minlength=minlength)
+    out = np.zeros(max(minlength, int(values.max()) + 1 if len(values) else 0), np.int64)
+    for a in range(0, len(values), _COUNT_CHUNK):
+        part = np.bincount(values[a:a + _COUNT_CHUNK])
+        out[:len(part)] += part
+    return out
 
 
 def unique_values(values: np.ndarray) -> np.ndarray:
@@ -143,6 +159,32 @@ def _codes(codes: np.ndarray) -> np.ndarray:
     return codes.astype(np.int32, copy=False)
 
 
+def _in_order(start_ns: np.ndarray, duration_ns: np.ndarray) -> bool:
+    """Whether a line's events are by start, the longer first at one start (a device line usually
+    is): with one boolean per event where the starts all differ, not a float array of the steps."""
+    if bool(np.all(start_ns[1:] > start_ns[:-1])):
+        return True
+    step = np.diff(start_ns)
+    return bool(((step > 0) | ((step == 0) & (duration_ns[1:] <= duration_ns[:-1]))).all())
+
+
+def _constant(n: int, code: int) -> np.ndarray:
+    """A line's host or device code for each of its ``n`` events, as :func:`_codes` types it."""
+    return np.full(n, code, np.int16 if code < np.iinfo(np.int16).max else np.int32)
+
+
+def _narrowest(values: np.ndarray) -> np.ndarray:
+    """A line's integers (execution ids, occurrence counts) in the narrowest type that holds them:
+    occurrences are 1 but for an aggregated event, and a device's module runs number thousands."""
+    if not values.size:
+        return values.astype(np.int8)
+    lo, hi = int(values.min()), int(values.max())
+    for dtype in (np.int8, np.int16, np.int32):
+        if np.iinfo(dtype).min <= lo and hi <= np.iinfo(dtype).max:
+            return values.astype(dtype, copy=False)
+    return values.astype(np.int64, copy=False)
+
+
 def _code_dtype(categories: int) -> type[np.signedinteger[Any]]:
     """The codes' type of a Categorical of that many categories (as pandas narrows them)."""
     for dtype in (np.int8, np.int16, np.int32):
@@ -175,8 +217,7 @@ class OpColumns:
         n = len(start_ns)
         if not n:
             return
-        step = np.diff(start_ns)
-        if bool(((step > 0) | ((step == 0) & (duration_ns[1:] <= duration_ns[:-1]))).all()):
+        if _in_order(start_ns, duration_ns):
             # Already in the order below (a device line usually is): a sort and ten gathers spared.
             def gather(a: np.ndarray) -> np.ndarray:
                 return a
@@ -190,10 +231,10 @@ class OpColumns:
         duration_ns = gather(duration_ns).astype(np.float64, copy=False)
         self_ns = self_times(start_ns, duration_ns)
         parts: tuple[np.ndarray | None, ...] = (
-            _codes(np.full(n, self.hosts.code(host))), _codes(np.full(n, self.devices.code(device))),
+            _constant(n, self.hosts.code(host)), _constant(n, self.devices.code(device)),
             _codes(gather(module)), _codes(gather(program_id)), _codes(gather(op)), start_ns, duration_ns,
             None if self_ns is duration_ns else self_ns,  # None: nothing nested, the durations themselves
-            gather(run_id).astype(np.int64, copy=False), gather(occurrences).astype(np.int32, copy=False))
+            _narrowest(gather(run_id)), _narrowest(gather(occurrences)))
         for column, part in zip(self.chunks, parts, strict=True):
             column.append(part)  # type: ignore[arg-type]
         self.count += n
@@ -202,7 +243,9 @@ class OpColumns:
         """The columns as :class:`OpEvents`, in the order the lines were added."""
         vocabularies = (self.hosts, self.devices, self.modules, self.program_ids, self.ops)
         # Codes as narrow as the Categorical keeps them (pandas' own choice for that many categories).
-        dtypes = tuple(_code_dtype(len(v.values)) for v in vocabularies) + (np.float64,) * 3 + (np.int64, np.int32)
+        # Execution ids and occurrences in the widest of their lines' types (int8 where all are 1).
+        widest = [np.result_type(np.int8, *(part.dtype for part in self.chunks[i])) for i in (8, 9)]
+        dtypes = tuple(_code_dtype(len(v.values)) for v in vocabularies) + (np.float64,) * 3 + tuple(widest)
         durations = self.chunks[6]
         selfs = self.chunks[7]
         if all(part is None for part in selfs):

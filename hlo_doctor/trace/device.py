@@ -321,7 +321,7 @@ class DevicePlaneReader:
         need_span = np.fromiter(
             ((o is not None and (not o.module or o.program_id == _NO_ID)) for o in infos), bool, len(infos))[which]
         span_of = np.where(need_span, run, -1)
-        pairs = which * (len(span_what) + 1) + (span_of + 1)
+        pairs = which * np.int64(len(span_what) + 1) + (span_of + 1)
         uniq, inverse = unique_inverse(pairs)
         codes = np.empty((len(uniq), 3), np.int32)
         no_pid = np.zeros(len(uniq), bool)
