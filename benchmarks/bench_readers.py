@@ -8,6 +8,8 @@ process and every process it started) are reported with the ratio to the fastest
   the export: what a user waits for), with the compiled reader of the events and again with the numpy
   one (``HLO_DOCTOR_NUMPY_READER=1``: what an install without a C compiler runs); the two documents
   must be the same;
+- ``hlo-doctor ..., no parquet extra``: the same command where pyarrow cannot be imported, as in an
+  install without the ``parquet`` extra (pandas imports pyarrow wherever it is installed);
 - ``xprof``: ``xspace_to_tool_data([copy], "hlo_stats", {})`` of the installed xprof on a copy (it
   writes cache files beside its input);
 - ``xprof-rs``: the Rust backend of xprof's tools (``pip install xprof-rs``; ``--xprof-rs BIN``, else
@@ -121,13 +123,18 @@ def _gviz_rows(table: dict[str, Any]) -> dict[tuple[str, str], tuple[float, floa
     return out
 
 
-def hlo_doctor(xplane: Path, numpy_reader: bool = False) -> dict[str, Any]:
+def hlo_doctor(xplane: Path, numpy_reader: bool = False, without_pyarrow: bool = False) -> dict[str, Any]:
     """``hlo-doctor stats FILE --format json``: wall, peak RSS over its processes, rows
-    (``numpy_reader``: with the compiled reader of the events turned off, ``HLO_DOCTOR_NUMPY_READER``)."""
+    (``numpy_reader``: with the compiled reader of the events turned off, ``HLO_DOCTOR_NUMPY_READER``;
+    ``without_pyarrow``: as an install without the ``parquet`` extra runs it, pyarrow made unimportable
+    by a ``sitecustomize`` on the path: pandas loads pyarrow, 35-45 MiB, wherever it is installed)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "stats.json"
-        r = run_stats([str(xplane), "--format", "json", "-o", str(out)],
-                      extra_env={"HLO_DOCTOR_NUMPY_READER": "1"} if numpy_reader else None)
+        extra = {"HLO_DOCTOR_NUMPY_READER": "1"} if numpy_reader else {}
+        if without_pyarrow:
+            (Path(tmp) / "sitecustomize.py").write_text("import sys\nsys.modules['pyarrow'] = None\n")
+            extra["PYTHONPATH"] = os.pathsep.join(p for p in (tmp, os.environ.get("PYTHONPATH", "")) if p)
+        r = run_stats([str(xplane), "--format", "json", "-o", str(out)], extra_env=extra or None)
         doc = json.loads(out.read_text())
     peak = max(r["command_peak_mib"], r["worker_peak_mib"])
     rows = {(str(x["program_id"]), str(x["op"])): (float(x["occurrences"]), float(x["total_time_us"]))
@@ -158,7 +165,8 @@ def _differences(ours: dict[tuple[str, str], tuple[float, float]],
 
 def compare(xplane: Path, repeat: int, rs_binary: str | None, with_xprof: bool = True) -> list[str]:
     readers: list[tuple[str, Callable[[Path], dict[str, Any]]]] = [
-        ("hlo-doctor stats", hlo_doctor), ("hlo-doctor stats, numpy reader", lambda p: hlo_doctor(p, True))]
+        ("hlo-doctor stats", hlo_doctor), ("hlo-doctor stats, numpy reader", lambda p: hlo_doctor(p, True)),
+        ("hlo-doctor stats, no parquet extra (no pyarrow)", lambda p: hlo_doctor(p, without_pyarrow=True))]
     if with_xprof:
         readers.append(("xprof hlo_stats", xprof))
     if rs_binary:

@@ -333,16 +333,21 @@ def _compiled_segments(thread: DriverThread | None, spans: list[tuple[float, flo
             known[name] = len(names)
             names.append(name)
         span_codes.append(known[name])
-    starts = np.concatenate([thread.start_ns if thread is not None else np.zeros(0),
-                             np.asarray([s[0] for s in spans], np.float64)])
-    ends = np.concatenate([thread.end_ns if thread is not None else np.zeros(0),
-                           np.asarray([s[1] for s in spans], np.float64)])
-    codes = np.concatenate([thread.name_code.astype(np.int64) if thread is not None else np.zeros(0, np.int64),
-                            np.asarray(span_codes, np.int64)])
-    if spans and len(starts) > len(spans):
-        # heapq.merge of the two sorted runs: a stable sort by (start, longest first), the thread's first.
-        order = np.lexsort((-ends, starts))
-        starts, ends, codes = starts[order], ends[order], codes[order]
+    span_starts = np.asarray([s[0] for s in spans], np.float64)
+    span_ends = np.asarray([s[1] for s in spans], np.float64)
+    if thread is None:
+        starts, ends, codes = span_starts, span_ends, np.asarray(span_codes, np.int64)
+    else:
+        # heapq.merge of the two sorted runs (by start, longest first; the thread's event first where
+        # both tie): the few compiles put in their places, not the thread's millions of events sorted.
+        starts, ends, codes = thread.start_ns, thread.end_ns, thread.name_code.astype(np.int64)
+        if spans:
+            lo = np.searchsorted(starts, span_starts, side="left")
+            hi = np.searchsorted(starts, span_starts, side="right")
+            at = lo + np.asarray([int((ends[a:b] >= end).sum()) for a, b, end in
+                                  zip(lo.tolist(), hi.tolist(), span_ends.tolist(), strict=True)], np.int64)
+            starts, ends = np.insert(starts, at, span_starts), np.insert(ends, at, span_ends)
+            codes = np.insert(codes, at, np.asarray(span_codes, np.int64))
     code = _LabelCodes()
     labels = code.labels
     untraced, root = code(Label("untraced")), Label("python")

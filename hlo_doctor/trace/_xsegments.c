@@ -27,6 +27,15 @@ static int vec_push(vec *v, int64_t x) {
     return 0;
 }
 
+static int vec_reserve(vec *v, Py_ssize_t cap) {
+    if (cap <= v->cap) return 0;
+    int64_t *d = (int64_t *)PyMem_RawRealloc(v->data, (size_t)cap * sizeof(int64_t));
+    if (!d) return -1;
+    v->data = d;
+    v->cap = cap;
+    return 0;
+}
+
 static PyObject *vec_bytes(vec *v) {
     return PyBytes_FromStringAndSize((const char *)v->data, v->len * (Py_ssize_t)sizeof(int64_t));
 }
@@ -101,6 +110,12 @@ static PyObject *segments(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "starts, ends and names differ in length");
         goto done;
     }
+    /* Each event cuts at most two segments (one as it opens, one as it closes): the columns are
+       sized for that at once, and only the pages written become resident (no copy as they grow). */
+    if (vec_reserve(&os, 2 * n + 1) || vec_reserve(&oe, 2 * n + 1) || vec_reserve(&ol, 2 * n + 1)) {
+        PyErr_NoMemory();
+        goto done;
+    }
     stack_end = (double *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof(double));
     stack_label = (int64_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
     if (!stack_end || !stack_label) {
@@ -165,7 +180,22 @@ static PyObject *segments(PyObject *self, PyObject *args) {
         t = top_end > t ? top_end : t;
     }
 #undef EMIT
-    result = Py_BuildValue("(NNN)", vec_bytes(&os), vec_bytes(&oe), vec_bytes(&ol));
+    {
+        /* Each column copied out and freed before the next: the three are not held twice at once. */
+        PyObject *cols[3] = {NULL, NULL, NULL};
+        vec *vs[3] = {&os, &oe, &ol};
+        for (int c = 0; c < 3; c++) {
+            cols[c] = vec_bytes(vs[c]);
+            PyMem_RawFree(vs[c]->data);
+            vs[c]->data = NULL;
+            if (!cols[c]) {
+                Py_XDECREF(cols[0]);
+                Py_XDECREF(cols[1]);
+                goto done;
+            }
+        }
+        result = Py_BuildValue("(NNN)", cols[0], cols[1], cols[2]);
+    }
 done:
     PyMem_RawFree(os.data);
     PyMem_RawFree(oe.data);

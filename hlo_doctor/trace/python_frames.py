@@ -114,8 +114,8 @@ def _columns(line: object, codes: dict[int, int]) -> tuple[np.ndarray, np.ndarra
     if not COMPILED or columns is None:
         return None
     base = line.timestamp_ns * 1000  # type: ignore[attr-defined]
-    starts: list[float] = []
-    ends: list[float] = []
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
     kept: list[np.ndarray] = []
     try:
         for part in columns(-1, -1, {}, {}):  # a chunk of the line at a time: only its kept events stay
@@ -123,12 +123,15 @@ def _columns(line: object, codes: dict[int, int]) -> tuple[np.ndarray, np.ndarra
             code_of = np.fromiter((codes.get(m, -1) for m in uniq.tolist()), np.int32, len(uniq))[which]
             keep = np.flatnonzero(code_of >= 0)
             kept.append(code_of[keep])
+            # A chunk's times as floats at once (8 bytes an event, not a Python float's 32).
             chunk = [(base + off) / 1000 for off in part.offsets_ps[keep].tolist()]
-            starts += chunk
-            ends += [start + dur / 1000 for start, dur in zip(chunk, part.durations_ps[keep].tolist(), strict=True)]
+            starts.append(np.array(chunk, np.float64))
+            ends.append(np.array([start + dur / 1000 for start, dur in
+                                  zip(chunk, part.durations_ps[keep].tolist(), strict=True)], np.float64))
+            del chunk
     except Unread:
         return None
-    return (np.asarray(starts, np.float64), np.asarray(ends, np.float64),
+    return (np.concatenate(starts) if starts else np.zeros(0), np.concatenate(ends) if ends else np.zeros(0),
             np.concatenate(kept) if kept else np.zeros(0, np.int32))
 
 
@@ -152,12 +155,15 @@ def _thread(host: str, plane: object, line: object, names: dict[int, str],
         c = np.frombuffer(which, np.int32)
     if not len(s):
         return None
-    order = np.lexsort((-e, s))
+    if len(s) > 1 and not bool(np.all(s[1:] > s[:-1])):
+        order = np.lexsort((-e, s))
+        s, e, c = s[order], e[order], c[order]
+        del order
     vocabulary = tuple(names[mid] for mid in sorted(codes, key=codes.__getitem__))
     dispatch_codes = np.fromiter((n.startswith(DISPATCH_PREFIX) for n in vocabulary), bool, len(vocabulary))
     frame_codes = np.fromiter((n.startswith("$") for n in vocabulary), bool, len(vocabulary))
     label = str(line.name or line.display_name or line.id)  # type: ignore[attr-defined]
-    return DriverThread(host, str(plane.name), label, s[order], e[order], c[order], vocabulary,  # type: ignore[attr-defined]
+    return DriverThread(host, str(plane.name), label, s, e, c, vocabulary,  # type: ignore[attr-defined]
                         int(dispatch_codes[c].sum()), int(frame_codes[c].sum()), int(line.id))  # type: ignore[attr-defined]
 
 
