@@ -21,7 +21,7 @@ from hlo_doctor.opstats.build import modules_from_trace
 from hlo_doctor.opstats.host_time import FrameKinds
 from hlo_doctor.opstats.io import op_texts_from_xprof
 from hlo_doctor.opstats.totals import EventTotals, StepChoice, event_totals
-from hlo_doctor.trace.columns import OpColumns
+from hlo_doctor.trace.columns import OpColumns, trim_freed_memory
 from hlo_doctor.trace.dispatch import read_host_dispatch
 from hlo_doctor.trace.model import HostDispatch
 from hlo_doctor.trace.read import HostRead, combine_hosts, read_host
@@ -130,6 +130,7 @@ def read_one(task: HostTask, later: FramePathsLater | None = None) -> HostPart |
         return HostFailure(task.path, exc.what)
     except MemoryError:
         return HostFailure(task.path, "out of memory while reading it", kind="died")
+    trim_freed_memory()  # (what the host's sums freed: not resident while the next host is read)
     return dataclasses.replace(part, seconds=time.perf_counter() - t0, peak_rss_mib=peak_rss_mib())
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from hlo_doctor.core.errors import InputError, NoOpsError
-from hlo_doctor.trace.columns import OpColumns, return_freed_memory
+from hlo_doctor.trace.columns import OpColumns, return_freed_memory, trim_freed_memory
 from hlo_doctor.trace.compiles import annotate_compiles
 from hlo_doctor.trace.conventions import device_plane_backend, read_host_plane
 from hlo_doctor.trace.cwire import COMPILED
@@ -166,6 +166,7 @@ def read_host(source: Path | bytes, cols: OpColumns, origin: str = "") -> HostRe
     values = cols.program_ids.values
     for chunk in cols.chunks[3][pid_chunks:]:
         out.program_ids.update(values[c] for c in np.unique(chunk).tolist())
+    trim_freed_memory()
     return out
 
 
