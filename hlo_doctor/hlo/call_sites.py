@@ -22,7 +22,7 @@ import ast
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
-__all__ = ["call_line"]
+__all__ = ["call_line", "starts_at"]
 
 _MIN_TAIL = 2
 """A path from another machine maps onto the working folder by at least this many trailing parts."""
@@ -51,6 +51,50 @@ def call_line(path: str, def_line: int, function: str, callee: str, ordinal: int
     return sites[ordinal] if 0 <= ordinal < len(sites) else None
 
 
+def starts_at(path: str, def_line: int, function: str) -> bool | None:
+    """Whether the file ``path`` (as :func:`call_line` finds it on this machine) defines a function
+    ``function`` whose code starts at ``def_line`` (its ``def``, or a decorator's line): tells which of
+    several files of one base name a tracer frame (``$helpers.py:4 widen``) ran. None when the file
+    cannot be read or parsed here (a capture from another machine)."""
+    if not path or def_line < 1 or not function:
+        return None
+    local = _local(path)
+    if local is None:
+        return None
+    try:
+        st = local.stat()
+    except OSError:
+        return None
+    return _starts(str(local), st.st_mtime_ns, st.st_size, def_line, function.rsplit(".", 1)[-1])
+
+
+@lru_cache(maxsize=256)
+def _starts(path: str, mtime_ns: int, size: int, def_line: int, function: str) -> bool | None:
+    if _tree(path) is None:
+        return None
+    return _function(path, def_line, function) is not None
+
+
+def _tree(path: str) -> ast.Module | None:
+    try:
+        return ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _function(path: str, def_line: int, function: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The function ``function`` whose code starts at ``def_line`` in ``path``; None when the file
+    cannot be read or none starts there."""
+    tree = _tree(path)
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function and \
+                def_line in {node.lineno, *(d.lineno for d in node.decorator_list)}:
+            return node
+    return None
+
+
 def _local(path: str) -> Path | None:
     """The file on this machine: the path itself, else its longest trailing part under the working folder."""
     p = Path(path)
@@ -73,19 +117,10 @@ def _sites(path: str, mtime_ns: int, size: int, def_line: int, function: str,
            callee: str) -> tuple[int, ...] | None:
     """Lines of the calls named ``callee`` in the body of ``function`` starting at ``def_line``, in
     source order; None when the file cannot be read or no such function starts there."""
-    try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
-    except (OSError, SyntaxError, ValueError):
+    node = _function(path, def_line, function)
+    if node is None:
         return None
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name != function:
-            continue
-        starts = {node.lineno, *(d.lineno for d in node.decorator_list)}
-        if def_line not in starts:
-            continue
-        lines = sorted({_line(call) for call in _own_calls(node) if _name(call).lstrip("_") == callee})
-        return tuple(lines)
-    return None
+    return tuple(sorted({_line(call) for call in _own_calls(node) if _name(call).lstrip("_") == callee}))
 
 
 def _own_calls(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.Call]:

@@ -272,7 +272,7 @@ def _call_cost(ctx: Context, name: str) -> CallCost | None:
             if (p := int(parent[c])) >= 0:
                 callers[_text(thread, p)] = None
                 if (f := parse_frame(thread.names[thread.name_code[p]])) is not None and f.is_python_file:
-                    path = kinds.path(f.file)
+                    path = kinds.path_of(f.file, f.function, f.line)
                     caller_frames[(path, _call_line(thread, parent, c, path, f), f.function)] = None
         for (kind, where), us in _idle_by_label(thread, kinds, busy, np.r_[lo, r_lo], np.r_[hi, r_hi],
                                                 cap.backend == "cpu").items():

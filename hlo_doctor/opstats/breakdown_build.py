@@ -10,7 +10,7 @@ each lie in one step and one segment, whose idle time is their length minus thei
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,8 +188,7 @@ def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
             rows, idle, spent = _attribute(host, device, busy, steps, other, starts, durations)
             per_thread.setdefault((host, thread.line_id), _ThreadSums()).add(rows, idle, spent, other)
         del busy, ends  # (not beside the next device's)
-    paths = {base: kinds.path(base) for _, label in (*line_idle, *line_host)
-             if (base := label.where.split(":", 1)[0]) and label.where}
+    paths = _label_paths(kinds, (*line_idle, *line_host))
     host_records = tuple(
         per_thread[(host, t.line_id)].record(t, i == 0, _entry(t, kinds), kinds)
         for host in sorted(host_threads) for i, t in enumerate(host_threads[host]) if (host, t.line_id) in per_thread)
@@ -199,6 +198,23 @@ def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
         dispatch_spans=any(t.dispatches for t in threads.values()),
         driver_threads=tuple(sorted((h, t.line) for h, t in threads.items())), threads=host_records,
         notes=_json_notes(trace.paths, host_threads))
+
+
+def _label_paths(kinds: FrameKinds, keys: Iterable[tuple[str, Label]]) -> dict[str, str]:
+    """Base name -> full path of the labels' files; and a label's own ``where`` -> its file's path
+    where several files of that base name were traced and the frame tells which (:meth:`FrameKinds.path_of`)."""
+    paths: dict[str, str] = {}
+    for _, label in keys:
+        base = label.where.split(":", 1)[0]
+        if not base:
+            continue
+        paths.setdefault(base, kinds.path(base))
+        frame = parse_frame("$" + label.where)
+        if frame is not None and base in kinds.candidates:
+            own = kinds.path_of(base, frame.function, frame.line)
+            if own != paths[base]:
+                paths[label.where] = own
+    return paths
 
 
 def _json_notes(paths: Sequence[str], threads: Mapping[str, object]) -> tuple[str, ...]:
@@ -231,8 +247,7 @@ class _ThreadSums:
 
     def record(self, thread: DriverThread, driver: bool, entry: str, kinds: FrameKinds) -> HostThread:
         n = max(self.steps, 1)
-        paths = {base: kinds.path(base) for _, label in (*self.line_idle, *self.line_host)
-                 if (base := label.where.split(":", 1)[0]) and label.where}
+        paths = _label_paths(kinds, (*self.line_idle, *self.line_host))
         return HostThread(
             host=thread.host, thread=f"{thread.line} {thread.line_id}", entry=entry, driver=driver,
             dispatches=thread.dispatches, frames=thread.frames,
@@ -410,7 +425,7 @@ def _lines(idle: Mapping[tuple[str, Label], float], host: Mapping[tuple[str, Lab
         acc[0] += idle.get(key, 0.0)
         acc[1] += host.get(key, 0.0)
     out = [HostLine(kind=kd, where=where, target=target,
-                    path=paths.get(where.split(":", 1)[0], "") if where else "",
+                    path=paths.get(where, paths.get(where.split(":", 1)[0], "")) if where else "",
                     idle_us=v[0] / n, host_us=v[1] / n)
            for (kd, where, target), v in merged.items()]
     out.sort(key=lambda x: (-x.idle_us, -x.host_us, x.kind, x.where, x.target))

@@ -33,6 +33,7 @@ from functools import lru_cache
 import numpy as np
 
 from hlo_doctor.hlo import HloModule
+from hlo_doctor.hlo.call_sites import starts_at
 from hlo_doctor.hlo.frames import framework_of, frameworks
 from hlo_doctor.trace.compiles import Compile, module_of_function
 from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFIX, EXECUTE_MARKER
@@ -215,6 +216,21 @@ class FrameKinds:
     def path(self, file: str) -> str:
         """The full path of a base name when the HLO metadata gives it, else the base name."""
         return self.paths.get(file, file)
+
+    def path_of(self, file: str, function: str, line: int) -> str:
+        """The full path of a tracer frame (``helpers.py:4 widen``): of the files of its base name the
+        HLO's stacks name, the one (read on this machine) in which ``function`` starts at ``line``.
+        Where every one of them is read here and none fits, the base name alone: the frame ran a
+        file no op was traced in (jax reused an eager program another file traced first), and
+        another file's path would be a wrong line. Else :meth:`path`'s."""
+        found = self.candidates.get(file) or ((self.paths[file],) if file in self.paths else ())
+        if found and function and line > 0:
+            seen = [starts_at(p, line, function) for p in found]
+            if seen.count(True) == 1:
+                return found[seen.index(True)]
+            if all(s is False for s in seen):
+                return file
+        return self.path(file)
 
 
 def _child(parent: Label, name: str, kinds: FrameKinds, execution_waits: bool) -> Label:

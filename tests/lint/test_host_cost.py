@@ -9,6 +9,7 @@ hlo-doctor's readers.
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from pathlib import Path
@@ -210,3 +211,76 @@ def test_inputs_without_a_driver_thread_fall_back() -> None:
     assert call_cost(ctx, CONVERT) is None
     f = _one(diagnose(ctx, BOOK).findings, "HD003")
     assert f.recoverable_us == pytest.approx(f.time_per_step_us)
+
+
+_TWIN_LEFT = '''\
+import jax
+
+
+@jax.jit
+def scale(x):
+    return x * 2
+'''
+
+_TWIN_RIGHT = '''\
+import jax.numpy as jnp
+
+
+def widen(logits):
+    wide = logits.astype(jnp.float32)
+    return wide
+'''
+
+_TWIN_PROGRAM = '''\
+import importlib.util
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+
+def _load(folder):
+    spec = importlib.util.spec_from_file_location(f"{folder}_helpers", Path(__file__).parent / folder / "helpers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+left, right = _load("left"), _load("right")
+_LOGITS = jax.random.normal(jax.random.key(0), (12, 6144), jnp.bfloat16)  # a shape no other test converts
+
+
+@jax.jit
+def pick(logits):
+    return jnp.argmax(logits, axis=-1)
+
+
+def step():
+    return pick(left.scale(right.widen(_LOGITS)))
+'''
+
+
+def test_a_frame_is_placed_in_the_one_file_of_its_base_name_that_defines_it_there(tmp_path: Path) -> None:
+    """Two helpers.py files both traced (``left/`` a jitted scale, ``right/`` the eager astype): the
+    Python tracer names a frame by base name only (``$helpers.py:4 widen``). Sorted by path, the left
+    file came first and HD003 pointed into it, at a blank line; the file in which ``widen`` starts
+    at line 4 is the right one, and the line a person edits there is the astype."""
+    for folder, text in (("left", _TWIN_LEFT), ("right", _TWIN_RIGHT)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "helpers.py").write_text(text)
+    (tmp_path / "prog.py").write_text(_TWIN_PROGRAM)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["profile", f"{tmp_path / 'prog.py'}:step", "--steps", "4", "--warmup", "1",
+                                       "--out", str(out), "--format", "json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    astype = _TWIN_RIGHT.splitlines().index("    wide = logits.astype(jnp.float32)") + 1
+    ctx = load_context(out)
+    hd003 = _one(diagnose(ctx, BOOK).findings, "HD003")
+    assert hd003.source == f"{tmp_path / 'right' / 'helpers.py'}:{astype}", hd003.source
+    assert "left/helpers.py" not in hd003.message
+    # The step breakdown's host lines name the same file for the frame.
+    breakdown = CliRunner().invoke(main, ["stats", str(out), "--breakdown", "--format", "json"])
+    assert breakdown.exit_code == 0, breakdown.output
+    lines = json.loads(breakdown.stdout[breakdown.stdout.index("{"):])["lines"]
+    widen = [ln for ln in lines if ln["where"] == "helpers.py:4 widen"]
+    assert widen and {ln["path"] for ln in widen} == {str(tmp_path / "right" / "helpers.py")}
