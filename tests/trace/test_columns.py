@@ -1,13 +1,19 @@
 """The op-event columns (``trace/columns.py``): a line in order and the same line shuffled give the same
 columns (a line already in order skips the sort); ``unique_inverse``, ``unique_values`` and ``searchsorted``
-give numpy's answers; a line's integer stats kept as rows read as the dict of them does."""
+give numpy's answers; a line's integer stats kept as rows read as the dict of them does; ``counts`` is
+``np.bincount``; execution ids and occurrences are kept in the narrowest type, joined in the widest.
+Reading a capture does not load pandas: it is loaded where the table is first built."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hlo_doctor.trace.columns import OpColumns, searchsorted, unique_inverse, unique_values
+from hlo_doctor.trace.columns import OpColumns, counts, searchsorted, unique_inverse, unique_values
 from hlo_doctor.trace.wire import OwnStats
 
 
@@ -82,3 +88,52 @@ def test_integer_stats_as_rows_read_as_their_dict(seed: int) -> None:
             assert bool(has[e]) == (held is not None) and (held is None or int(value[e]) == held)
     joined = OwnStats.joined([rows, OwnStats({50: (("group_id", "x"),)})])
     assert joined.last("group_id", 51) is None and joined[50] == (("group_id", "x"),) and joined[events[0]] == want[events[0]]
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.intp])
+@pytest.mark.parametrize("n", [0, 5, (1 << 18) + 7, 3 * (1 << 18)])
+def test_counts_is_bincount(dtype: type, n: int) -> None:
+    values = np.random.default_rng(n).integers(0, 100, n).astype(dtype)
+    for minlength in (0, 150):
+        got, want = counts(values, minlength), np.bincount(values, minlength=minlength)
+        assert np.array_equal(got, want) and len(got) == len(want)
+
+
+def test_execution_ids_and_occurrences_narrow_per_line_and_join_widest() -> None:
+    cols, huge = OpColumns(), OpColumns()
+    start, duration = np.arange(4, dtype=np.float64), np.ones(4)
+    for c in (cols, huge):  # code 0 of each vocabulary
+        c.modules.code("jit_step"), c.program_ids.code(1), c.ops.code("fusion")
+    codes = np.zeros(4, np.int64)
+    cols.add("h", "d", codes, codes, codes, start, duration, np.array([0, 1, 2, -1]), np.ones(4, np.int64))
+    cols.add("h", "d", codes, codes, codes, start + 10, duration, np.array([0, 1, 1 << 20, 3]),
+             np.array([1, 1, 300, 1]))
+    assert [c.dtype for c in cols.chunks[8]] == [np.int8, np.int32]
+    assert [c.dtype for c in cols.chunks[9]] == [np.int8, np.int16]
+    ev = cols.finish()
+    assert ev.run_id.dtype == np.int32 and ev.run_id.tolist() == [0, 1, 2, -1, 0, 1, 1 << 20, 3]
+    assert ev.occurrences.dtype == np.int16 and ev.occurrences.tolist() == [1, 1, 1, 1, 1, 1, 300, 1]
+    huge.add("h", "d", codes, codes, codes, start, duration, np.array([0, 1 << 40, 2, 3]), np.ones(4, np.int64))
+    assert huge.finish().run_id.tolist() == [0, 1 << 40, 2, 3]
+
+
+def test_a_capture_is_read_before_pandas_is_loaded() -> None:
+    """In a fresh process: the host's read leaves pandas unloaded (its columns peak without pandas's
+    35-77 MiB), and the table built from them loads it."""
+    capture = Path(__file__).resolve().parents[2] / "sample_traces" / "gpu_h200_original"
+    code = f"""
+import sys
+from pathlib import Path
+from hlo_doctor.hosts.work import HostTask
+from hlo_doctor.trace.columns import OpColumns
+from hlo_doctor.trace.read import find_xplanes, read_host
+(path,) = find_xplanes(Path({str(capture)!r}))
+cols = OpColumns()
+read = read_host(path, cols)
+assert read.ops > 0
+print("after read", "pandas.core.frame" in sys.modules)
+cols.finish()
+print("after finish", "pandas.core.frame" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.split("\n")[:2] == ["after read False", "after finish True"], out.stdout + out.stderr
