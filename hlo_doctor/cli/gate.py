@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,20 @@ def load_side(path: Path, side: str, options: PodOptions) -> OpStats:
         console.print(Text(f"note: {left_out_note(stats.hosts_left_out, f'{side}: ')}", style="yellow"),
                       soft_wrap=True)
     return stats
+
+
+def read_side(path: Path, side: str, options: PodOptions) -> tuple[OpStats, dict[str, Any]]:
+    """:func:`load_side`, and its per-op samples, with what the comparison does not read let go."""
+    from hlo_doctor.gate.match import per_op_samples
+    from hlo_doctor.trace.columns import trim_freed_memory
+
+    stats = load_side(path, side, options)
+    samples = per_op_samples(stats)
+    # Nor does the comparison read a side's step breakdown or parsed modules: let go too. (The empty
+    # per-step frame is a copy: a slice of no rows would still hold the rows' arrays.)
+    stats = dataclasses.replace(stats, per_step=stats.per_step.iloc[:0].copy(), breakdown=None, modules=())
+    trim_freed_memory()
+    return stats, samples
 
 
 def side_memory(path: Path, stats: OpStats) -> Any:
@@ -170,11 +185,14 @@ def gate_cmd(
     from hlo_doctor.opstats.build import shared_module_parses
 
     with shared_module_parses():  # the two sides of one program share most of their modules' texts
-        base_stats = load_side(baseline, "baseline", options)
-        cand_stats = load_side(candidate, "candidate", options)
+        # Each side's per-op samples taken as it is read, and its per-step rows (a row per op and
+        # step: hundreds of thousands) dropped: they are not held while the other side is read.
+        base_stats, base_samples = read_side(baseline, "baseline", options)
+        cand_stats, cand_samples = read_side(candidate, "candidate", options)
     result = gate(base_stats, cand_stats, policy, strict=strict,
                   baseline_label=str(baseline), candidate_label=str(candidate),
-                  baseline_memory=side_memory(baseline, base_stats), candidate_memory=side_memory(candidate, cand_stats))
+                  baseline_memory=side_memory(baseline, base_stats), candidate_memory=side_memory(candidate, cand_stats),
+                  samples=(base_samples, cand_samples))
 
     root = repository_root(Path.cwd())
     fmt = fmt or ("github" if in_github_actions() and output is None else "table")

@@ -137,7 +137,7 @@ def gate(roots: Roots, settings: WorkerSettings, baseline: str, candidate: str, 
          strict: bool = False, max_step_regression_pct: float | None = None,
          max_op_regression_pct: float | None = None, op_floor_us: float | None = None) -> ToolAnswer:
     """``gate BASELINE CANDIDATE --format json``'s verdict (``verdict``: pass / regression / inconclusive)."""
-    from hlo_doctor.cli.gate import load_side, side_memory
+    from hlo_doctor.cli.gate import read_side, side_memory
     from hlo_doctor.cli.hosts import pod_options
     from hlo_doctor.gate import gate as judge
     from hlo_doctor.gate import resolve_policy
@@ -152,11 +152,11 @@ def gate(roots: Roots, settings: WorkerSettings, baseline: str, candidate: str, 
                                             "op_floor_us": op_floor_us}, search=False)
     options = pod_options(None, None, False)
     with shared_module_parses():
-        base_stats = load_side(base, "baseline", options)
-        cand_stats = load_side(cand, "candidate", options)
+        base_stats, base_samples = read_side(base, "baseline", options)
+        cand_stats, cand_samples = read_side(cand, "candidate", options)
     result = judge(base_stats, cand_stats, resolved, strict=strict, baseline_label=str(base),
                    candidate_label=str(cand), baseline_memory=side_memory(base, base_stats),
-                   candidate_memory=side_memory(cand, cand_stats))
+                   candidate_memory=side_memory(cand, cand_stats), samples=(base_samples, cand_samples))
     doc: dict[str, Any] = json.loads(GATE.text("json", result, RenderOptions()))
     text = GATE.text("table", result, RenderOptions(rows=10))
     return ToolAnswer(text, doc)

@@ -37,6 +37,8 @@ from hlo_doctor.gate.policy import GatePolicy, PolicyError, find_policy_file, lo
 from hlo_doctor.gate.result import JSON_SCHEMA, GateResult, OpDiff, Verdict, Violation
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from hlo_doctor.memory import MemoryReport
 
 __all__ = [
@@ -69,11 +71,15 @@ def gate(
     candidate_label: str = "candidate",
     baseline_memory: MemoryReport | None = None,
     candidate_memory: MemoryReport | None = None,
+    samples: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None,
 ) -> GateResult:
     """Compare ``candidate`` with ``baseline`` under ``policy``.
 
     ``baseline_memory``/``candidate_memory`` (:func:`hlo_doctor.memory.read_memory`) add the
     programs' peaks: one that grows beyond ``policy.max_peak_growth_pct`` fails (``peak-memory``).
+    ``samples``: each side's :func:`~hlo_doctor.gate.match.per_op_samples`, taken as each was read
+    (the command drops a side's per-step rows once they are taken: they are not held while the other
+    side is read); by default taken here from the sides' ``per_step``.
 
     Raises:
         InputError: the runs are not comparable: different backends or device kinds, no HLO module in
@@ -81,7 +87,7 @@ def gate(
     """
     policy = policy or GatePolicy()
     m = match_runs(baseline, candidate, policy, baseline_label, candidate_label)
-    b_samples, c_samples = per_op_samples(baseline), per_op_samples(candidate)
+    b_samples, c_samples = samples if samples is not None else (per_op_samples(baseline), per_op_samples(candidate))
     judged = judged_keys(m, policy)
     pairs = time_pairs(m, judged, b_samples, c_samples)
     speed, speed_ops, speed_note = estimate_speed(pairs, policy)

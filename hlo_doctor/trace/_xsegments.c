@@ -111,11 +111,9 @@ static PyObject *segments(PyObject *self, PyObject *args) {
         goto done;
     }
     /* Each event cuts at most two segments (one as it opens, one as it closes): the columns are
-       sized for that at once, and only the pages written become resident (no copy as they grow). */
-    if (vec_reserve(&os, 2 * n + 1) || vec_reserve(&oe, 2 * n + 1) || vec_reserve(&ol, 2 * n + 1)) {
-        PyErr_NoMemory();
-        goto done;
-    }
+       sized for that at once, and only the pages written become resident (no copy as they grow).
+       Where the system will not reserve that much, they grow as they fill instead. */
+    (void)(vec_reserve(&os, 2 * n + 1) || vec_reserve(&oe, 2 * n + 1) || vec_reserve(&ol, 2 * n + 1));
     stack_end = (double *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof(double));
     stack_label = (int64_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
     if (!stack_end || !stack_label) {

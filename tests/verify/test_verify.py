@@ -49,12 +49,13 @@ def baseline_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def fix_report(baseline_run: Path, tmp_path_factory: pytest.TempPathFactory) -> VerifyReport:
-    # At these sizes the batch TTFT is ~10 ms, so a scheduler hiccup on a busy 2-core machine is a large
-    # fraction of it: the pass test allows x1.5 (the hand fixes below fail at x5 and more with the default).
+    # At these sizes the batch TTFT is 3-10 ms, so a scheduler hiccup on a busy 2-core machine is a large
+    # fraction of it (a loaded CI run measured x1.54 at the fastest of 5 rounds: 5.1 vs 3.3 ms): the pass
+    # test allows x2.5 (the hand fixes below fail at x5 and more with the default).
     # A budget too small for another pair: the verdict is looked at once (at alpha spent for look 1),
     # and no pair is added.
     settings = VerifySettings(fix="bf16-greedy-sampler", variant="full", baseline_run=baseline_run,
-                              out_dir=tmp_path_factory.mktemp("verify-fix"), ttft_bound=1.5, budget_s=0.001,
+                              out_dir=tmp_path_factory.mktemp("verify-fix"), ttft_bound=2.5, budget_s=0.001,
                               **SMALL)  # type: ignore[arg-type]
     return run_verify(settings)
 

@@ -49,8 +49,6 @@ def measure(fix: str, spec: str, file: Path, findings: Sequence[Finding], key: s
             store: MeasurementStore | None) -> Measurement | str:
     """Apply ``fix`` to a copy of ``file`` at the lines ``findings`` name and time both in a child:
     the stored figure (``key``, this capture's identity from ``store``), or the one-line reason."""
-    import jax
-
     from hlo_doctor.verify.program.sites import sites_from_findings
     from hlo_doctor.verify.program.target import check_fix_target, make_fixed_copy
 
@@ -66,7 +64,10 @@ def measure(fix: str, spec: str, file: Path, findings: Sequence[Finding], key: s
                "steps": STEPS, "warmup": WARMUP, "budget_s": budget_s}
         (work / "job.json").write_text(json.dumps(job), encoding="utf-8")
         out = work / "out.json"
-        env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", jax.default_backend()))
+        # The child picks this machine's default backend itself: asking jax here which one that is
+        # would start it in this process, and a TPU admits one process (libtpu's lock: the child
+        # then fails to start it), a GPU's memory would be taken twice.
+        env = dict(os.environ)
         try:
             done = subprocess.run([sys.executable, "-m", "hlo_doctor.verify.program.promise_child", str(work / "job.json"),
                                    str(out)], env=env, capture_output=True, text=True, timeout=TIMEOUT_S + budget_s,
