@@ -31,19 +31,10 @@ _MIN_TAIL = 2
 def call_line(path: str, def_line: int, function: str, callee: str, ordinal: int = 0) -> int | None:
     """The line in ``path`` of the call to ``callee`` made by ``function`` (whose code starts at
     ``def_line``), or None (see the module's docstring)."""
-    if not path or def_line < 1 or not function or not callee:
+    stamped = _stamped(path) if path and def_line >= 1 and function and callee else None
+    if stamped is None:
         return None
-    local = _local(path)
-    if local is None:
-        return None
-    try:
-        st = local.stat()
-    except OSError:
-        return None
-    # Keyed by the file's size and time too: a long-lived process (the MCP server, a test run) that
-    # reads a file again after it changed reads it anew instead of an earlier answer.
-    sites = _sites(str(local), st.st_mtime_ns, st.st_size, def_line, function.rsplit(".", 1)[-1],
-                   callee.lstrip("_"))
+    sites = _sites(*stamped, def_line, function.rsplit(".", 1)[-1], callee.lstrip("_"))
     if sites is None or not sites:
         return None
     if len(sites) == 1:
@@ -56,8 +47,16 @@ def starts_at(path: str, def_line: int, function: str) -> bool | None:
     ``function`` whose code starts at ``def_line`` (its ``def``, or a decorator's line): tells which of
     several files of one base name a tracer frame (``$helpers.py:4 widen``) ran. None when the file
     cannot be read or parsed here (a capture from another machine)."""
-    if not path or def_line < 1 or not function:
+    stamped = _stamped(path) if path and def_line >= 1 and function else None
+    if stamped is None:
         return None
+    return _starts(*stamped, def_line, function.rsplit(".", 1)[-1])
+
+
+def _stamped(path: str) -> tuple[str, int, int] | None:
+    """The file on this machine (:func:`_local`), its modification time and size: what the parses
+    are cached by, so a long-lived process (the MCP server, a test run) that reads a file again after
+    it changed reads it anew instead of an earlier answer."""
     local = _local(path)
     if local is None:
         return None
@@ -65,7 +64,7 @@ def starts_at(path: str, def_line: int, function: str) -> bool | None:
         st = local.stat()
     except OSError:
         return None
-    return _starts(str(local), st.st_mtime_ns, st.st_size, def_line, function.rsplit(".", 1)[-1])
+    return str(local), st.st_mtime_ns, st.st_size
 
 
 @lru_cache(maxsize=256)
