@@ -89,13 +89,13 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
     from hlo_doctor.lint.promise import with_fixes
     from hlo_doctor.lint.runner import replay_unfixed, replayed
-    from hlo_doctor.lint.store import MeasurementStore
+    from hlo_doctor.lint.store import MeasurementStore, store_capture
 
     fmt = fmt or ("github" if in_github_actions() and output is None else "table")
     say_capture = announce_capture(run)
     book = load_rulebook(rules_dirs)
     reader = CaptureReader(pod_options(jobs, scheduler, skip_bad_hosts))
-    store = MeasurementStore(run, remeasure=remeasure) if what_if else None
+    store = MeasurementStore(store_capture(run), remeasure=remeasure) if what_if else None
     ctx = dataclasses.replace(load_context(run, source_root=source, reader=reader), what_if=what_if,
                               measurements=store)
     say_capture()

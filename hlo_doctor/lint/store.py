@@ -234,6 +234,30 @@ def run_folder(capture: Path) -> Path:
     return folder
 
 
+def store_capture(path: Path) -> Path:
+    """What a store keys the capture a command names by: for a folder holding several captures (a
+    ``doctor`` or ``verify`` folder), the run folder of the one it is read as, its baseline profile,
+    where ``doctor`` itself keeps its measurements; else ``path``. So a diagnosis of the folder reuses
+    what ``doctor`` measured, and keeps what it measures where a diagnosis of the profile finds it."""
+    from hlo_doctor.core.errors import HloDoctorError
+    from hlo_doctor.trace.locate import locate_capture
+
+    if not path.is_dir():
+        return path
+    try:
+        files = locate_capture(path).files
+    except HloDoctorError:
+        return path
+    if not files:
+        return path
+    folder = run_folder(Path(files[0]))
+    try:
+        inside = folder.resolve() != path.resolve() and folder.resolve().is_relative_to(path.resolve())
+    except OSError:
+        return path
+    return folder if inside else path
+
+
 def run_doc(folder: Path) -> dict[str, Any] | None:
     """The run.json in run folder ``folder`` (:func:`run_folder`) as a dict; None where there is none
     or it cannot be read as one (the capture is read without it)."""

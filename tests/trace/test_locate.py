@@ -103,3 +103,22 @@ def test_gate_names_both_captures_first() -> None:
     doc = json.loads(stdout)
     assert doc["baseline"]["capture"] == [_rel(base)] and doc["candidate"]["capture"] == [_rel(cand)]
     assert code == 1  # the candidate brings the copy and the convert program back
+
+
+def test_a_verify_folders_measurements_are_kept_with_its_baseline(tmp_path: Path) -> None:
+    """The measurement store of a folder read as its baseline is the baseline's run folder, where
+    ``doctor`` keeps its own and a diagnosis of the profile looks; a plain run or a file is itself."""
+    from hlo_doctor.lint.store import store_capture
+
+    out = tmp_path / "verify-out"
+    out.mkdir()
+    write_marker(out, "verify")
+    shutil.copytree(ORIGINAL, out / "baseline-run")
+    shutil.copytree(FIXED, out / "treatment-run")
+    assert store_capture(out) == out / "baseline-run"
+    assert store_capture(out / "baseline-run") == out / "baseline-run"
+    assert store_capture(ORIGINAL) == ORIGINAL
+    (xplane,) = ORIGINAL.glob("plugins/profile/*/*.xplane.pb")
+    assert store_capture(xplane) == xplane
+    shutil.rmtree(out / "baseline-run")  # no baseline: the folder is refused where it is read; the store is its own
+    assert store_capture(out) == out
