@@ -54,14 +54,12 @@ def device_index(ev: pd.DataFrame) -> tuple[np.ndarray, list[Device]]:
     if not len(key):
         return np.zeros(0, np.int32), []
     present = np.flatnonzero(counts(key))
-    lookup = np.full(int(present[-1]) + 1, -1, np.int32)  # (fewer devices than int32 holds)
+    lookup = np.full(int(present[-1]) + 1, -1, key.dtype)
     lookup[present] = np.arange(len(present))
     devices = [(str(host.cat.categories[k // width]), str(dev.cat.categories[k % width])) for k in present.tolist()]
-    if key.dtype == lookup.dtype:
-        for a in range(0, len(key), 1 << 18):  # in place, a chunk at a time: no second array per event
-            key[a:a + (1 << 18)] = lookup[key[a:a + (1 << 18)]]
-        return key, devices
-    return lookup[key], devices
+    for a in range(0, len(key), 1 << 18):  # in place, a chunk at a time: no second array per event
+        key[a:a + (1 << 18)] = lookup[key[a:a + (1 << 18)]]
+    return key, devices
 
 
 def step_spans(trace: Trace, ev: pd.DataFrame, source: str, which: np.ndarray,

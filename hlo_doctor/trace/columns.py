@@ -186,13 +186,15 @@ def _constant(n: int, code: int) -> np.ndarray:
     return np.full(n, code, np.int16 if code < np.iinfo(np.int16).max else np.int32)
 
 
-def _narrowest(values: np.ndarray) -> np.ndarray:
-    """A line's integers (execution ids, occurrence counts) in the narrowest type that holds them:
-    occurrences are 1 but for an aggregated event, and a device's module runs number thousands."""
+def narrowest(values: np.ndarray, floor: type[np.signedinteger[Any]] = np.int8) -> np.ndarray:
+    """A line's integers in the narrowest type, from ``floor`` up, that holds them: occurrences are 1
+    but for an aggregated event, a device's module runs number thousands, metadata ids fit int32 (the
+    caller's floor where the values are computed on: ``unique_inverse`` shifts them)."""
+    widths = [d for d in (np.int8, np.int16, np.int32) if np.iinfo(d).bits >= np.iinfo(floor).bits]
     if not values.size:
-        return values.astype(np.int8)
+        return values.astype(widths[0] if widths else np.int64)
     lo, hi = int(values.min()), int(values.max())
-    for dtype in (np.int8, np.int16, np.int32):
+    for dtype in widths:
         if np.iinfo(dtype).min <= lo and hi <= np.iinfo(dtype).max:
             return values.astype(dtype, copy=False)
     return values.astype(np.int64, copy=False)
@@ -247,7 +249,7 @@ class OpColumns:
             _constant(n, self.hosts.code(host)), _constant(n, self.devices.code(device)),
             _codes(gather(module)), _codes(gather(program_id)), _codes(gather(op)), start_ns, duration_ns,
             None if self_ns is duration_ns else self_ns,  # None: nothing nested, the durations themselves
-            _narrowest(gather(run_id)), _narrowest(gather(occurrences)))
+            narrowest(gather(run_id)), narrowest(gather(occurrences)))
         for column, part in zip(self.chunks, parts, strict=True):
             column.append(part)  # type: ignore[arg-type]
         self.count += n

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hlo_doctor.trace.columns import narrowest
 from hlo_doctor.trace.cwire import COMPILED
 from hlo_doctor.trace.wire import OwnStats, Unread
 from hlo_doctor.trace.xspace import stat_value
@@ -69,7 +70,7 @@ def scan(line: object, off_id: int, dur_id: int, op_ids: dict[int, str], snames:
             start_ns = joined("offsets_ps") / 1000
             start_ns += ts
             duration_ns = joined("durations_ps") / 1000
-            return Line(_narrow(joined("mids")), start_ns, duration_ns, _narrow(joined("occurrences")), own)
+            return Line(_ids(joined("mids")), start_ns, duration_ns, _ids(joined("occurrences")), own)
     return scan_messages(line, off_id, dur_id, op_ids, snames)
 
 
@@ -106,14 +107,11 @@ def scan_messages(line: object, off_id: int, dur_id: int, op_ids: dict[int, str]
         add_dur(dur)
         add_occ(n or 1)
     ts = line.timestamp_ns  # type: ignore[attr-defined]
-    return Line(_narrow(np.frombuffer(mids, np.int64)), ts + np.frombuffer(offs, np.int64) / 1000,
-                np.frombuffer(durs, np.int64) / 1000, _narrow(np.frombuffer(occs, np.int64)), OwnStats(own))
+    return Line(_ids(np.frombuffer(mids, np.int64)), ts + np.frombuffer(offs, np.int64) / 1000,
+                np.frombuffer(durs, np.int64) / 1000, _ids(np.frombuffer(occs, np.int64)), OwnStats(own))
 
 
-def _narrow(values: np.ndarray) -> np.ndarray:
+def _ids(values: np.ndarray) -> np.ndarray:
     """Metadata ids and occurrence counts as int32 where they fit (they do but in a hostile file):
     a plane's line waits in memory while the one before becomes columns."""
-    if values.dtype == np.int64 and values.size and \
-            np.iinfo(np.int32).min <= int(values.min()) and int(values.max()) <= np.iinfo(np.int32).max:
-        return values.astype(np.int32)
-    return values
+    return narrowest(values, np.int32)
