@@ -261,8 +261,9 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     phase("diagnose", 2, False)
     # What-if runs price what the capture cannot (lint.whatif): the promise then holds its costs too.
     # Measured once per capture and kept with it (lint.store): the profile's own folder, else the cache.
-    diagnosis = diagnose(dataclasses.replace(load_context(profile_run), what_if=True,
-                                             measurements=MeasurementStore(profile_run)), load_rulebook())
+    store = MeasurementStore(profile_run)
+    diagnosis = diagnose(dataclasses.replace(load_context(profile_run), what_if=True, measurements=store),
+                         load_rulebook())
     write_atomically(out / "diagnose.json", diagnosis_json(diagnosis))
     write_atomically(out / "diagnose.md", diagnosis_md(diagnosis))
     phase("diagnose", 2, True)
@@ -289,6 +290,8 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
         verify = run_verify(dataclasses.replace(verify_settings, fix=fix_id, treatment=treatment_dir), progress)
         phase("verify", 4, True)
         verify = dataclasses.replace(verify, fix_diff=fix_diff)
+        # Kept with the baseline profile: a later `diagnose` of OUT prices the fix by these rounds.
+        keep_verified(profile_run, fix_id, verify, store)
         write_atomically(out / "verify.json", render_json(verify))
         write_atomically(out / "verify.md", render_markdown(verify))
         stages.append(("verify", time.perf_counter() - t0))
@@ -303,6 +306,38 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
         render_doctor_json(result), diagnosis_json(diagnosis), stats_json.read_text() if stats_json.is_file() else None,
         render_json(verify) if verify is not None else None))
     return result
+
+
+def keep_verified(profile_run: Path, fix_id: str, verify: VerifyReport, store: Any) -> bool:
+    """Keep verify's rounds of ``fix_id`` (the ``full`` variant, its checks 1-4 passed) in the
+    baseline profile's measurement store under the engine A/B's key (:func:`.lint.engine_ab.verified_key`),
+    so that ``diagnose OUT`` promises what verify measured, not a shorter A/B of its own. True when kept."""
+    from hlo_doctor.lint.engine_ab import (
+        VERIFIED_KIND,
+        EngineTarget,
+        bundled_engine_dir,
+        engine_target,
+        verified_key,
+    )
+    from hlo_doctor.lint.measurement import Measurement
+    from hlo_doctor.verify.stats import rounds_measurement
+
+    if verify.settings.variant != "full" or verify.verdict.startswith("FAIL") or not verify.baseline.rounds:
+        return False
+    where = engine_target(profile_run, bundled_engine_dir())
+    if not isinstance(where, EngineTarget):
+        return False
+    stopping = verify.stopping
+    budget = stopping.budget_s if stopping is not None and stopping.budget_s else 0.0
+    doc = {"baseline": [list(r.step_times_ms) for r in verify.baseline.rounds],
+           "treatment": [list(r.step_times_ms) for r in verify.treatment.rounds],
+           "looks": stopping.looks if stopping is not None else 1,
+           "stopped": "verify's rounds" + ("" if stopping is None or stopping.reason == "fixed" else f", {stopping.reason}")}
+    made = rounds_measurement(VERIFIED_KIND, verified_key(fix_id, where), doc, budget, store)
+    if not isinstance(made, Measurement):
+        return False
+    store.record(made)
+    return True
 
 
 def _measured_by(promise: Any) -> str | None:

@@ -27,6 +27,9 @@ from hlo_doctor.lint.program_ab import ProgramMeasurement, from_measurement, oth
 
 KIND = "engine-ab/fix"
 """The measurement store's kind for an engine A/B."""
+VERIFIED_KIND = "engine-ab/verify"
+"""The store's kind for verify's own rounds of the same fix on the same engine (``doctor`` keeps them
+with its baseline profile): read before an A/B of :data:`KIND` is measured, as the longer run."""
 BUDGET_S = 10.0
 """Seconds the measured rounds may take in all (verify's ``--budget``), as the program A/B's."""
 ROUNDS = 3
@@ -127,12 +130,20 @@ def tree_digest(tree: Path) -> str:
 def key_for(fix: str, where: EngineTarget, budget_s: float) -> str:
     """What the store keys an engine A/B by (under the store's 400 characters): the fix, the engine's
     sizes, a digest of its whole configuration and of its sources, the rounds and budget."""
+    return f"engine A/B of {_what(fix, where)}; {ROUNDS} rounds, budget {budget_s:g} s"
+
+
+def verified_key(fix: str, where: EngineTarget) -> str:
+    """What the store keys verify's own rounds of ``fix`` (the ``full`` variant) on the engine by."""
+    return f"verify of {_what(fix, where)}; full variant"
+
+
+def _what(fix: str, where: EngineTarget) -> str:
     c = where.config
     sizes = ", ".join(f"{k} {c[k]}" for k in SIZES if k in c)
     config = hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()
-    return (f"engine A/B of {'the bundled engine' if where.bundled else 'an engine tree'} with {fix[:60]}; "
-            f"{sizes[:120]}; config sha256:{config[:16]}; sources sha256:{where.sources[:16]}; {ROUNDS} rounds, "
-            f"budget {budget_s:g} s")
+    return (f"{'the bundled engine' if where.bundled else 'an engine tree'} with {fix[:60]}; {sizes[:120]}; "
+            f"config sha256:{config[:16]}; sources sha256:{where.sources[:16]}")
 
 
 def with_engine_ab(capture: Path, promises: tuple[FixPromise, ...], findings: Iterable[Finding],
@@ -142,7 +153,7 @@ def with_engine_ab(capture: Path, promises: tuple[FixPromise, ...], findings: It
     ``measure`` and kept there; where none can run, each says why (``program_unmeasured``): a capture
     of tpu-inference (its findings' lines are in its tree) included. A capture of neither: ``promises``
     as they are."""
-    where = engine_target(capture, bundled_dir or _bundled_dir()) if promises else None
+    where = engine_target(capture, bundled_dir or bundled_engine_dir()) if promises else None
     if where is None:
         if promises and any(TPU_INFERENCE in f.source.replace("\\", "/") for f in findings if f.source):
             return tuple(p if p.program is not None or p.program_unmeasured else
@@ -153,7 +164,9 @@ def with_engine_ab(capture: Path, promises: tuple[FixPromise, ...], findings: It
     out = []
     for p in promises:
         key = key_for(p.fix, where, budget_s)
-        stored = store.lookup(KIND, key) if store is not None else None
+        # verify's rounds of this fix on this engine (doctor's), where kept: the longer run of the two.
+        verified = store.lookup(VERIFIED_KIND, verified_key(p.fix, where)) if store is not None else None
+        stored = verified or (store.lookup(KIND, key) if store is not None else None)
         if stored is None:
             made = measure(p.fix, where, key, budget_s)
             if isinstance(made, str):
@@ -168,7 +181,7 @@ def with_engine_ab(capture: Path, promises: tuple[FixPromise, ...], findings: It
     return tuple(sorted(out, key=lambda p: (-p.net_us, p.fix)))
 
 
-def _bundled_dir() -> Path | None:
+def bundled_engine_dir() -> Path | None:
     """The bundled engine's folder here, found without importing it (nor jax)."""
     import importlib.util
 

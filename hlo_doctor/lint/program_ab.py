@@ -85,8 +85,10 @@ class ProgramMeasurement:
         10 s, measured 2026-12-03): 42.1 ms -> 30.2 ms per step, x0.72 [0.66, 0.78]``."""
         at = f" at line{'s' if len(self.lines) > 1 else ''} {', '.join(map(str, self.lines))}" if self.lines else ""
         lo, hi = self.interval_us
+        # A run of a fixed count of rounds (verify's own) has no budget to name.
+        within = f"{self.stopped} within a {self.budget_s:g} s budget" if self.budget_s > 0 else self.stopped
         return (f"measured by a program A/B of {self.target}{at} on this machine ({self.rounds} rounds x "
-                f"{self.steps} steps each, alternated, {self.stopped} within a {self.budget_s:g} s budget, "
+                f"{self.steps} steps each, alternated, {within}, "
                 f"measured here {self.when[:10]}): {fmt_duration(self.a_us)} -> {fmt_duration(self.b_us)} per "
                 f"step, x{self.ratio:.3f} [{self.ratio_interval[0]:.3f}, {self.ratio_interval[1]:.3f}] "
                 f"({self.outcome}); saving {_signed(self.saving_us)} [{_signed(lo)}, {_signed(hi)}]")

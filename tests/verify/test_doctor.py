@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -102,6 +103,20 @@ def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:
     assert {"HD002", "HD003"} <= {f["code"] for f in json.loads(again_diag.stdout)["findings"]}
     table = CliRunner().invoke(main, ["stats", str(out), "--top", "1"])
     assert table.exit_code == 0 and table.stderr.splitlines()[:2] == [line, f"op stats {out / 'profile'}"]
+    # diagnose of the folder prices the fix by verify's own rounds, kept with the baseline profile:
+    # the same step times verify.json holds, the same statistic, and nothing timed again.
+    priced = CliRunner().invoke(main, ["diagnose", str(out), "--format", "json"])
+    assert priced.exit_code == 0, priced.output
+    (fix,) = [p for p in json.loads(priced.stdout)["fixes"] if p["fix"] == "bf16-greedy-sampler"]
+    program = fix["program_ab"]
+    assert program is not None and program["rounds"] == len(verify["baseline"]["rounds"]), fix
+    steps = {side: [t * 1e3 for r in verify[side]["rounds"] for t in r["step_times_ms"]]
+             for side in ("baseline", "treatment")}
+    assert program["a_us"] == statistics.median(steps["baseline"])
+    assert program["b_us"] == statistics.median(steps["treatment"])
+    assert program["ratio"] == verify["step_time"]["ratio"]
+    assert program["stopped"].startswith("verify's rounds")
+    assert "measured here" not in priced.stderr and "reused from" in priced.stderr, priced.stderr
     treatment = CliRunner().invoke(main, ["diagnose", str(out / "verify")])
     assert treatment.exit_code == 2 and "treatment-run" in treatment.stderr and "none of them its baseline" in treatment.stderr
 
