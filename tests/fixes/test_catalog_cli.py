@@ -40,7 +40,7 @@ def _profile(folder: Path, out: str) -> Path:
 
 
 def _findings(run: Path) -> list[dict[str, object]]:
-    r = _run(["diagnose", str(run), "--format", "json"])
+    r = _run(["diagnose", str(run), "--format", "json", "--no-what-if"])
     assert r.exit_code == 0, r.output
     return list(json.loads(r.stdout)["findings"])
 
@@ -89,9 +89,9 @@ def test_diagnose_names_the_fix_for_each_findings_own_line(here: tuple[Path, Pat
     assert isinstance(extra, dict) and extra["fix_safety"] == "safe"
     assert extra["fix_command"] == f"hlo-doctor apply-fix donate-state decode_step.py:{by_code['HD009']['source'].rsplit(':', 1)[1]}"  # type: ignore[union-attr]
     assert by_code["HD004"]["fix"] == ""  # its line is the argmax in sample(): nothing to change there
-    text = _run(["diagnose", str(run)]).stderr
+    text = _run(["diagnose", str(run), "--no-what-if"]).stderr
     assert "[fixable: donate-state]" in text and "[fixable: eager-widening]" in text
-    sarif = json.loads(_run(["diagnose", str(run), "--format", "sarif"]).stdout)
+    sarif = json.loads(_run(["diagnose", str(run), "--format", "sarif", "--no-what-if"]).stdout)
     fixes = {r["ruleId"]: r.get("properties", {}).get("fix") for r in sarif["runs"][0]["results"]}
     assert fixes["HD009"] == "donate-state" and fixes["HD003"] == "eager-widening"
 
@@ -148,7 +148,7 @@ def test_apply_from_run_refused_when_the_file_changed_then_applied(here: tuple[P
     path.write_text(original)
     os.utime(path, (0, 0))
     diagnosis = folder / "diagnosis.json"
-    diagnosis.write_text(_run(["diagnose", str(run), "--format", "json"]).stdout)
+    diagnosis.write_text(_run(["diagnose", str(run), "--format", "json", "--no-what-if"]).stdout)
     path.write_text("# edited after the run\n" + original)
     os.utime(path, (0, 0))
     r = _run(["apply-fix", "--from", str(diagnosis), "--write"])
@@ -198,7 +198,7 @@ def test_the_bundled_engine_keeps_its_tree_fix_and_no_fix_outside_the_project(tm
     assert hd003["fix"] == "bf16-greedy-sampler"
     assert hd003["extra"]["fix_command"] == "hlo-doctor apply-fix bf16-greedy-sampler --target hlo_doctor/engine"  # type: ignore[index]
     # The same files seen from another project: not a file that project edits, so no fix.
-    r = _run(["diagnose", str(trace), "--format", "json", "--source-root", str(tmp_path)])
+    r = _run(["diagnose", str(trace), "--format", "json", "--source-root", str(tmp_path), "--no-what-if"])
     assert all(f["fix"] == "" for f in json.loads(r.stdout)["findings"])
 
 

@@ -151,18 +151,51 @@ def test_two_diagnose_runs_of_a_sample_trace_give_identical_json(sample: str, tm
         assert f["severity"] == "medium"
 
 
-@pytest.mark.parametrize("damage", ["not json {", '{"schema": "hlo-doctor.measurements/9", "records": []}',
-                                    '{"schema": "hlo-doctor.measurements/1", "records": [{"kind": 1}]}',
-                                    "NaN", "[" * 100_000, "link"])
-def test_a_damaged_or_hostile_store_is_ignored_with_one_warning(damage: str, run: Path, tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    store_file = run / FILE_NAME
-    victim = tmp_path / "victim.txt"
+_DAMAGE = ["not json {", '{"schema": "hlo-doctor.measurements/9", "records": []}',
+           '{"schema": "hlo-doctor.measurements/1", "records": [{"kind": 1}]}', "NaN", "[" * 100_000, "link"]
+
+
+def _plant(damage: str, store_file: Path, victim: Path) -> None:
     if damage == "link":
         victim.write_text("not hlo-doctor's\n")
         store_file.symlink_to(victim)
     else:
         store_file.write_text(damage)
+
+
+@pytest.mark.parametrize("damage", _DAMAGE)
+def test_a_damaged_or_hostile_store_file_is_ignored_once_and_replaced_whole(damage: str, run: Path,
+                                                                            tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store itself, on each damage: nothing read from it, one warning naming it, and the next
+    record written whole beside it (a link never written through: the cache holds it)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    store_file, victim = run / FILE_NAME, tmp_path / "victim.txt"
+    _plant(damage, store_file, victim)
+    store = MeasurementStore(run)
+    assert store.lookup(KIND, "any key") is None
+    assert len(store.warnings) == 1 and str(store_file) in store.warnings[0], store.warnings
+    store.record(paired_ratio(KIND, "any key", ("wide", [2.0, 2.1, 1.9]), ("narrow", [1.0, 1.1, 0.9]),
+                              store.identity()))
+    again = MeasurementStore(run)
+    assert again.lookup(KIND, "any key") is not None
+    # A link stays (never replaced): every later read notes it again; a file replaced whole reads clean.
+    assert again.warnings == (store.warnings if damage == "link" else [])
+    if damage == "link":
+        assert store_file.is_symlink() and victim.read_text() == "not hlo-doctor's\n"
+        assert len(list((cache / "hlo-doctor" / "measurements").glob("*.json"))) == 1
+    else:
+        assert json.loads(store_file.read_text())["schema"] == SCHEMA
+
+
+@pytest.mark.parametrize("damage", ["not json {", "link"])
+def test_a_damaged_or_hostile_store_is_ignored_with_one_warning(damage: str, run: Path, tmp_path: Path) -> None:
+    """Through diagnose (each damage of the store itself above): one note, measured again."""
+    cache = tmp_path / "cache"
+    store_file = run / FILE_NAME
+    victim = tmp_path / "victim.txt"
+    _plant(damage, store_file, victim)
     r, doc = _diagnose(run, cache)
     warnings = [line for line in r.stderr.splitlines() if line.startswith("note: ignoring the stored measurements")]
     assert len(warnings) == 1 and str(store_file) in warnings[0]

@@ -85,7 +85,7 @@ def test_apply_fix_from_writes_only_under_the_source_root(tmp_path: Path) -> Non
     (project / ".git").mkdir()
     r = _cli(project, "profile", "decode_step.py:step", "--steps", "2", "--warmup", "1", "--out", "run")
     assert r.returncode == 0, r.stderr[-2000:]
-    doc = json.loads(_cli(project, "diagnose", "run", "--format", "json").stdout)
+    doc = json.loads(_cli(project, "diagnose", "run", "--format", "json", "--no-what-if").stdout)
     moved = 0
     for f in doc["findings"]:
         extra = f.get("extra") or {}

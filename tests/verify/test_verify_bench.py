@@ -26,9 +26,9 @@ def _levels(doc: dict) -> dict[str, dict[int, dict]]:
 
 
 def test_bench_full_fix_passes_every_check_but_the_timing_one(tmp_path: Path) -> None:
-    # 5 rounds per tree: fewer is always "inconclusive" for check 5, whose outcome is this machine's (its
-    # PASS figures are in docs/verify.md). TTFT bound as in test_verify (small sizes).
-    result = CliRunner().invoke(main, ["verify", "--fix", "bf16-greedy-sampler", "--bench", BENCH, "--rounds", "5",
+    # 2 rounds per tree (each a serving benchmark of its own): check 5's outcome is this machine's and not
+    # this test's (its PASS figures at 5 rounds are in docs/verify.md). TTFT bound as in test_verify.
+    result = CliRunner().invoke(main, ["verify", "--fix", "bf16-greedy-sampler", "--bench", BENCH, "--rounds", "2",
                                        "--ttft-bound", "1.5", "--out", str(tmp_path / "out"), *SIZES])
     assert result.exit_code in (0, 1), result.output
     doc = json.loads(result.stdout)
