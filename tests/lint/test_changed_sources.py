@@ -40,7 +40,7 @@ def test_diagnose_names_a_file_changed_since_the_capture(tmp_path: Path) -> None
     assert profiled.exit_code == 0, profiled.output
     record = json.loads((run / "run.json").read_text())["source_sha256"]
     assert any(Path(name).name == "greedy.py" for name in record), record
-    unchanged = CliRunner().invoke(main, ["diagnose", str(run), "--format", "json"])
+    unchanged = CliRunner().invoke(main, ["diagnose", str(run), "--format", "json", "--no-what-if"])
     assert unchanged.exit_code == 0 and "since the capture" not in unchanged.stderr
     findings = json.loads(unchanged.stdout)["findings"]
 
@@ -52,7 +52,7 @@ def test_diagnose_names_a_file_changed_since_the_capture(tmp_path: Path) -> None
     lines = sorted({f["source"].rpartition(":")[2] for f in findings if here(f)})
     assert lines, findings
     program.write_text("# a line added above the code\n" + PROGRAM)
-    changed = CliRunner().invoke(main, ["diagnose", str(run), "--format", "json"])
+    changed = CliRunner().invoke(main, ["diagnose", str(run), "--format", "json", "--no-what-if"])
     assert changed.exit_code == 0
     notes = [line for line in changed.stderr.splitlines() if "since the capture" in line]
     assert len(notes) == 1 and "greedy.py changed since the capture: line" in notes[0], changed.stderr

@@ -151,7 +151,7 @@ def _profile_and_diagnose(target: str, out: Path) -> dict[str, Any]:
     result = runner.invoke(main, ["profile", f"{PROGRAM}:{target}", "--steps", "3", "--warmup", "1",
                                   "--out", str(out), "--format", "json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    result = runner.invoke(main, ["diagnose", str(out), "--format", "json", "--select", "HD014"],
+    result = runner.invoke(main, ["diagnose", str(out), "--format", "json", "--select", "HD014", "--no-what-if"],
                            catch_exceptions=False)
     assert result.exit_code in (0, 1), result.output
     return json.loads(result.stdout)  # type: ignore[no-any-return]

@@ -56,7 +56,8 @@ def _profile(target: str, out: Path) -> None:
 
 def test_python_between_two_jitted_calls_on_xla_cpu(tmp_path: Path) -> None:
     _profile("host_bound_step.py:step", tmp_path / "run")
-    result = CliRunner().invoke(main, ["diagnose", str(tmp_path / "run"), "--format", "json", "--select", "HD015"],
+    result = CliRunner().invoke(main, ["diagnose", str(tmp_path / "run"), "--format", "json", "--select", "HD015",
+                                                       "--no-what-if"],
                                 catch_exceptions=False)
     doc = json.loads(result.stdout)
     found = doc["findings"]
