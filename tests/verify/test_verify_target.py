@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,32 @@ def test_bench_that_fails_times_out_or_writes_nothing_is_exit_2(wheels: dict[str
     assert result.exit_code == 2, result.output
     assert message in result.stderr and "Traceback" not in result.output
     assert tree_bytes(tree) == before
+
+
+def _sleepers(seconds: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes().split(b"\0")[:2] == [b"sleep", seconds.encode()]:
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_bench_whose_children_outlive_the_timeout_is_stopped_whole(wheels: dict[str, Path]) -> None:
+    """A benchmark that starts a server in the background and hangs: the round ends at --bench-timeout
+    (not when the last child lets go of the output), and nothing it started is left running."""
+    tree = wheels["0.24.0"]
+    started = time.monotonic()
+    result = CliRunner().invoke(main, ["verify", "--target", str(tree), "--bench",
+                                       "sleep 97 & sleep 96 # {tree} {out}", "--bench-timeout", "1"])
+    assert result.exit_code == 2 and "timed out after 1 s" in result.stderr, result.output
+    assert time.monotonic() - started < 45  # the children would hold the pipes for 96 s
+    deadline = time.monotonic() + 10
+    while (_sleepers("97") or _sleepers("96")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _sleepers("97") and not _sleepers("96")
 
 
 # A stand-in for `vllm bench throughput --output-json {out}`: vllm's field names; on the treatment it

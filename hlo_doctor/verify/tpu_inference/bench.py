@@ -11,10 +11,12 @@ counted as a compile. Figures are read from the JSON by vllm bench's field names
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -89,6 +91,23 @@ def _lookup(doc: dict[str, Any], key: str) -> object:
     return value
 
 
+def _run_bounded(cmd: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str] | None:
+    """``cmd`` through the shell in a session of its own, its output read; None when it (or anything it
+    started that still holds its output: a server left in the background) runs past ``timeout`` s. Then
+    the whole session is killed, so that no child outlives the round or keeps the pipes open."""
+    proc = subprocess.Popen(cmd, shell=True, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
 def run_round(command: str, tree: Target, out: Path, *, label: str, index: int, timeout: float,
               fields: dict[str, tuple[str, ...]]) -> BenchRound:
     """Run the bench command once on ``tree``; an :class:`InputError` naming the round when it cannot be read."""
@@ -102,11 +121,10 @@ def run_round(command: str, tree: Target, out: Path, *, label: str, index: int, 
         env[RECOMPILATION_ENV] = "1"
     out.unlink(missing_ok=True)
     start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, shell=True, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired as exc:
+    proc = _run_bounded(cmd, env, timeout)
+    if proc is None:
         raise InputError(f"{where} timed out after {timeout:g} s: {cmd}",
-                         "raise --bench-timeout or shorten the benchmark") from exc
+                         "raise --bench-timeout or shorten the benchmark")
     seconds = time.perf_counter() - start
     output = (proc.stdout or "") + (proc.stderr or "")
     if proc.returncode != 0:
