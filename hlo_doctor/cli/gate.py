@@ -61,7 +61,8 @@ def read_side(path: Path, side: str, options: PodOptions) -> tuple[OpStats, dict
     from hlo_doctor.gate.match import per_op_samples
     from hlo_doctor.trace.columns import trim_freed_memory
 
-    stats = load_side(path, side, options)
+    # A host read by parts sums no part of the step breakdown, which the comparison does not read.
+    stats = load_side(path, side, dataclasses.replace(options, breakdown=False))
     samples = per_op_samples(stats)
     # Nor does the comparison read a side's step breakdown or parsed modules: let go too. (The empty
     # per-step frame is a copy: a slice of no rows would still hold the rows' arrays.)

@@ -62,6 +62,9 @@ class PodOptions:
     """Leave out a host file that cannot be read (and say so) instead of stopping."""
     host_timeout_s: float = HOST_TIMEOUT_S
     """How long one host file's read may take in a worker (local or Dask) before it counts as lost."""
+    breakdown: bool = True
+    """Build the step breakdown of hosts read by parts (False: the command does not read it, as
+    ``gate``; the table and the per-step sums are the same)."""
 
 
 Run = Callable[[Sequence[HostTask]], Iterable[Result]]
@@ -135,7 +138,7 @@ def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, 
     # and parse nothing (nor import XLA); their parts come back without the modules. Local workers
     # start first and read their hosts meanwhile; they wait for the paths only if they need them.
     tasks = [HostTask(str(x), str(x.resolve()), dispatch=dispatch, keep_modules=False,
-                      frame_paths_follow=isinstance(runner, LocalPool)) for x in xplanes]
+                      frame_paths_follow=isinstance(runner, LocalPool), breakdown=options.breakdown) for x in xplanes]
     if isinstance(runner, LocalPool):
         runner.begin(tasks)
     try:

@@ -49,6 +49,8 @@ class HostTask:
     frame_paths_follow: bool = False
     """The frame paths come later (a local worker starts reading while the command parses the
     modules): the worker waits for them only if the host has Python frames to classify."""
+    breakdown: bool = True
+    """Sum the host's part of the step breakdown (False: the command does not read it, as ``gate``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +155,7 @@ def _read(task: HostTask, later: FramePathsLater | None) -> HostPart:
             return FrameKinds(dict(later()))
         return FrameKinds.from_modules(modules_from_trace(trace)[0])
 
-    totals = event_totals(trace, frame_kinds, task.choice)
+    totals = event_totals(trace, frame_kinds, task.choice, breakdown=task.breakdown)
     texts: tuple[tuple[str, int, str, str], ...] = ()
     if trace.backend != "cpu" and not trace.module_protos:
         texts = tuple(_xprof_texts(task))

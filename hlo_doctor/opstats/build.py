@@ -196,7 +196,9 @@ def opstats_from_totals(
         compile_events=trace.compile_events, backend=trace.backend, run=run, source_path=source_path,
         device_kind=trace.device_kind, warnings=tuple(notes), versions=trace.versions,
         num_devices=trace.num_devices, peaks=peaks,
-        breakdown=finish_breakdown(totals.breakdown, steps.source, trace.backend, device_rank),
+        # (None where the hosts were read without their parts of it: a command that does not read it.)
+        breakdown=finish_breakdown(totals.breakdown, steps.source, trace.backend, device_rank) if totals.breakdown
+        else None,
     )
 
 

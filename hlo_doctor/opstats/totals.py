@@ -153,10 +153,11 @@ def _last_end(starts: np.ndarray, durations: np.ndarray) -> float:
 
 
 def event_totals(trace: Trace, frame_kinds: Callable[[], FrameKinds],
-                 choice: StepChoice | None = None) -> EventTotals:
+                 choice: StepChoice | None = None, *, breakdown: bool = True) -> EventTotals:
     """The sums of ``trace``'s op events, its steps decided by ``choice`` (default: from this trace
     alone). ``frame_kinds`` is called only when the breakdown classifies Python frames
-    (:meth:`~hlo_doctor.opstats.host_time.FrameKinds.from_modules` of the capture's modules)."""
+    (:meth:`~hlo_doctor.opstats.host_time.FrameKinds.from_modules` of the capture's modules);
+    ``breakdown=False``: no part of the step breakdown (the sums are the same)."""
     evidence = step_evidence(trace)
     choice = choice or choose_steps(evidence)
     ev = events_frame(trace)
@@ -170,10 +171,11 @@ def event_totals(trace: Trace, frame_kinds: Callable[[], FrameKinds],
     del step_of
     starts, durations = trace.ops.start_ns, trace.ops.duration_ns
     span = (float(starts.min()), _last_end(starts, durations)) if len(starts) else (0.0, 0.0)
-    part = breakdown_part(trace, ev, choice.source, frame_kinds, step_name=choice.name, main=choice.main)
+    parts = (breakdown_part(trace, ev, choice.source, frame_kinds, step_name=choice.name, main=choice.main),) \
+        if breakdown else ()
     return EventTotals(
         **sums, step_times_us=tuple(float(t) for t in times), step_count=int(count), choice=choice,
-        evidence=evidence, span_ns=span, breakdown=(part,),
+        evidence=evidence, span_ns=span, breakdown=parts,
         hosts=tuple(str(h) for h in trace.ops.host.categories),
         device_names=tuple(str(d) for d in trace.ops.device.categories))
 

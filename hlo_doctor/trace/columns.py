@@ -21,14 +21,19 @@ if TYPE_CHECKING:  # imported where a column becomes a Categorical: the rule API
 _WIDTH = 10
 
 
-def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def unique_inverse(values: np.ndarray, *, scratch: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(values, return_inverse=True)`` of integers: by a table over their range where it
     is small (metadata ids, codes: hundreds of values over millions of events), without sorting; the
-    inverse is then int32."""
+    inverse is then int32. ``scratch``: ``values`` is the caller's to lose (shifted in place, not
+    copied: one array an event fewer)."""
     if values.ndim == 1 and values.size and values.dtype.kind in "iu":
         lo, hi = int(values.min()), int(values.max())
         if hi - lo < max(1 << 16, 4 * values.size):
-            shifted = values - values.dtype.type(lo)
+            if scratch:
+                shifted = values
+                shifted -= values.dtype.type(lo)
+            else:
+                shifted = values - values.dtype.type(lo)
             present = np.zeros(hi - lo + 1, bool)
             present[shifted] = True
             uniq = np.flatnonzero(present)
@@ -168,7 +173,7 @@ def trim_freed_memory() -> None:
 def _codes(codes: np.ndarray) -> np.ndarray:
     """A line's codes as int16 where they fit (they are joined at :meth:`OpColumns.finish`)."""
     if codes.size and int(codes.max()) < np.iinfo(np.int16).max:
-        return codes.astype(np.int16)
+        return codes.astype(np.int16, copy=False)
     return codes.astype(np.int32, copy=False)
 
 

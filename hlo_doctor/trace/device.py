@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hlo_doctor.trace.columns import OpColumns, searchsorted, unique_inverse
+from hlo_doctor.trace.columns import OpColumns, narrowest, searchsorted, unique_inverse
 from hlo_doctor.trace.conventions import split_module, split_op_text
 from hlo_doctor.trace.cwire import COMPILED
 from hlo_doctor.trace.device_lines import Line as _Line
@@ -313,16 +313,26 @@ class DevicePlaneReader:
             which[i] = k
         keep = np.fromiter((infos[k] is not None for k in range(len(infos))), bool, len(infos))[which]
         span_starts, span_ends, span_what = spans
-        pos = searchsorted(span_starts, ev.start_ns, side="right") - 1
-        inside = (pos >= 0) & (span_ends[np.maximum(pos, 0)] >= ev.start_ns) if len(span_starts) else \
-            np.zeros(n, bool)
-        run = np.where(inside, pos, -1)
-        # Module and program id codes per event: from the op, else from the enclosing module run.
+        # Each event's module run (-1: none), made in one array: millions of events, so no temporaries.
+        if len(span_starts):
+            run = searchsorted(span_starts, ev.start_ns, side="right")
+            run -= 1
+            inside = run >= 0
+            inside &= span_ends[np.maximum(run, 0)] >= ev.start_ns
+            np.logical_not(inside, out=inside)
+            run[inside] = -1
+            del inside
+        else:
+            run = np.full(n, -1, np.int64)
+        # Module and program id codes per event: from the op, else from the enclosing module run: the
+        # pair (op, run + 1) where the op needs its run, else (op, 0), as one integer.
         need_span = np.fromiter(
             ((o is not None and (not o.module or o.program_id == _NO_ID)) for o in infos), bool, len(infos))[which]
-        span_of = np.where(need_span, run, -1)
-        pairs = which * np.int64(len(span_what) + 1) + (span_of + 1)
-        uniq, inverse = unique_inverse(pairs)
+        pairs = which.astype(np.int64)
+        pairs *= np.int64(len(span_what) + 1)
+        np.add(pairs, run, out=pairs, where=need_span)
+        np.add(pairs, 1, out=pairs, where=need_span)
+        uniq, inverse = unique_inverse(pairs, scratch=True)
         codes = np.empty((len(uniq), 3), np.int32)
         no_pid = np.zeros(len(uniq), bool)
         for u, pair in enumerate(uniq.tolist()):
@@ -336,7 +346,10 @@ class DevicePlaneReader:
             self._warn(("no pid", line.name), f"{int(ev.occurrences[unkeyed].sum())} op events on "  # type: ignore[attr-defined]
                                                f"{line.name} have no program id (xprof's hlo_stats "  # type: ignore[attr-defined]
                                                "leaves them out): counted without one")
-        del which, pos, inside, need_span, span_of, pairs
+        del which, need_span, pairs
+        # The codes in their column's type already (int16 where they fit): each column below is then
+        # one gather, not a gather and a narrowing copy.
+        codes = narrowest(codes, np.int16)
         if bool(keep.all()):  # the usual case: no copy of the columns
             inverse_kept, start_ns, duration_ns, occurrences = inverse, ev.start_ns, ev.duration_ns, ev.occurrences
         else:
