@@ -54,6 +54,7 @@ from hlo_doctor.verify import (
 
 if TYPE_CHECKING:
     from hlo_doctor.lint import Diagnosis
+    from hlo_doctor.lint.store import MeasurementStore
 
 __all__ = ["JSON_SCHEMA", "DoctorResult", "DoctorSettings", "run_doctor"]
 
@@ -308,7 +309,7 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     return result
 
 
-def keep_verified(profile_run: Path, fix_id: str, verify: VerifyReport, store: Any) -> bool:
+def keep_verified(profile_run: Path, fix_id: str, verify: VerifyReport, store: MeasurementStore) -> bool:
     """Keep verify's rounds of ``fix_id`` (the ``full`` variant, its checks 1-4 passed) in the
     baseline profile's measurement store under the engine A/B's key (:func:`.lint.engine_ab.verified_key`),
     so that ``diagnose OUT`` promises what verify measured, not a shorter A/B of its own. True when kept."""
