@@ -333,6 +333,7 @@ def keep_verified(profile_run: Path, fix_id: str, verify: VerifyReport, store: M
     doc = {"baseline": [list(r.step_times_ms) for r in verify.baseline.rounds],
            "treatment": [list(r.step_times_ms) for r in verify.treatment.rounds],
            "looks": stopping.looks if stopping is not None else 1,
+           **({"alpha": verify.step_time.alpha} if verify.step_time is not None else {}),
            "stopped": "verify's rounds" + ("" if stopping is None or stopping.reason == "fixed" else f", {stopping.reason}")}
     made = rounds_measurement(VERIFIED_KIND, verified_key(fix_id, where), doc, budget, store)
     if not isinstance(made, Measurement):

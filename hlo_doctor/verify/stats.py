@@ -214,7 +214,10 @@ def rounds_measurement(kind: str, key: str, doc: Mapping[str, object], budget_s:
     treat = [[1e3 * t for t in r] for r in doc["treatment"]]  # type: ignore[attr-defined]
     looks = int(doc.get("looks", 1))  # type: ignore[call-overload]
     settings = _Defaults()
-    c = compare_rounds(settings, base, treat, alpha=alpha_at_look(settings.alpha, max(1, looks)))
+    # The level the rounds were judged at where the doc says (verify's own rounds: its verdict's), else
+    # the last look's of rounds added until they decide.
+    alpha = float(doc["alpha"]) if "alpha" in doc else alpha_at_look(settings.alpha, max(1, looks))  # type: ignore[arg-type]
+    c = compare_rounds(settings, base, treat, alpha=alpha)
     if not (math.isfinite(c.ci_low) and math.isfinite(c.ci_high) and math.isfinite(c.ratio)):
         return "the rounds were too few to test the difference"
     outcome = OUTCOMES.index(str(c.outcome)) if str(c.outcome) in OUTCOMES else len(OUTCOMES) - 1

@@ -6,6 +6,7 @@ import json
 import statistics
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from hlo_doctor.cli import main
@@ -114,7 +115,12 @@ def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:
              for side in ("baseline", "treatment")}
     assert program["a_us"] == statistics.median(steps["baseline"])
     assert program["b_us"] == statistics.median(steps["treatment"])
-    assert program["ratio"] == verify["step_time"]["ratio"]
+    step = verify["step_time"]
+    # (The same statistic on the step times in us, not ms: equal to the last digits' rounding.)
+    assert program["ratio"] == pytest.approx(step["ratio"], rel=1e-12)
+    # ...and its interval at the level verify's verdict used (not a sequential look's).
+    assert program["ratio_interval"] == pytest.approx(
+        [min(step["ci_low"], step["ratio"]), max(step["ci_high"], step["ratio"])], rel=1e-12)
     assert program["stopped"].startswith("verify's rounds")
     assert "measured here" not in priced.stderr and "reused from" in priced.stderr, priced.stderr
     treatment = CliRunner().invoke(main, ["diagnose", str(out / "verify")])
