@@ -109,3 +109,16 @@ def test_scheduler_from_pyproject(dask_cluster: Cluster, tpu_logdir: Path, tmp_p
         cli("stats", str(tpu_logdir), "--top", "1")
         after = client.run_on_scheduler(host_tasks)
     assert after > before  # the host files were read on the cluster the settings name
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_hosts_read_without_the_breakdown_give_the_same_table(tpu_logdir: Path, jobs: int) -> None:
+    """What gate reads (PodOptions(breakdown=False)): the same rows, steps and per-step samples as the
+    whole read, and no step breakdown summed."""
+    from hlo_doctor.hosts.capture import PodOptions, read_capture
+
+    whole, _ = read_capture(tpu_logdir, PodOptions(jobs=jobs))
+    lean, _ = read_capture(tpu_logdir, PodOptions(jobs=jobs, breakdown=False))
+    assert whole.breakdown is not None and lean.breakdown is None
+    assert lean.table.equals(whole.table) and lean.per_step.equals(whole.per_step)
+    assert (lean.step_times_us, lean.num_steps, lean.warnings) == (whole.step_times_us, whole.num_steps, whole.warnings)

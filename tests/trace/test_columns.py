@@ -43,6 +43,9 @@ def test_unique_inverse_is_numpys(values: list[int]) -> None:
     a = np.array(values, np.int64)
     got, want = unique_inverse(a), np.unique(a, return_inverse=True)
     assert got[0].dtype == want[0].dtype and np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    # The caller's array as scratch (shifted in place, where the range is small): the same answer.
+    lost = unique_inverse(a.copy(), scratch=True)
+    assert np.array_equal(lost[0], want[0]) and np.array_equal(lost[1], want[1])
 
 
 @pytest.mark.parametrize("values", [[5, 3, 5, 9, -2, 3], [1 << 40, 7, 1 << 40], [0], list(range(100, 0, -1))])
