@@ -170,13 +170,6 @@ def trim_freed_memory() -> None:
         pass
 
 
-def _codes(codes: np.ndarray) -> np.ndarray:
-    """A line's codes as int16 where they fit (they are joined at :meth:`OpColumns.finish`)."""
-    if codes.size and int(codes.max()) < np.iinfo(np.int16).max:
-        return codes.astype(np.int16, copy=False)
-    return codes.astype(np.int32, copy=False)
-
-
 def _in_order(start_ns: np.ndarray, duration_ns: np.ndarray) -> bool:
     """Whether a line's events are by start, the longer first at one start (a device line usually
     is): with one boolean per event where the starts all differ, not a float array of the steps."""
@@ -193,8 +186,9 @@ def _constant(n: int, code: int) -> np.ndarray:
 
 def narrowest(values: np.ndarray, floor: type[np.signedinteger[Any]] = np.int8) -> np.ndarray:
     """A line's integers in the narrowest type, from ``floor`` up, that holds them: occurrences are 1
-    but for an aggregated event, a device's module runs number thousands, metadata ids fit int32 (the
-    caller's floor where the values are computed on: ``unique_inverse`` shifts them)."""
+    but for an aggregated event, a device's module runs number thousands, its codes fit int16 (their
+    floor: they are joined at :meth:`OpColumns.finish`), its metadata ids int32 (the caller's floor
+    where the values are computed on: ``unique_inverse`` shifts them)."""
     widths = [d for d in (np.int8, np.int16, np.int32) if np.iinfo(d).bits >= np.iinfo(floor).bits]
     if not values.size:
         return values.astype(widths[0] if widths else np.int64)
@@ -252,7 +246,8 @@ class OpColumns:
         self_ns = self_times(start_ns, duration_ns)
         parts: tuple[np.ndarray | None, ...] = (
             _constant(n, self.hosts.code(host)), _constant(n, self.devices.code(device)),
-            _codes(gather(module)), _codes(gather(program_id)), _codes(gather(op)), start_ns, duration_ns,
+            narrowest(gather(module), np.int16), narrowest(gather(program_id), np.int16),
+            narrowest(gather(op), np.int16), start_ns, duration_ns,
             None if self_ns is duration_ns else self_ns,  # None: nothing nested, the durations themselves
             narrowest(gather(run_id)), narrowest(gather(occurrences)))
         for column, part in zip(self.chunks, parts, strict=True):
