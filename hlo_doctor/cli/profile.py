@@ -227,6 +227,9 @@ def _engine_target(engine_path: Path | None, overrides: dict[str, Any]) -> Any:
             raise InputError(f"--{option}: this engine's config has no {field_name}",
                              f"its fields: {', '.join(sorted(known))}")
         given[field_name] = value
+    if "batch" in given and "max_num_reqs" in known:
+        # As verify and doctor do: the menu stops at the batch's bucket, the only one its steps run in.
+        given["max_num_reqs"] = engines.batch_bucket(given["batch"])
     config = engines.checked_config(eng, **given)
     return engines.engine_target(eng, config, "engine" + (f":{engine_path}" if engine_path is not None else ""))
 
@@ -246,7 +249,8 @@ def _engine_target(engine_path: Path | None, overrides: dict[str, Any]) -> Any:
 @click.option("--duration-ms", type=int, default=2000, show_default=True, help="Capture length with --attach.")
 @click.option("--engine", "engine_path", type=click.Path(path_type=Path), default=None,
               help="Engine source tree to profile (default: the bundled reference engine).")
-@click.option("--batch", type=int, default=None, help="Engine batch size (engine target only).")
+@click.option("--batch", type=int, default=None, help="Engine batch size (engine target only); the precompiled menu stops at its "
+              "num_reqs bucket.")
 @click.option("--vocab", type=int, default=None, help="Engine vocabulary size (engine target only).")
 @click.option("--layers", type=int, default=None, help="Engine decoder layers (engine target only).")
 @click.option("--timeout", "timeout_s", type=float, default=None, metavar="SECONDS",

@@ -20,8 +20,16 @@ from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.format import json_safe
 from hlo_doctor.core.model import ProgressFn
 
-__all__ = ["EngineTarget", "call_with_progress", "capture_engine", "checked_config", "config_fields", "engine_config",
-           "engine_target"]
+__all__ = ["EngineTarget", "batch_bucket", "call_with_progress", "capture_engine", "checked_config", "config_fields",
+           "engine_config", "engine_target"]
+
+
+def batch_bucket(batch: int) -> int:
+    """The num_reqs bucket a batch of ``batch`` requests runs in (powers of two from 8): where a
+    precompiled menu built for one measured batch can stop. The menu holds every bucket up to
+    ``max_num_reqs``, but a batch only ever runs in its own, so the buckets above it are compile time
+    that no captured or timed step uses (the bundled engine's warm-up at batch 8: 10 programs, not 37)."""
+    return max(8, 1 << (batch - 1).bit_length())
 
 
 def config_fields(engine: ModuleType) -> frozenset[str]:

@@ -239,6 +239,8 @@ def test_profile_engine(tmp_path: Path) -> None:
     run = json.loads((out / "run.json").read_text())
     assert run["target"] == "engine" and run["steps"] == 2
     assert run["config"]  # what the engine built, recorded after its warm-up
+    # The menu stops at the batch's bucket (as verify's and doctor's do): 9 programs and the rng split.
+    assert run["config"]["num_reqs_paddings"] == [8] and run["config"]["precompiled_programs"] == 10
     rows = doc["rows"]
     # The engine's sampling tail: the greedy sampler's aliasing copy of the f32 logits.
     assert any(r["category"] == "copy" and r["module"] == "jit_sample" and r["shape"].startswith("f32[")

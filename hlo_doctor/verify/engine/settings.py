@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any
 
 from hlo_doctor.core.errors import InputError
+from hlo_doctor.engines.session import batch_bucket
 from hlo_doctor.engines.session import engine_config as configure
 from hlo_doctor.verify import settings as shared
 from hlo_doctor.verify.engine.driver import EngineConfig
@@ -67,9 +68,7 @@ def engine_config(module: ModuleType, settings: VerifySettings) -> EngineConfig:
         wanted["vocab_size"] = settings.vocab
     if settings.batch is not None:
         wanted["batch"] = settings.batch
-        # The menu is built for every num_reqs bucket up to max_num_reqs, but a measured batch only
-        # runs in its own bucket: stop the menu there (a smaller batch then warms up much faster).
-        wanted["max_num_reqs"] = max(8, 1 << (settings.batch - 1).bit_length())
+        wanted["max_num_reqs"] = batch_bucket(settings.batch)
     return configure(module, wanted)
 
 
