@@ -221,9 +221,11 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     from hlo_doctor.engines import capture_engine, load_engine
     from hlo_doctor.fixes import FixApplied, apply_fix, patched_copy
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
+    from hlo_doctor.lint.measurement import measure_budget
     from hlo_doctor.lint.store import MeasurementStore
 
     report = progress or (lambda stage, done, total: None)
+    budget_s = measure_budget()
     if settings.engine is not None and not Path(settings.engine).is_dir():
         raise InputError(f"--engine {settings.engine} is not a directory",
                          "pass an engine source tree (a copy of hlo_doctor/engine), or leave --engine out")
@@ -263,7 +265,8 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     # What-if runs price what the capture cannot (lint.whatif): the promise then holds its costs too.
     # Measured once per capture and kept with it (lint.store): the profile's own folder, else the cache.
     store = MeasurementStore(profile_run)
-    diagnosis = diagnose(dataclasses.replace(load_context(profile_run), what_if=True, measurements=store),
+    diagnosis = diagnose(dataclasses.replace(load_context(profile_run), what_if=True, measurements=store,
+                                             measure_seconds=budget_s),
                          load_rulebook())
     write_atomically(out / "diagnose.json", diagnosis_json(diagnosis))
     write_atomically(out / "diagnose.md", diagnosis_md(diagnosis))

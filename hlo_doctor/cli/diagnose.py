@@ -87,17 +87,19 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     from hlo_doctor.fixes.source.applicable import with_applicable_fixes
     from hlo_doctor.hosts import CaptureReader
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
+    from hlo_doctor.lint.measurement import measure_budget
     from hlo_doctor.lint.promise import with_fixes
     from hlo_doctor.lint.runner import replay_unfixed, replayed
     from hlo_doctor.lint.store import MeasurementStore, store_capture
 
     fmt = fmt or ("github" if in_github_actions() and output is None else "table")
+    budget_s = measure_budget()  # (a bad HLO_DOCTOR_MEASURE_SECONDS is exit 2 before anything is read)
     say_capture = announce_capture(run)
     book = load_rulebook(rules_dirs)
     reader = CaptureReader(pod_options(jobs, scheduler, skip_bad_hosts))
     store = MeasurementStore(store_capture(run), remeasure=remeasure) if what_if else None
     ctx = dataclasses.replace(load_context(run, source_root=source, reader=reader), what_if=what_if,
-                              measurements=store)
+                              measurements=store, measure_seconds=budget_s)
     say_capture()
     if reader.left_out:
         console.print(Text(f"note: {left_out_note(reader.left_out)}", style="yellow"), soft_wrap=True)
@@ -128,7 +130,7 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
             return measure_program(*args, store)  # type: ignore[arg-type,call-arg]
 
         result = dataclasses.replace(result, fix_promises=with_program_ab(run, result.fix_promises, applicable, store,
-                                                                          measure))  # type: ignore[arg-type]
+                                                                          measure, budget_s=budget_s))  # type: ignore[arg-type]
         # A capture of the engine this machine can run again: each fix timed on the engine itself (a
         # capture of tpu-inference: why not, in one line).
         from hlo_doctor.lint.engine_ab import with_engine_ab
@@ -139,7 +141,8 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
             return measure_on_engine(*args, store)  # type: ignore[arg-type,call-arg]
 
         result = dataclasses.replace(result, fix_promises=with_engine_ab(
-            _read_from(run), result.fix_promises, applicable, store, measure_engine, backend=result.backend))  # type: ignore[arg-type]
+            _read_from(run), result.fix_promises, applicable, store, measure_engine,  # type: ignore[arg-type]
+            backend=result.backend, budget_s=budget_s))
     failed = fail_on is not None and bool(result.at_or_above(Severity.parse(fail_on)))
     code = ExitCode.FINDINGS if failed else ExitCode.OK
     if fmt == "table" and (output is None or output == STDOUT) and not people_see_a_terminal():

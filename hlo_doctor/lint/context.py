@@ -89,6 +89,9 @@ class Context:
     measurements: MeasurementStore | None = None
     """Where what a what-if measures is kept and read back (:mod:`hlo_doctor.lint.store`: with the
     capture, so the same capture gives the same figures); None: in this process only."""
+    measure_seconds: float = 10.0
+    """The most seconds a replay of one fix times pairs before it stops undecided
+    (:func:`~hlo_doctor.lint.measurement.measure_budget`: ``HLO_DOCTOR_MEASURE_SECONDS``)."""
 
     # -- what is available ------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ what-if cut short by its time limit) still price a finding, and say so, but neve
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,35 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.machine import machine_here
+
+BUDGET_ENV = "HLO_DOCTOR_MEASURE_SECONDS"
+"""The most seconds ``diagnose`` spends timing one fix's change (default 10)."""
+DEFAULT_BUDGET_S = 10.0
+
+
+def measure_budget() -> float:
+    """The budget :data:`BUDGET_ENV` sets, else :data:`DEFAULT_BUDGET_S`: the most seconds of pairs or
+    rounds a replay, a program A/B or an engine A/B of one fix may take before it stops undecided
+    (each still times its first look: a replay's first pairs, an A/B's first rounds). A shorter
+    budget decides fewer changes; what it measured says so, and is stored under its own budget.
+
+    Raises:
+        InputError: a value that is not a number of seconds above 0.
+    """
+    raw = os.environ.get(BUDGET_ENV, "").strip()
+    if not raw:
+        return DEFAULT_BUDGET_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"{BUDGET_ENV}={raw!r} is not a number of seconds above 0",
+                         f"unset it (the default is {DEFAULT_BUDGET_S:g} s) or give a number such as 10")
+    return value
+
 
 LEVEL = 0.95
 """The interval's target coverage; with few runs the widest one (min..max) and its own coverage."""

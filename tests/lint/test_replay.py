@@ -92,8 +92,9 @@ def _copy_without_measurements(capture: Path, tmp_path: Path) -> tuple[Path, lis
 def test_a_replay_is_stored_with_its_cap_and_reused_as_it_was(capture: Path, tmp_path: Path) -> None:
     folder, findings = _copy_without_measurements(capture, tmp_path)
     store = MeasurementStore(folder)
-    ctx = replace(load_context(folder), what_if=True, measurements=store)
-    made = measure_fix(ctx, "x", findings, seconds=0.5, cap_seconds=1.0)
+    # The cap is the context's budget (diagnose's HLO_DOCTOR_MEASURE_SECONDS) where none is given.
+    ctx = replace(load_context(folder), what_if=True, measurements=store, measure_seconds=1.0)
+    made = measure_fix(ctx, "x", findings, seconds=0.5)
     assert not isinstance(made, str), made
     (rec,) = [r for r in json.loads((folder / FILE_NAME).read_text())["records"] if r["kind"] == KIND]
     assert rec["budget_s"] == 1.0 and rec["stopped"] == made.stopped and rec["reps"] == made.pairs

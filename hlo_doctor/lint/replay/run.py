@@ -264,8 +264,12 @@ def replay_refusal(ctx: Context) -> str:
 
 
 def measure_fix(ctx: Context, fix: str, findings: Sequence[Finding], *, seconds: float = SECONDS,
-                cap_seconds: float = CAP_SECONDS, timeout_s: float = TIMEOUT_S) -> ReplayMeasurement | str:
-    """Replay ``fix`` (its ``findings``) on this machine, or the one-line reason it cannot be."""
+                cap_seconds: float | None = None, timeout_s: float = TIMEOUT_S) -> ReplayMeasurement | str:
+    """Replay ``fix`` (its ``findings``) on this machine, or the one-line reason it cannot be;
+    ``cap_seconds`` of pairs at most (default: the context's ``measure_seconds``), the first look
+    after ``seconds`` or the cap, whichever is less."""
+    cap_seconds = ctx.measure_seconds if cap_seconds is None else cap_seconds
+    seconds = min(seconds, cap_seconds)
     why = replay_refusal(ctx)
     if why:
         return why
