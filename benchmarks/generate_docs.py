@@ -55,9 +55,10 @@ DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 SCRATCH = REPO / "build" / "docs"
 MARKER = "<!-- hlo-doctor-example"
 COLUMNS = 200
-MEASURE_SECONDS = ""
-"""``HLO_DOCTOR_MEASURE_SECONDS`` for the examples' commands: "" leaves the tool's default (what the docs
-show); the docs test sets a shorter budget, as the figures it changes are masked there."""
+MEASURING: dict[str, str] = {}
+"""``HLO_DOCTOR_MEASURE_SECONDS`` and ``HLO_DOCTOR_WHAT_IF_SECONDS`` for the examples' commands: none
+set leaves the tool's defaults (what the docs show); the docs test sets shorter budgets, as the
+figures and verdicts they change are masked there."""
 
 _PROGRESS = re.compile(r"^\[\s*\d+(?:\.\d+)?s\] ")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -220,9 +221,9 @@ def _env() -> dict[str, str]:
     bin_dir = str(Path(sys.executable).parent)
     env.update(PATH=bin_dir + os.pathsep + env.get("PATH", ""), NO_COLOR="1", TERM="dumb",
                HLO_DOCTOR_PROGRESS_INTERVAL="3600", PYTHONHASHSEED="0")
-    env.pop("HLO_DOCTOR_MEASURE_SECONDS", None)
-    if MEASURE_SECONDS:
-        env["HLO_DOCTOR_MEASURE_SECONDS"] = MEASURE_SECONDS
+    for name in ("HLO_DOCTOR_MEASURE_SECONDS", "HLO_DOCTOR_WHAT_IF_SECONDS"):
+        env.pop(name, None)
+    env.update(MEASURING)
     return env
 
 

@@ -38,6 +38,10 @@ def test_scheduler_case(mode: str, tmp_path: Path) -> None:
     with fake_scheduler(mode) as address:
         start = time.monotonic()
         outcome = run_case(["stats", str(RUN), "--scheduler", address], cwd=tmp_path, timeout=60)
+    took = time.monotonic() - start
     common_judge(outcome)
-    assert outcome.rc == 2 and address in outcome.stderr
-    assert time.monotonic() - start < 35
+    # One line, the error naming the address; within the documented 20 s plus the command's start.
+    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
+    assert outcome.rc == 2 and len(lines) == 1 and lines[0].startswith("error:") and address in lines[0], \
+        outcome.stderr[-2000:]
+    assert took < 20 + 15, took

@@ -27,9 +27,11 @@ def _levels(doc: dict) -> dict[str, dict[int, dict]]:
 
 def test_bench_full_fix_passes_every_check_but_the_timing_one(tmp_path: Path) -> None:
     # 2 rounds per tree (each a serving benchmark of its own): check 5's outcome is this machine's and not
-    # this test's (its PASS figures at 5 rounds are in docs/verify.md). TTFT bound as in test_verify.
+    # this test's (its PASS figures at 5 rounds are in docs/verify.md). TTFT bound as in test_verify (x2.5:
+    # the fastest of 2 rounds of a prefill the fix leaves alone measured x1.5 and more on a loaded machine;
+    # the hand fix that misses the menu multiplies it far more, test_bench_seed_hand_fix_fails).
     result = CliRunner().invoke(main, ["verify", "--fix", "bf16-greedy-sampler", "--bench", BENCH, "--rounds", "2",
-                                       "--ttft-bound", "1.5", "--out", str(tmp_path / "out"), *SIZES])
+                                       "--ttft-bound", "2.5", "--out", str(tmp_path / "out"), *SIZES])
     assert result.exit_code in (0, 1), result.output
     doc = json.loads(result.stdout)
     levels = _levels(doc)
