@@ -10,7 +10,8 @@
 #   bash benchmarks/device/checks.sh OUTDIR [SECONDS_PER_STEP]
 # SIZE_ARGS (e.g. "--vocab 4096 --batch 16 --rounds 2") shrinks the loop for a dry run on a CPU,
 # BENCH_ARGS the reference engine's run in the --bench steps (default: its defaults, --max-tokens 64);
-# ONLY (e.g. "device doctor verify-logprobs") runs a subset of the steps.
+# ONLY (e.g. "device doctor verify-logprobs") runs a subset of the steps; BUDGETS the measuring budgets
+# of budget-ab (default "10 60").
 set -u
 OUTDIR=${1:?usage: checks.sh OUTDIR [SECONDS_PER_STEP]}
 LIMIT=${2:-150}
@@ -64,6 +65,18 @@ if wanted replay-programs; then
   done
   timeout "$LIMIT" "$PY" benchmarks/device/replay_programs.py "${caps[@]}" --json "$W/replay-programs.json" > "$W/replay-programs.txt" 2>&1
   echo "=== replay-programs: exit $?"; cat "$W/replay-programs.txt"; archive
+fi
+# The doctor folder's fix timed by diagnose's own engine A/B (--remeasure: not verify's rounds, which
+# it reuses otherwise) at the default measuring budget and at 60 s (HLO_DOCTOR_MEASURE_SECONDS): whether
+# a longer budget decides on this device, and how its figure stands against verify's.
+if wanted budget-ab; then
+  for b in ${BUDGETS:-10 60}; do
+    echo "=== budget-ab-$b: HLO_DOCTOR_MEASURE_SECONDS=$b hlo-doctor diagnose $W/doctor --remeasure"
+    HLO_DOCTOR_MEASURE_SECONDS=$b hd diagnose "$W/doctor" --remeasure > "$W/budget-ab-$b.txt" 2>&1
+    echo "=== budget-ab-$b: exit $?"
+    HLO_DOCTOR_MEASURE_SECONDS=$b hd diagnose "$W/doctor" --format json -o "$W/budget-ab-$b.json" > /dev/null 2>&1
+    grep -E "^(capture|fix |what-if)" "$W/budget-ab-$b.txt"; archive
+  done
 fi
 wanted verify-runner-convert-removed && attempt_tree runner-convert-removed
 step verify-runner-convert-removed verify --treatment "$W/tree-runner-convert-removed" --out "$W/verify-runner-convert-removed" "${SIZE[@]}"
