@@ -218,11 +218,12 @@ def _pick_fix(diagnosis: Diagnosis) -> str | None:
 
 def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> DoctorResult:
     """Run the loop on ``settings.engine`` and write every artifact to ``settings.out_dir``."""
-    from hlo_doctor.engines import capture_engine, load_engine
+    from hlo_doctor.engines import load_engine
     from hlo_doctor.fixes import FixApplied, apply_fix, patched_copy
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
     from hlo_doctor.lint.measurement import measure_budget
     from hlo_doctor.lint.store import MeasurementStore
+    from hlo_doctor.verify.engine.capture_child import capture_apart
 
     report = progress or (lambda stage, done, total: None)
     budget_s = measure_budget()
@@ -252,8 +253,10 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     module = load_engine(settings.engine)
     engine_dir = Path(module.__file__).resolve().parent  # type: ignore[arg-type]
     config = engine_config(module, verify_settings)
-    profile_run = capture_engine(
-        module, config, name=f"engine:{engine_dir}", out_dir=out / "profile", steps=settings.profile_steps,
+    # In a process of its own: a process that ran the profiler measures slower afterwards (on a TPU,
+    # in episodes: verify.engine.capture_child), and verify's rounds run in this one.
+    profile_run = capture_apart(
+        settings.engine, config, name=f"engine:{engine_dir}", out_dir=out / "profile", steps=settings.profile_steps,
         progress=lambda stage, done, total: report(f"profile: {stage}", done, total),
     )
     phase("profile", 1, True)

@@ -26,6 +26,8 @@ def test_doctor_runs_the_loop_and_writes_every_artifact(tmp_path: Path) -> None:
     # Off a terminal each step is a progress stage of its own, started and done in order, so a line
     # between two inner stages names the step that runs.
     steps = [line.split("] ", 1)[1] for line in result.stderr.splitlines() if "of 4)" in line]
+    # The capture runs in a process of its own; its progress still comes through, stage by stage.
+    assert any("profile: precompile 10/10 done" in line for line in result.stderr.splitlines()), result.stderr
     assert steps == [f"{name} (step {i} of 4){end}" for i, name in enumerate(
         ("profile", "diagnose", "apply-fix", "verify"), 1) for end in (" 0/1", " 1/1 done")], steps
     for name in ("profile/run.json", "diagnose.json", "diagnose.md", "fix.diff", "treatment-engine/runner.py",
@@ -139,3 +141,21 @@ def test_doctor_refuses_a_folder_it_did_not_write(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "does not hold an earlier doctor run" in result.stderr
     assert (tmp_path / "thesis.tex").read_text() == "precious"
+
+
+def test_the_capture_apart_says_why_it_failed_or_stopped_in_one_line(tmp_path: Path) -> None:
+    """doctor's capture runs in a child (verify.engine.capture_child): an engine that rejects its
+    configuration, or a capture past its time, is one InputError line, nothing left half-written."""
+    import dataclasses
+
+    import hlo_doctor.engine as bundled
+    from hlo_doctor.core.errors import InputError
+    from hlo_doctor.verify.engine.capture_child import capture_apart
+
+    small = bundled.EngineConfig(vocab_size=1024, batch=8, max_num_reqs=8, max_tokens=4)
+    # batch above the largest bucket: the engine's own validation, in the child, named in the parent.
+    with pytest.raises(InputError, match=r"^the engine's capture failed: engine config: batch=16 is above"):
+        capture_apart(None, dataclasses.replace(small, batch=16), name="engine", out_dir=tmp_path / "bad", steps=2)
+    with pytest.raises(InputError, match=r"^the engine's capture ran past 1 s and was stopped"):
+        capture_apart(None, small, name="engine", out_dir=tmp_path / "late", steps=2, timeout_s=1.0)
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "late").exists()

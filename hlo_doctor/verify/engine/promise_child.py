@@ -34,7 +34,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     import jax
 
     from hlo_doctor.capture import keep_gpu_ops_visible
-    from hlo_doctor.engines import load_engine
+    from hlo_doctor.engines import batch_bucket, load_engine
     from hlo_doctor.engines.session import engine_config
     from hlo_doctor.verify.engine.checks import check_tokens
     from hlo_doctor.verify.engine.run import _warm_and_measure
@@ -45,7 +45,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     # precompile menu stopped at the batch's own bucket (a measured batch runs in that bucket only).
     config.update(do_sampling=False, check_recompilation=False)
     if isinstance(config.get("batch"), int) and config["batch"] > 0:
-        config["max_num_reqs"] = max(8, 1 << (config["batch"] - 1).bit_length())
+        config["max_num_reqs"] = batch_bucket(config["batch"])
     settings = VerifySettings(fix=str(job["fix"]), rounds=int(job["rounds"]), budget_s=float(job["budget_s"]),
                               logprobs=bool(config.get("logprobs", False)))
     keep_gpu_ops_visible()
