@@ -8,8 +8,6 @@ shows where the minutes go instead of staying silent until the end.
 
 from __future__ import annotations
 
-import math
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -18,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hlo_doctor.cli.common import console, people_see_a_terminal
-from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.model import ProgressFn
+from hlo_doctor.core.pyproject import env_seconds
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -69,17 +67,7 @@ def progress_interval() -> float:
     Raises:
         InputError: a value that is not a number of seconds above 0.
     """
-    raw = os.environ.get(INTERVAL_ENV, "").strip()
-    if not raw:
-        return DEFAULT_INTERVAL_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise InputError(f"{INTERVAL_ENV}={raw!r} is not a number of seconds above 0",
-                         f"unset it (a line every {DEFAULT_INTERVAL_S:g} s) or set e.g. {INTERVAL_ENV}=5")
-    return value
+    return env_seconds(INTERVAL_ENV, DEFAULT_INTERVAL_S, f"a line every {DEFAULT_INTERVAL_S:g} s")
 
 
 def _remaining(seconds: float) -> str:

@@ -1,5 +1,6 @@
 """Finding and reading ``[tool.hlo-doctor]`` in the nearest pyproject.toml, for every stage that has
-settings there (the commands' defaults, the gate's policy).
+settings there (the commands' defaults, the gate's policy); and a setting of seconds read from the
+environment (:func:`env_seconds`).
 
 The search runs from a folder upward and stops at the repository root (the first folder holding
 ``.git``); outside a repository only the starting folder counts (:mod:`hlo_doctor.core.lookup`), so
@@ -9,6 +10,8 @@ settings never leak in from a parent folder others can write into.
 from __future__ import annotations
 
 import difflib
+import math
+import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -17,7 +20,26 @@ from typing import Any
 from hlo_doctor.core.errors import HloDoctorError, InputError
 from hlo_doctor.core.lookup import repository_root, search_folders
 
-__all__ = ["find_pyproject", "repository_root", "tool_table", "unknown_key_hint"]
+__all__ = ["env_seconds", "find_pyproject", "repository_root", "tool_table", "unknown_key_hint"]
+
+
+def env_seconds(name: str, default: float, unset: str) -> float:
+    """The number of seconds the environment variable ``name`` sets, else ``default``; ``unset`` says
+    what unsetting it gives (the hint of the error).
+
+    Raises:
+        InputError: a value that is not a number of seconds above 0.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"{name}={raw!r} is not a number of seconds above 0", f"unset it ({unset}) or set e.g. {name}=5")
+    return value
 
 
 def tool_table(path: Path, error: type[HloDoctorError] = InputError) -> Mapping[str, Any] | None:

@@ -15,7 +15,6 @@ what-if cut short by its time limit) still price a finding, and say so, but neve
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,8 +22,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.machine import machine_here
+from hlo_doctor.core.pyproject import env_seconds
 
 BUDGET_ENV = "HLO_DOCTOR_MEASURE_SECONDS"
 """The most seconds ``diagnose`` spends timing one fix's change (default 10)."""
@@ -40,17 +39,7 @@ def measure_budget() -> float:
     Raises:
         InputError: a value that is not a number of seconds above 0.
     """
-    raw = os.environ.get(BUDGET_ENV, "").strip()
-    if not raw:
-        return DEFAULT_BUDGET_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise InputError(f"{BUDGET_ENV}={raw!r} is not a number of seconds above 0",
-                         f"unset it (the default is {DEFAULT_BUDGET_S:g} s) or give a number such as 10")
-    return value
+    return env_seconds(BUDGET_ENV, DEFAULT_BUDGET_S, f"the default is {DEFAULT_BUDGET_S:g} s")
 
 
 LEVEL = 0.95
