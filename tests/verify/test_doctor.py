@@ -159,3 +159,47 @@ def test_the_capture_apart_says_why_it_failed_or_stopped_in_one_line(tmp_path: P
     with pytest.raises(InputError, match=r"^the engine's capture ran past 1 s and was stopped"):
         capture_apart(None, small, name="engine", out_dir=tmp_path / "late", steps=2, timeout_s=1.0)
     assert not (tmp_path / "bad").exists() and not (tmp_path / "late").exists()
+
+
+def _capture_children(parent: int) -> list[int]:
+    """The pids of the capture_child processes of ``parent`` now running."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmd = (entry / "cmdline").read_bytes()
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        if b"hlo_doctor.verify.engine.capture_child" in cmd and f"\nPPid:\t{parent}\n" in status:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_an_interrupted_doctor_takes_its_capture_child_with_it(tmp_path: Path) -> None:
+    """Ctrl-C during doctor's capture: the child (a session of its own, so the terminal's signal does
+    not reach it) is killed, and its staging folder removed."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("from pathlib import Path; import hlo_doctor.engine as b; "
+            "from hlo_doctor.verify.engine.capture_child import capture_apart; "
+            "capture_apart(None, b.EngineConfig(vocab_size=1024, batch=8, max_num_reqs=8, max_tokens=4), "
+            f"name='engine', out_dir=Path({str(tmp_path / 'profile')!r}), steps=2)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not _capture_children(parent.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    children = _capture_children(parent.pid)
+    assert children, "the capture child never started"
+    time.sleep(1.0)
+    parent.send_signal(signal.SIGINT)
+    parent.communicate(timeout=60)
+    assert parent.returncode != 0
+    time.sleep(0.5)
+    for pid in children:  # gone (a zombie at most, which the test's own process cannot reap)
+        status = Path(f"/proc/{pid}/status")
+        assert not status.exists() or "State:\tZ" in status.read_text()
+    # Stopped mid-capture (its warm-up alone takes seconds): nothing written, nothing half-written.
+    assert [p.name for p in tmp_path.iterdir()] == []

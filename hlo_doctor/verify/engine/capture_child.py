@@ -60,12 +60,15 @@ def capture_apart(engine: Path | None, config: DataclassInstance, *, name: str, 
                                 errors="replace", start_new_session=True)
         expired = threading.Event()
 
-        def stop() -> None:
-            expired.set()
+        def kill() -> None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # the child and anything it started
             except ProcessLookupError:
                 pass
+
+        def stop() -> None:
+            expired.set()
+            kill()
 
         timer = threading.Timer(timeout_s, stop)
         timer.start()
@@ -83,12 +86,16 @@ def capture_apart(engine: Path | None, config: DataclassInstance, *, name: str, 
                 elif line.strip():
                     tail = [*tail[-19:], line.rstrip()]
             proc.wait()
+        except BaseException:  # Ctrl-C, SIGTERM: the child (a session of its own) goes too
+            kill()
+            proc.wait()
+            raise
         finally:
             timer.cancel()
-        # A child stopped while it wrote leaves its staging folder beside out_dir (capture.staged_run_dir:
-        # named by the child's pid): removed here, as the child would have on an error.
-        for partial in Path(out_dir).absolute().parent.glob(f".{Path(out_dir).name}.partial-{proc.pid}-*"):
-            shutil.rmtree(partial, ignore_errors=True)
+            # A child stopped while it wrote leaves its staging folder beside out_dir (named by its
+            # pid: capture.staged_run_dir): removed here, as the child would have on an error.
+            for partial in Path(out_dir).absolute().parent.glob(f".{Path(out_dir).name}.partial-{proc.pid}-*"):
+                shutil.rmtree(partial, ignore_errors=True)
         if expired.is_set():
             raise InputError(f"the engine's capture ran past {timeout_s:.0f} s and was stopped",
                              "make the engine smaller (--vocab, --batch) or check that it runs: hlo-doctor engine run")
