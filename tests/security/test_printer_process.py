@@ -111,7 +111,7 @@ def _mutants(count: int, seed: int) -> list[tuple[bytes, str, str]]:
 
 def test_fuzzed_real_modules_never_take_the_command_down(tmp_path: Path) -> None:
     """120 mutants of the sample captures' modules through the printer (each a text, an input error
-    or a PrinterCrash), then, for 12 s at most, xplanes carrying them through stats and diagnose."""
+    or a PrinterCrash), then, at least 3 and for 12 s at most, xplanes carrying them through stats and diagnose."""
     mutants = _mutants(120, seed=20261203)
     crashed: list[int] = []
     for k, (data, origin, what) in enumerate(mutants):
@@ -125,7 +125,7 @@ def test_fuzzed_real_modules_never_take_the_command_down(tmp_path: Path) -> None
     order = crashed + [k for k in range(len(mutants)) if k not in crashed]
     start, ran = time.monotonic(), 0
     for k in order:
-        if time.monotonic() - start > 12:
+        if ran >= 3 and time.monotonic() - start > 12:  # (at least 3 whatever the machine's load)
             break
         run = tmp_path / f"run{k}"
         shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("opstats.*"))
