@@ -183,7 +183,9 @@ def test_an_interrupted_doctor_takes_its_capture_child_with_it(tmp_path: Path) -
     import sys
     import time
 
-    code = ("from pathlib import Path; import hlo_doctor.engine as b; "
+    # Python's own Ctrl-C handler, as a terminal's user has it (a test worker may start it ignored).
+    code = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "from pathlib import Path; import hlo_doctor.engine as b; "
             "from hlo_doctor.verify.engine.capture_child import capture_apart; "
             "capture_apart(None, b.EngineConfig(vocab_size=1024, batch=8, max_num_reqs=8, max_tokens=4), "
             f"name='engine', out_dir=Path({str(tmp_path / 'profile')!r}), steps=2)")
