@@ -17,6 +17,7 @@ from hlo_doctor.core.model import Finding, Severity
 from hlo_doctor.hlo import HloInstruction, HloModule, analysis
 from hlo_doctor.hlo.analysis import ConvertProgram, convert_programs
 from hlo_doctor.lint.dispatch import HostDispatch
+from hlo_doctor.lint.measurement import DEFAULT_BUDGET_S
 from hlo_doctor.trace import CompileEvent
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ class Context:
     measurements: MeasurementStore | None = None
     """Where what a what-if measures is kept and read back (:mod:`hlo_doctor.lint.store`: with the
     capture, so the same capture gives the same figures); None: in this process only."""
-    measure_seconds: float = 10.0
+    measure_seconds: float = DEFAULT_BUDGET_S
     """The most seconds a replay of one fix times pairs before it stops undecided
     (:func:`~hlo_doctor.lint.measurement.measure_budget`: ``HLO_DOCTOR_MEASURE_SECONDS``)."""
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from hlo_doctor.core.model import Finding
 from hlo_doctor.core.sources import file_sha256, recorded
-from hlo_doctor.lint.measurement import Measurement
+from hlo_doctor.lint.measurement import DEFAULT_BUDGET_S, Measurement
 from hlo_doctor.lint.program_ab import ProgramMeasurement, from_measurement, other_jax
 
 KIND = "engine-ab/fix"
@@ -30,7 +30,7 @@ KIND = "engine-ab/fix"
 VERIFIED_KIND = "engine-ab/verify"
 """The store's kind for verify's own rounds of the same fix on the same engine (``doctor`` keeps them
 with its baseline profile): read before an A/B of :data:`KIND` is measured, as the longer run."""
-BUDGET_S = 10.0
+BUDGET_S = DEFAULT_BUDGET_S
 """Seconds the measured rounds may take in all (verify's ``--budget``), as the program A/B's."""
 ROUNDS = 3
 """Pairs of rounds before the first look (the fewest verify's statistic tests); every decode step of

@@ -34,7 +34,8 @@ def measure_budget() -> float:
     """The budget :data:`BUDGET_ENV` sets, else :data:`DEFAULT_BUDGET_S`: the most seconds of pairs or
     rounds a replay, a program A/B or an engine A/B of one fix may take before it stops undecided
     (each still times its first look: a replay's first pairs, an A/B's first rounds). A shorter
-    budget decides fewer changes; what it measured says so, and is stored under its own budget.
+    budget decides fewer changes; what it measured says so (an A/B's record is keyed by its budget; a
+    stored replay is reused whatever cap made it, and says its cap).
 
     Raises:
         InputError: a value that is not a number of seconds above 0.

@@ -18,11 +18,11 @@ from pathlib import Path
 from hlo_doctor.core.format import fmt_duration
 from hlo_doctor.core.model import Finding
 from hlo_doctor.core.sources import file_sha256, recorded
-from hlo_doctor.lint.measurement import Measurement, versions_here
+from hlo_doctor.lint.measurement import DEFAULT_BUDGET_S, Measurement, versions_here
 
 KIND = "program-ab/fix"
 """The measurement store's kind for a program A/B."""
-BUDGET_S = 10.0
+BUDGET_S = DEFAULT_BUDGET_S
 """Seconds the measured rounds may take in all (verify's ``--budget``): short, beside a diagnosis."""
 ROUNDS, STEPS, WARMUP = 3, 5, 2
 """Rounds per side before the first look, calls per round, untimed calls per side."""

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from hlo_doctor.core.format import fmt_duration
 from hlo_doctor.core.model import Finding
 from hlo_doctor.lint.context import Context
-from hlo_doctor.lint.measurement import Measurement, identity_here, paired_ratio
+from hlo_doctor.lint.measurement import DEFAULT_BUDGET_S, Measurement, identity_here, paired_ratio
 from hlo_doctor.lint.replay.allocator import (
     FAULTS_NOTED,
     FRESH_PAGES_ENV,
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 SECONDS = 3.0
 """Time the child spends timing pairs before its first look (at least :data:`.spec.ReplaySpec.min_pairs`)."""
-CAP_SECONDS = 10.0
+CAP_SECONDS = DEFAULT_BUDGET_S
 """The most time it spends timing pairs: it adds pairs until the interval decides or this is reached."""
 TIMEOUT_S = 180.0
 """The child's whole run (importing jax, compiling both sides, timing) before it is stopped."""
