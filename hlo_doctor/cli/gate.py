@@ -59,14 +59,15 @@ def load_side(path: Path, side: str, options: PodOptions) -> OpStats:
 def read_side(path: Path, side: str, options: PodOptions) -> tuple[OpStats, dict[str, Any]]:
     """:func:`load_side`, and its per-op samples, with what the comparison does not read let go."""
     from hlo_doctor.gate.match import per_op_samples
+    from hlo_doctor.opstats.per_step import empty_per_step
     from hlo_doctor.trace.columns import trim_freed_memory
 
     # A host read by parts sums no part of the step breakdown, which the comparison does not read.
     stats = load_side(path, side, dataclasses.replace(options, breakdown=False))
     samples = per_op_samples(stats)
-    # Nor does the comparison read a side's step breakdown or parsed modules: let go too. (The empty
-    # per-step frame is a copy: a slice of no rows would still hold the rows' arrays.)
-    stats = dataclasses.replace(stats, per_step=stats.per_step.iloc[:0].copy(), breakdown=None, modules=())
+    # Nor does the comparison read a side's per-step frame (never built from a capture's sums: its
+    # samples come from the sums), step breakdown or parsed modules: let go too.
+    stats = dataclasses.replace(stats, per_step_data=empty_per_step(), breakdown=None, modules=())
     trim_freed_memory()
     return stats, samples
 

@@ -19,6 +19,7 @@ from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.lazy import pd
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.gate.policy import GatePolicy
+from hlo_doctor.opstats.per_step import PerStepLater, key_step_sums
 
 __all__ = ["Matched", "OpStatsLike", "RunSummary", "aggregate", "check_comparable", "match_runs",
            "per_op_samples", "summarize"]
@@ -112,18 +113,18 @@ def aggregate(table: pd.DataFrame, label: str) -> pd.DataFrame:
 
 def per_op_samples(stats: OpStatsLike) -> dict[str, np.ndarray]:
     """Per-step time of each canonical key (0 in steps where it did not run); empty without samples."""
+    later = getattr(stats, "per_step_data", None)
+    if isinstance(later, PerStepLater):  # a table built from sums: its samples without the frame
+        return later.samples_by_key()
     per_step = stats.per_step
     if len(per_step) == 0 or "canonical_key" not in per_step.columns:
         return {}
     # Codes, not a group-by over hundreds of thousands of strings (a row per op and step): the keys in
-    # sorted order, each step's column, the sums by one bincount.
+    # sorted order, each step's column, the sums by one bincount (a row without a key is in no group,
+    # as a group-by drops it).
     key_codes, keys = pd.factorize(per_step["canonical_key"], sort=True)
     steps, step_codes = np.unique(per_step["step"].to_numpy(), return_inverse=True)
-    keyed = key_codes >= 0  # (a row without a key is in no group, as a group-by drops it)
-    cells = key_codes[keyed].astype(np.int64) * len(steps) + step_codes[keyed]
-    times = per_step["time_us"].to_numpy(dtype=float)[keyed]
-    times = np.where(np.isnan(times), 0.0, times)  # (a missing time adds nothing, as the group-by's sum)
-    sums = np.bincount(cells, weights=times, minlength=len(keys) * len(steps)).reshape(len(keys), len(steps))
+    sums = key_step_sums(key_codes, len(keys), step_codes, len(steps), per_step["time_us"].to_numpy(dtype=float))
     return {str(key): sums[k] for k, key in enumerate(keys)}
 
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from hlo_doctor.lint.store import MeasurementStore
     from hlo_doctor.memory import MemoryReport, ProgramMemory
     from hlo_doctor.opstats.breakdown import StepBreakdown
+    from hlo_doctor.opstats.per_step import PerStepLater
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +63,9 @@ class Context:
     compile_events: tuple[CompileEvent, ...] = ()
     host_dispatch: tuple[HostDispatch, ...] = ()
     """Host dispatch spans per program, when the input is a trace (see :mod:`.dispatch`)."""
-    per_step: pd.DataFrame | None = None
-    """Each op's time in each traced step (columns ``step``, ``module``, ``program_id``, ``op``,
-    ``time_us``: :attr:`~hlo_doctor.opstats.schema.OpStats.per_step`); None where the input keeps none."""
+    per_step_data: pd.DataFrame | PerStepLater | None = None
+    """:attr:`per_step`, or what builds it the first time a rule reads it (a capture's sums:
+    :mod:`hlo_doctor.opstats.per_step`); None where the input keeps none."""
     breakdown: StepBreakdown | None = None
     """Where each step's time goes per device: busy, idle and what the host did meanwhile
     (:mod:`hlo_doctor.opstats.breakdown`); None for an input without one."""
@@ -95,6 +96,17 @@ class Context:
     (:func:`~hlo_doctor.lint.measurement.measure_budget`: ``HLO_DOCTOR_MEASURE_SECONDS``)."""
 
     # -- what is available ------------------------------------------------------------------------
+
+    @property
+    def per_step(self) -> pd.DataFrame | None:
+        """Each op's time in each traced step (columns ``step``, ``module``, ``program_id``, ``op``,
+        ``time_us``: :attr:`~hlo_doctor.opstats.schema.OpStats.per_step`); None where the input keeps
+        none. Built the first time it is read, then kept."""
+        data = self.per_step_data
+        if data is not None and not hasattr(data, "columns"):  # a PerStepLater: build it once
+            data = data()
+            object.__setattr__(self, "per_step_data", data)  # (frozen: set once, to what it stands for)
+        return data
 
     @property
     def has_opstats(self) -> bool:

@@ -183,7 +183,7 @@ def _context_from_stats(stats: Any, modules: tuple[HloModule, ...], origin: Path
         step_times_us=tuple(float(t) for t in getattr(stats, "step_times_us", ()) or ()),
         num_steps=int(stats.num_steps or 0),
         compile_events=tuple(_compile_event(e) for e in stats.compile_events or ()),
-        breakdown=getattr(stats, "breakdown", None), per_step=getattr(stats, "per_step", None),
+        breakdown=getattr(stats, "breakdown", None), per_step_data=getattr(stats, "per_step_data", None),
         source_root=source_root, backend=str(stats.backend or ""), origin=str(origin), kind=kind,
         device_kind=str(getattr(stats, "device_kind", "") or ""),
         versions=tuple((str(k), str(v)) for k, v in dict(getattr(stats, "versions", ()) or ()).items()),

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.core.lazy import pd
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.hlo import HloInstruction, HloModule, HloShape, parse_module
 from hlo_doctor.hlo.categories import categorize, categorize_opcodes
@@ -35,8 +34,9 @@ from hlo_doctor.opstats.breakdown_build import finish_breakdown
 from hlo_doctor.opstats.host_time import FrameKinds
 from hlo_doctor.opstats.keys import assign_canonical_keys, body_digest, natural
 from hlo_doctor.opstats.optext import parse_op_text
+from hlo_doctor.opstats.per_step import PerStepLater
 from hlo_doctor.opstats.roofline import add_roofline
-from hlo_doctor.opstats.schema import PER_STEP_COLUMNS, OpStats, table_from_rows
+from hlo_doctor.opstats.schema import OpStats, table_from_rows
 from hlo_doctor.opstats.totals import EventTotals, event_totals
 from hlo_doctor.trace import ModuleProto, Trace
 from hlo_doctor.trace.peaks import device_peaks
@@ -192,7 +192,8 @@ def opstats_from_totals(
     table = table_from_rows(rows)
     return OpStats(
         table=table, step_time_us=step_time_us, step_times_us=tuple(float(t) for t in steps.times_us),
-        num_steps=int(steps.count), step_source=steps.source, per_step=_per_step(totals, rows), modules=parsed,
+        num_steps=int(steps.count), step_source=steps.source, per_step_data=PerStepLater.of(totals.steps, totals.step_ns, rows),
+        modules=parsed,
         compile_events=trace.compile_events, backend=trace.backend, run=run, source_path=source_path,
         device_kind=trace.device_kind, warnings=tuple(notes), versions=trace.versions,
         num_devices=trace.num_devices, peaks=peaks,
@@ -312,39 +313,3 @@ def _rank(rows: list[dict[str, Any]]) -> None:
                              r["program_id"] if r["program_id"] is not None else -1))
     for rank, r in enumerate(rows, start=1):
         r["rank"] = rank
-
-
-def _per_step(totals: EventTotals, rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Per-step op time (per device) for every op of the table and every step; 0 where it did not run."""
-    dtypes = {"step": "int64", "module": "string", "program_id": "object", "op": "string",
-              "canonical_key": "string", "time_us": "float64"}
-    steps = totals.steps
-    if not len(steps) or not rows:
-        return pd.DataFrame({c: pd.Series([], dtype=dtypes[c]) for c in PER_STEP_COLUMNS})
-    groups = np.asarray([r["group"] for r in rows], np.int64)
-    devices = np.asarray([r["devices"] for r in rows], np.float64)[:, None]
-    # Every (op, step) pair, so a step in which an op did not run counts as 0 for the statistics.
-    time_us = (totals.step_ns[groups] / 1e3 / devices).ravel()
-    n = len(steps)
-    return pd.DataFrame({
-        "step": np.tile(steps.astype(np.int64), len(rows)),
-        "module": _repeated_strings([r["module"] for r in rows], n),
-        "program_id": np.repeat(np.asarray([r["program_id"] for r in rows] + [None], dtype=object)[:-1], n),
-        "op": _repeated_strings([r["op"] for r in rows], n),
-        "canonical_key": _repeated_strings([r["canonical_key"] for r in rows], n),
-        "time_us": time_us.astype(np.float64, copy=False),
-    }, copy=False)
-
-
-def _repeated_strings(values: list[str], times: int) -> pd.Series:
-    """``values``, each repeated ``times`` times, as a ``string`` column: where pandas keeps its
-    strings in Arrow, written there straight from one copy of each (no Python string per row: a
-    table of many steps is millions of rows)."""
-    dtype = pd.StringDtype()
-    if dtype.storage == "pyarrow" and values:
-        import pyarrow as pa
-
-        codes = pa.array(np.repeat(np.arange(len(values), dtype=np.int32), times))
-        column = pa.DictionaryArray.from_arrays(codes, pa.array(values, pa.large_string())).cast(pa.large_string())
-        return pd.Series(pd.arrays.ArrowStringArray(pa.chunked_array([column])), dtype=dtype, copy=False)
-    return pd.Series(np.repeat(np.asarray(values, dtype=object), times), dtype=dtype)

@@ -140,7 +140,7 @@ def _from_doc(doc: dict[str, Any], origin: str) -> OpStats:
         table=table, step_time_us=float(doc.get("step_time_us", 0.0)),
         step_times_us=tuple(float(t) for t in doc.get("step_times_us", [])),
         num_steps=int(doc.get("num_steps", 0)), step_source=str(doc.get("step_source", "")),
-        per_step=per_step, modules=(),
+        per_step_data=per_step, modules=(),
         compile_events=tuple(CompileEvent(**c) for c in doc.get("compile_events", [])),
         backend=str(doc.get("backend", "")), run=run, source_path=str(doc.get("source_path", origin)),
         device_kind=str(doc.get("device_kind", "")), warnings=tuple(doc.get("warnings", [])),

@@ -187,7 +187,7 @@ def from_parquet(path: Path) -> OpStats:
         raise InputError(f"{path}: malformed per-step columns in the opstats Parquet export "
                          f"({type(exc).__name__}: {exc})",
                          "re-export it with 'hlo-doctor stats RUN --format parquet'") from None
-    return dataclasses.replace(stats, per_step=per_step, breakdown=breakdown)
+    return dataclasses.replace(stats, per_step_data=per_step, breakdown=breakdown)
 
 
 def _per_step(table: Any) -> pd.DataFrame:

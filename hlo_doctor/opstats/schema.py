@@ -14,6 +14,10 @@ from hlo_doctor.core.lazy import pd
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.opstats.breakdown import StepBreakdown
+from hlo_doctor.opstats.per_step import (
+    PER_STEP_COLUMNS as PER_STEP_COLUMNS,  # (re-exported: the schema names it)
+)
+from hlo_doctor.opstats.per_step import PerStepLater
 from hlo_doctor.trace import CompileEvent
 from hlo_doctor.trace.peaks import DevicePeaks
 
@@ -93,9 +97,6 @@ COLUMNS: tuple[Column, ...] = (
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 
-PER_STEP_COLUMNS: tuple[str, ...] = ("step", "module", "program_id", "op", "canonical_key", "time_us")
-"""Columns of :attr:`OpStats.per_step`: one row per (step, op); ``time_us`` is the op's time in that
-step (per device), 0 when it did not run in that step."""
 
 @dataclass(frozen=True, slots=True)
 class OpStats:
@@ -110,8 +111,9 @@ class OpStats:
     num_steps: int
     step_source: str
     """``annotation`` (step marks in the trace) or ``module-executions``."""
-    per_step: pd.DataFrame
-    """Columns: :data:`PER_STEP_COLUMNS` (per-step op time samples, for gate statistics)."""
+    per_step_data: pd.DataFrame | PerStepLater
+    """:attr:`per_step`, or what builds it the first time it is read (a table built from sums:
+    :mod:`hlo_doctor.opstats.per_step`)."""
     modules: tuple[HloModule, ...]
     """HLO modules from the trace's metadata plane (``program_id`` set); empty from a JSON export."""
     compile_events: tuple[CompileEvent, ...]
@@ -136,6 +138,21 @@ class OpStats:
     capture: tuple[str, ...] = ()
     """The files the table was read from, relative to the working folder of the command that read
     them (each host's xplane, or the export); empty where no command said."""
+
+    @property
+    def per_step(self) -> pd.DataFrame:
+        """Columns: :data:`PER_STEP_COLUMNS` (per-step op time samples, for gate statistics); built
+        here the first time it is read, then kept."""
+        data = self.per_step_data
+        if isinstance(data, PerStepLater):
+            data = data()
+            object.__setattr__(self, "per_step_data", data)  # (frozen: set once, to what it stands for)
+        return data
+
+    @property
+    def per_step_built(self) -> bool:
+        """Whether :attr:`per_step` exists as a frame yet (reading it builds it)."""
+        return not isinstance(self.per_step_data, PerStepLater)
 
     def module(self, name: str, program_id: int | None = None) -> HloModule | None:
         """The module with this name (and program id, when given)."""

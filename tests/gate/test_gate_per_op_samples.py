@@ -48,3 +48,26 @@ def test_no_samples_without_a_per_step_table() -> None:
     empty = pd.DataFrame({"step": pd.Series([], dtype="int64"), "canonical_key": pd.Series([], dtype="string"),
                           "time_us": pd.Series([], dtype="float64")})
     assert per_op_samples(_Stats(empty)) == {}
+
+
+_REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("sample", ["engine_b64_original_a", "gpu_h200_original", "tpu_v5e_original"])
+def test_a_capture_read_here_gives_its_samples_from_its_sums_as_its_frame_gives_them(sample: str) -> None:
+    """A table built from a capture's sums defers its per-step frame (millions of rows on a long
+    capture); the gate takes the samples from the sums. They are the frame's, bit for bit, and
+    reading them builds no frame; the frame built afterwards is the one the sums stand for."""
+    import dataclasses
+
+    from hlo_doctor.hosts.capture import PodOptions, read_capture
+
+    stats, _ = read_capture(_REPO / "sample_traces" / sample, PodOptions())
+    assert not stats.per_step_built
+    fast = per_op_samples(stats)
+    assert not stats.per_step_built and fast
+    frame = stats.per_step
+    assert stats.per_step_built and stats.per_step is frame and len(frame) == stats.num_steps * len(stats.table)
+    slow = per_op_samples(dataclasses.replace(stats, per_step_data=frame))
+    assert list(fast) == list(slow)
+    assert all(fast[k].tobytes() == slow[k].tobytes() for k in slow)

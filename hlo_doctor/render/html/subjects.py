@@ -71,7 +71,7 @@ def _compact_per_step(stats: OpStats) -> OpStats:
         "first")
     summed = samples.groupby(["step", *keys], dropna=False, sort=False, as_index=False)["time_us"].sum()
     summed["canonical_key"] = ""
-    return replace(stats, per_step=summed[list(PER_STEP_COLUMNS)])
+    return replace(stats, per_step_data=summed[list(PER_STEP_COLUMNS)])
 
 
 def _mean_steps(bd: StepBreakdown) -> tuple[StepBreakdown, dict[str, int]]:
