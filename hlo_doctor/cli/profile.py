@@ -3,6 +3,7 @@ existing capture)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from collections.abc import Callable
@@ -360,7 +361,12 @@ def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | No
         require_pyarrow()
     from hlo_doctor.hosts import read_capture
 
-    stats, _ = read_capture(source, pod_options(jobs, scheduler, skip_bad_hosts))
+    options = pod_options(jobs, scheduler, skip_bad_hosts)
+    # The table, its CSV and Markdown and the memory section read no part of the step breakdown:
+    # hosts read by parts then build none (the table is the same; JSON and Parquet hold it).
+    if not breakdown and (memory or (fmt in ("table", "csv", "markdown") and not wants_parquet(fmt, output))):
+        options = dataclasses.replace(options, breakdown=False)
+    stats, _ = read_capture(source, options)
     say_capture()
     if memory:
         emit_memory(source, stats, fmt, output)
