@@ -366,6 +366,9 @@ def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | No
     # hosts read by parts then build none (the table is the same; JSON and Parquet hold it).
     if not breakdown and (memory or (fmt in ("table", "csv", "markdown") and not wants_parquet(fmt, output))):
         options = dataclasses.replace(options, breakdown=False)
+    # JSON without --per-step shows the breakdown's summary, not its steps: their sums suffice.
+    elif not breakdown and fmt == "json" and not per_step and not wants_parquet(fmt, output):
+        options = dataclasses.replace(options, breakdown_steps=False)
     stats, _ = read_capture(source, options)
     say_capture()
     if memory:

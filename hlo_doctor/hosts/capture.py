@@ -44,7 +44,7 @@ from hlo_doctor.trace import find_xplanes
 from hlo_doctor.trace.dispatch import read_host_dispatch
 from hlo_doctor.trace.locate import display_path, locate_capture
 from hlo_doctor.trace.model import HostDispatch, ModuleProto
-from hlo_doctor.trace.read import read_module_protos
+from hlo_doctor.trace.read import host_of, read_module_protos
 
 if TYPE_CHECKING:
     from hlo_doctor.hosts.cluster import DaskCluster
@@ -65,6 +65,10 @@ class PodOptions:
     breakdown: bool = True
     """Build the step breakdown of hosts read by parts (False: the command does not read it, as
     ``gate``; the table and the per-step sums are the same)."""
+    breakdown_steps: bool = True
+    """Keep the breakdown's slice of each device and step (False: their sums alone, summed as the
+    hosts are read, where the files name distinct hosts: what a command that shows the breakdown's
+    summary and not its steps reads; the figures are the same)."""
 
 
 Run = Callable[[Sequence[HostTask]], Iterable[Result]]
@@ -153,7 +157,10 @@ def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, 
         keep = [i for i, x in enumerate(xplanes) if str(x) in protos]
         first: Iterable[Result] = runner.results() if isinstance(runner, LocalPool) else \
             ((keep[j], r) for j, r in runner.run([tasks[i] for i in keep]))
-        parts, left_out, totals = _read_hosts(runner.run, tasks, options, first, keep)
+        # The slices are summed in the table's order as the hosts arrive: hosts are named by their
+        # files, so only where no two files name one host.
+        fold = not options.breakdown_steps and len({host_of(x) for x in xplanes}) == len(xplanes)
+        parts, left_out, totals = _read_hosts(runner.run, tasks, options, first, keep, fold)
     finally:
         if isinstance(runner, LocalPool):
             runner.close()
@@ -192,12 +199,12 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _read_hosts(run: Run, tasks: list[HostTask], options: PodOptions, first: Iterable[Result], keep: list[int]
-                ) -> tuple[list[HostPart], list[HostFailure], EventTotals | None]:
+def _read_hosts(run: Run, tasks: list[HostTask], options: PodOptions, first: Iterable[Result], keep: list[int],
+                fold_slices: bool = False) -> tuple[list[HostPart], list[HostFailure], EventTotals | None]:
     """Every kept host's part, in the order of the files (the steps agreed), from the ``first``
     results of ``tasks`` (and ``run`` to read a host again); the files left out; the parts' sums
     added up (the parts then hold none of their own), None when no part has op events."""
-    fold = _Fold(keep)
+    fold = _Fold(keep, fold_slices)
     for i, result in _wanted(first, len(tasks), keep):
         fold.put(i, _failed(result, options) if isinstance(result, HostFailure) else result)
     left_out, parts = fold.left_out, fold.parts
@@ -223,14 +230,15 @@ class _Fold:
     sum, not every host's. A part that arrives early waits for those before it; from the first part
     whose own choice of steps differs, the parts are held whole until the steps are agreed."""
 
-    def __init__(self, keep: list[int]) -> None:
+    def __init__(self, keep: list[int], fold_slices: bool = False) -> None:
         self.order, self.next = sorted(keep), 0
+        self.fold_slices = fold_slices
         self.waiting: dict[int, HostPart | HostFailure] = {}
         self.parts: dict[int, HostPart] = {}
         self.left_out: list[HostFailure] = []
         self.evidence: dict[int, StepEvidence] = {}
         self.choices: dict[int, StepChoice] = {}
-        self.sum, self.folded, self.folding = TotalsSum(), 0, True
+        self.sum, self.folded, self.folding = TotalsSum(fold_slices=fold_slices), 0, True
         """The sum of the first ``folded`` parts with op events (in the order of the files)."""
         self.choice: StepChoice | None = None
         """The steps of the parts in the sum."""
@@ -261,7 +269,7 @@ class _Fold:
         if not self.choices:
             return None
         if self.folded and self.choice != choice:  # the sum is of the wrong steps: all again
-            self.sum, self.folded = TotalsSum(), 0
+            self.sum, self.folded = TotalsSum(fold_slices=self.fold_slices), 0
         with_totals = sorted(self.choices)
         for i in with_totals[self.folded:]:
             totals = self.parts[i].totals

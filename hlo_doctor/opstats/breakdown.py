@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from hlo_doctor.opstats.breakdown_steps import HOST_KINDS, StepSlice, StepTable
+from hlo_doctor.opstats.breakdown_steps import HOST_KINDS, SliceSums, StepSlice, StepTable
 
 __all__ = ["BREAKDOWN_SCHEMA", "HOST_KINDS", "DeviceWindow", "HostLine", "HostThread", "StepBreakdown", "StepSlice",
            "StepTable", "breakdown_from_dict"]
@@ -126,6 +126,9 @@ class StepBreakdown:
     notes: tuple[str, ...] = ()
     threads: tuple[HostThread, ...] = ()
     """Every thread that dispatches programs, per host, the driver first."""
+    sums: SliceSums | None = None
+    """The slices' sums alone, where the slices were not kept (:attr:`steps` then empty): the
+    summary figures come from them, and :meth:`to_dict` has no slices to give."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.steps, StepTable):
@@ -140,22 +143,27 @@ class StepBreakdown:
     # -- summary figures (over every device and step) ----------------------------------------------
 
     def _total(self, name: str) -> float:
-        return _sum(self.table.column(name))
+        return self.sums.total(name) if self.sums is not None else _sum(self.table.column(name))
+
+    @property
+    def slice_count(self) -> int:
+        """Slices (device steps) the breakdown covers, kept or summed."""
+        return self.sums.count if self.sums is not None else len(self.steps)
 
     @property
     def wall_us(self) -> float:
         """Mean step wall time on one device."""
-        return self._total("wall_us") / len(self.steps) if len(self.steps) else 0.0
+        return self._total("wall_us") / self.slice_count if self.slice_count else 0.0
 
     @property
     def busy_us(self) -> float:
         """Mean device busy time per step."""
-        return self._total("busy_us") / len(self.steps) if len(self.steps) else 0.0
+        return self._total("busy_us") / self.slice_count if self.slice_count else 0.0
 
     @property
     def idle_us(self) -> float:
         """Mean device idle time per step."""
-        return self._total("idle_us") / len(self.steps) if len(self.steps) else 0.0
+        return self._total("idle_us") / self.slice_count if self.slice_count else 0.0
 
     @property
     def idle_pct(self) -> float:
@@ -164,8 +172,10 @@ class StepBreakdown:
         return 100.0 * self._total("idle_us") / wall if wall > 0 else 0.0
 
     def _by_kind(self, name: str) -> dict[str, float]:
+        n = max(self.slice_count, 1)
+        if self.sums is not None:
+            return {k: v / n for k, v in zip(HOST_KINDS, self.sums.by_kind(name), strict=True)}
         sums = self.table.column(name)
-        n = max(len(self.steps), 1)
         return {k: _sum(sums[:, j]) / n for j, k in enumerate(HOST_KINDS)}
 
     def idle_by_kind(self) -> dict[str, float]:
@@ -183,6 +193,9 @@ class StepBreakdown:
 
     def per_device(self) -> list[dict[str, Any]]:
         """One summary per device: steps, mean wall, busy and idle per step, idle %."""
+        if self.sums is not None:
+            return [_device_row(host, device, n, float(wall), float(busy), float(idle))
+                    for (host, device), (n, wall, busy, idle) in sorted(self.sums.devices.items())]
         blocks: dict[tuple[str, str], list[Any]] = {}
         for b in self.table.blocks:
             blocks.setdefault((b.host, b.device), []).append(b)
@@ -190,17 +203,21 @@ class StepBreakdown:
         for (host, device), bs in sorted(blocks.items()):
             walls = np.concatenate([b.wall_us for b in bs])
             busies = np.concatenate([b.busy_us for b in bs])
-            wall, idle, n = _sum(walls), _sum(np.maximum(walls - busies, 0.0)), len(walls)
-            rows.append({"host": host, "device": device, "steps": n, "wall_us": wall / n,
-                         "busy_us": _sum(busies) / n, "idle_us": idle / n,
-                         "idle_pct": 100.0 * idle / wall if wall > 0 else 0.0})
+            rows.append(_device_row(host, device, len(walls), _sum(walls), _sum(busies),
+                                    _sum(np.maximum(walls - busies, 0.0))))
         return rows
 
     # -- JSON ----------------------------------------------------------------------------------------
 
     def to_dict(self, *, steps: bool = True) -> dict[str, Any]:
         """A JSON-ready dict (times in microseconds); :func:`breakdown_from_dict` reads it back.
-        ``steps=False`` leaves out the slice of each device and step (the summary stays)."""
+        ``steps=False`` leaves out the slice of each device and step (the summary stays).
+
+        Raises:
+            ValueError: ``steps`` asked of a breakdown that holds its slices' sums alone.
+        """
+        if steps and self.sums is not None:
+            raise ValueError("this breakdown holds its slices' sums, not the slices: read the hosts with them")
         out = {
             "schema": BREAKDOWN_SCHEMA,
             "step_source": self.step_source,
@@ -224,6 +241,12 @@ class StepBreakdown:
         if not steps:
             del out["steps"]
         return out
+
+
+def _device_row(host: str, device: str, n: int, wall: float, busy: float, idle: float) -> dict[str, Any]:
+    """One device's summary from its slices' count and sums."""
+    return {"host": host, "device": device, "steps": n, "wall_us": wall / n, "busy_us": busy / n,
+            "idle_us": idle / n, "idle_pct": 100.0 * idle / wall if wall > 0 else 0.0}
 
 
 def _sum(values: np.ndarray) -> float:

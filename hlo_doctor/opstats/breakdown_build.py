@@ -19,7 +19,7 @@ import numpy as np
 from hlo_doctor.core.lazy import pd
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.opstats.breakdown import HOST_KINDS, DeviceWindow, HostLine, HostThread, StepBreakdown
-from hlo_doctor.opstats.breakdown_steps import SliceColumns, StepTable
+from hlo_doctor.opstats.breakdown_steps import SliceColumns, SliceSums, StepTable
 from hlo_doctor.opstats.host_time import FrameKinds, Label, Segments, host_segments
 from hlo_doctor.opstats.step_spans import StepSpans, device_index, step_spans
 from hlo_doctor.trace import Trace
@@ -267,9 +267,11 @@ def _entry(thread: DriverThread, kinds: FrameKinds) -> str:
 
 
 def finish_breakdown(parts: Sequence[BreakdownPart], step_source: str, backend: str,
-                     device_rank: Mapping[tuple[str, str], int] | None = None) -> StepBreakdown:
+                     device_rank: Mapping[tuple[str, str], int] | None = None,
+                     sums: SliceSums | None = None) -> StepBreakdown:
     """The step breakdown of the parts' devices together; ``device_rank`` orders the devices (as
-    the op events of all hosts read in one go would), else they keep the parts' order."""
+    the op events of all hosts read in one go would), else they keep the parts' order. ``sums``:
+    the parts' slices were summed as they were read and not kept (the breakdown then holds the sums)."""
     notes: list[str] = [n for p in parts for n in p.notes]
     aggregated = sum(p.aggregated for p in parts)
     if aggregated:
@@ -291,7 +293,7 @@ def finish_breakdown(parts: Sequence[BreakdownPart], step_source: str, backend: 
             line_host[key] = line_host.get(key, 0.0) + us
         for base, path in p.paths.items():
             paths.setdefault(base, path)
-    lines = _lines(line_idle, line_host, max(len(steps), 1), paths)
+    lines = _lines(line_idle, line_host, max(sums.count if sums is not None else len(steps), 1), paths)
     has_frames = any(p.python_frames for p in parts)
     threads = tuple(sorted(t for p in parts for t in p.driver_threads))
     if not has_frames:
@@ -306,7 +308,7 @@ def finish_breakdown(parts: Sequence[BreakdownPart], step_source: str, backend: 
         step_source=step_source, busy_definition=_definition(backend), steps=steps,
         lines=lines, windows=tuple(windows), python_frames=has_frames,
         dispatch_spans=any(p.dispatch_spans for p in parts), driver_threads=threads, notes=tuple(notes),
-        threads=records)
+        threads=records, sums=sums)
 
 
 def _compiles_of(compiles: Sequence[Compile], host: str) -> list[Compile]:

@@ -198,7 +198,8 @@ def opstats_from_totals(
         device_kind=trace.device_kind, warnings=tuple(notes), versions=trace.versions,
         num_devices=trace.num_devices, peaks=peaks,
         # (None where the hosts were read without their parts of it: a command that does not read it.)
-        breakdown=finish_breakdown(totals.breakdown, steps.source, trace.backend, device_rank) if totals.breakdown
+        breakdown=finish_breakdown(totals.breakdown, steps.source, trace.backend, device_rank,
+                                   totals.slice_sums) if totals.breakdown
         else None,
     )
 

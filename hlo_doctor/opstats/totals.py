@@ -17,6 +17,7 @@ columns.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ import numpy as np
 
 from hlo_doctor.core.lazy import pd
 from hlo_doctor.opstats.breakdown_build import BreakdownPart, breakdown_part
+from hlo_doctor.opstats.breakdown_steps import SliceSums
 from hlo_doctor.opstats.host_time import FrameKinds
 from hlo_doctor.opstats.steps import steps_from_executions, steps_from_marks
 from hlo_doctor.trace import Trace
@@ -115,6 +117,9 @@ class EventTotals:
     """Hosts in the order their op events come."""
     device_names: tuple[str, ...]
     """Device planes in the order the op events first name them."""
+    slice_sums: SliceSums | None = None
+    """The breakdown's slices summed as the hosts were added, where they were not kept (the
+    parts of :attr:`breakdown` then hold none: :class:`TotalsSum` ``fold_slices``)."""
 
 
 def events_frame(trace: Trace) -> pd.DataFrame:
@@ -261,8 +266,12 @@ class TotalsSum:
     (what a pod of many hosts needs). :meth:`result` is :func:`merge_totals` of the parts added,
     the same numbers added in the same order."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, fold_slices: bool = False) -> None:
+        """``fold_slices``: keep the breakdown's slices as their sums alone (:class:`SliceSums`,
+        what the breakdown's summary reads), summed as each host is added; its hosts must be new to
+        the sum (a pod's files name distinct hosts), so that they are summed in the table's order."""
         self.count = 0
+        self._slice_sums = SliceSums() if fold_slices else None
         self._only: EventTotals | None = None
         """The one part added, while there is one."""
         self._choice: StepChoice | None = None
@@ -308,11 +317,29 @@ class TotalsSum:
         self._step_ns[np.ix_(rows, np.searchsorted(self._steps, p.steps))] += p.step_ns
         self._times.append((p.hosts[0] if p.hosts else "", np.asarray(p.step_times_us, np.float64)))
         self._evidence.append(p.evidence)
+        if self._slice_sums is not None:
+            p = self._fold(p)
         self._breakdown.extend(p.breakdown)
         self._hosts.update(dict.fromkeys(p.hosts))
         self._names.update(dict.fromkeys(p.device_names))
+        if self._only is not None:
+            self._only = p
         self._span = p.span_ns if self.count == 1 else (min(self._span[0], p.span_ns[0]), max(self._span[1], p.span_ns[1]))
         self._step_count = max(self._step_count, p.step_count)
+
+    def _fold(self, p: EventTotals) -> EventTotals:
+        """``p`` with its breakdown's slices summed into :attr:`_slice_sums`, in the order the table
+        puts them (:func:`device_rank`: by host, then by device plane, stable), and let go."""
+        assert self._slice_sums is not None
+        blocks = [c for part in p.breakdown for c in part.slices]
+        if any(c.host in self._hosts for c in blocks):
+            raise ValueError("a host already summed cannot have its slices folded in the table's order")
+        hosts = {h: i for i, h in enumerate(dict.fromkeys([*p.hosts, *(c.host for c in blocks)]))}
+        names = {d: i for i, d in enumerate(dict.fromkeys([*self._names, *p.device_names, *(c.device for c in blocks)]))}
+        for c in sorted(blocks, key=lambda c: (hosts[c.host], names[c.device])):
+            self._slice_sums.add(c)
+        return dataclasses.replace(p, breakdown=tuple(dataclasses.replace(part, slices=()) for part in p.breakdown),
+                                   slice_sums=self._slice_sums)
 
     def result(self) -> EventTotals:
         """The totals of every part added (the one part itself when only one was).
@@ -330,7 +357,8 @@ class TotalsSum:
             devices=self._devices, steps=self._steps, step_ns=self._step_ns,
             step_times_us=tuple(t for _, times in by_host for t in times.tolist()), step_count=self._step_count,
             choice=self._choice, evidence=merge_evidence(self._evidence), span_ns=self._span,
-            breakdown=tuple(self._breakdown), hosts=tuple(self._hosts), device_names=tuple(self._names))
+            breakdown=tuple(self._breakdown), hosts=tuple(self._hosts), device_names=tuple(self._names),
+            slice_sums=self._slice_sums)
 
 
 def device_rank(totals: EventTotals) -> dict[tuple[str, str], int]:

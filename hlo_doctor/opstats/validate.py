@@ -156,9 +156,11 @@ def check_opstats(stats: OpStats, origin: str) -> OpStats:
     """
     if stats.num_steps < 0:
         raise _bad(origin, "num_steps", f"{stats.num_steps} is negative")
-    for name, value in (("step_time_us", stats.step_time_us),
-                        *((f"step_times_us[{i}]", t) for i, t in enumerate(stats.step_times_us))):
-        _number(origin, name, value)
+    _number(origin, "step_time_us", stats.step_time_us)
+    # One step time a device and step: a pod's are millions; each is named only where it is bad.
+    for i, t in enumerate(stats.step_times_us):
+        if type(t) is not float or not 0.0 <= t < math.inf:
+            _number(origin, f"step_times_us[{i}]", t)
     _check_frame(stats.table, origin, "rows", [c.name for c in COLUMNS if c.dtype != "string"],
                  nullable={c.name for c in COLUMNS if c.nullable})
     # (A per-step frame still to be built from a table's sums is checked by nothing: it is built from

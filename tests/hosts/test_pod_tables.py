@@ -122,3 +122,27 @@ def test_hosts_read_without_the_breakdown_give_the_same_table(tpu_logdir: Path, 
     assert whole.breakdown is not None and lean.breakdown is None
     assert lean.table.equals(whole.table) and lean.per_step.equals(whole.per_step)
     assert (lean.step_times_us, lean.num_steps, lean.warnings) == (whole.step_times_us, whole.num_steps, whole.warnings)
+
+
+@pytest.mark.parametrize("logdir", ["tpu_logdir", "cpu_logdir"])
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_json_without_steps_sums_the_slices_as_the_hosts_come_to_the_same_figures(
+        request: pytest.FixtureRequest, logdir: str, jobs: str) -> None:
+    """``stats --format json`` without ``--per-step`` keeps the breakdown's slices as their sums alone
+    (summed as each host arrives: PodOptions(breakdown_steps=False)); its document is the ``--per-step``
+    one's, figure for figure to the bit, less the per-step parts, and the table's views are unchanged."""
+    from hlo_doctor.hosts.capture import PodOptions, read_capture
+
+    path: Path = request.getfixturevalue(logdir)
+    full = stats_doc(path, "--jobs", jobs)
+    lean = json.loads(cli("stats", str(path), "--format", "json", "--jobs", jobs))
+    for key in ("per_step", "per_step_written", "step_times_us"):  # (what --per-step adds)
+        full.pop(key, None)
+        lean.pop(key, None)
+    del full["breakdown"]["steps"]
+    assert lean == full
+    stats, _ = read_capture(path, PodOptions(jobs=int(jobs), breakdown_steps=False))
+    assert stats.breakdown is not None and stats.breakdown.sums is not None and len(stats.breakdown.steps) == 0
+    assert stats.breakdown.slice_count == sum(d["steps"] for d in full["breakdown"]["summary"]["devices"]) > 0
+    with pytest.raises(ValueError, match="sums"):
+        stats.breakdown.to_dict(steps=True)
