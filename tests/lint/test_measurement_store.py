@@ -87,6 +87,26 @@ def run(profiled: Path, tmp_path: Path) -> Path:
     return copy
 
 
+@pytest.fixture(scope="module")
+def measured_once(profiled: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run directory after one diagnosis measured it (its store beside the capture): what the
+    tests that edit a stored record start from."""
+    copy = tmp_path_factory.mktemp("store_measured") / "run"
+    shutil.copytree(profiled, copy)
+    for stale in copy.glob(FILE_NAME):
+        stale.unlink()
+    _diagnose(copy, copy.parent / "cache")
+    assert (copy / FILE_NAME).is_file()
+    return copy
+
+
+@pytest.fixture
+def measured(measured_once: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(measured_once, copy)
+    return copy
+
+
 def _write_record(store_file: Path, wide: list[float], narrow: list[float]) -> None:
     """Replace the stored what-if's samples (and the figure they give), keeping what it is keyed by."""
     doc = json.loads(store_file.read_text())
@@ -229,12 +249,11 @@ def _severity(doc: dict) -> str:
     return str(_hd004(doc)["severity"])
 
 
-def test_severity_follows_the_measurement_only_where_its_interval_decides(run: Path, tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
+def test_severity_follows_the_measurement_only_where_its_interval_decides(measured: Path, tmp_path: Path) -> None:
+    cache, run = tmp_path / "cache", measured
     _, plain = _diagnose(run, cache, "--no-what-if")
     model = _severity(plain)
     assert _hd004(plain)["extra"]["basis"] == "model" and "no what-if: what-if runs are off" in _hd004(plain)["message"]
-    _diagnose(run, cache)
     store_file = run / FILE_NAME
 
     # Three runs: too few to decide; the severity stays the model's.
@@ -253,10 +272,9 @@ def test_severity_follows_the_measurement_only_where_its_interval_decides(run: P
     assert _severity(wide) == model and _hd004(wide)["extra"]["severity_basis"].startswith("model")
 
 
-def test_a_fix_measured_slower_is_never_promised_as_a_saving(run: Path, profiled: Path, tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
+def test_a_fix_measured_slower_is_never_promised_as_a_saving(measured: Path, profiled: Path, tmp_path: Path) -> None:
+    cache, run = tmp_path / "cache", measured
     src = ["--source-root", str(profiled.parent)]  # the program's folder: eager-widening applies to its astype
-    _diagnose(run, cache)
     store_file = run / FILE_NAME
     # The stored what-if says the narrower read takes 200x as long: the fix costs more than it recovers.
     _write_record(store_file, [100.0] * 7, [20000.0, 20100.0, 19900.0, 20050.0, 19950.0, 20020.0, 19980.0])
