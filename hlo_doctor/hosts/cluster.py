@@ -22,6 +22,7 @@ from concurrent.futures import CancelledError
 from typing import Any
 
 from hlo_doctor.core.errors import InputError, NotAvailableError
+from hlo_doctor.core.pyproject import env_seconds
 from hlo_doctor.core.regular import read_regular_bytes
 from hlo_doctor.hosts.local import Result
 from hlo_doctor.hosts.work import HostFailure, HostPart, HostTask, read_one
@@ -80,10 +81,27 @@ _POLL_S = 0.05
 """How often a wait for the cluster's next result looks again."""
 
 
+CONNECT_TIMEOUT_S = 20.0
+"""How long the scheduler has to answer the client's connection (``HLO_DOCTOR_SCHEDULER_TIMEOUT``)."""
+
+CONNECT_TIMEOUT_ENV = "HLO_DOCTOR_SCHEDULER_TIMEOUT"
+
+
+def connect_timeout() -> float:
+    """The seconds :data:`CONNECT_TIMEOUT_ENV` sets, else :data:`CONNECT_TIMEOUT_S`.
+
+    Raises:
+        InputError: a value that is not a number of seconds above 0.
+    """
+    return env_seconds(CONNECT_TIMEOUT_ENV, CONNECT_TIMEOUT_S, f"the default is {CONNECT_TIMEOUT_S:g} s")
+
+
 class DaskCluster:
     """A client of the Dask scheduler at ``address`` (``tcp://host:8786``)."""
 
-    def __init__(self, address: str, *, timeout_s: float = 20.0, host_timeout_s: float = 600.0) -> None:
+    def __init__(self, address: str, *, timeout_s: float | None = None, host_timeout_s: float = 600.0) -> None:
+        """``timeout_s``: how long the scheduler has to answer (default :func:`connect_timeout`)."""
+        timeout_s = connect_timeout() if timeout_s is None else timeout_s
         distributed = _distributed()
         self.address = address
         self.host_timeout_s = host_timeout_s

@@ -63,11 +63,11 @@ class Case:
 
 
 def run_case(args: list[str], *, cwd: Path, repo: Path = REPO, timeout: float = 90.0,
-             address_space: int | None = None) -> Outcome:
+             address_space: int | None = None, env: dict[str, str] | None = None) -> Outcome:
     """``hlo-doctor ARGS`` from ``repo`` as its own process; killed at ``timeout``; ``address_space``:
-    under that ``RLIMIT_AS`` (bytes, util-linux's ``prlimit``)."""
+    under that ``RLIMIT_AS`` (bytes, util-linux's ``prlimit``); ``env``: settings added to its environment."""
     env = {**os.environ, "PYTHONPATH": str(repo), "JAX_PLATFORMS": "cpu", "COLUMNS": "200", "GITHUB_ACTIONS": "",
-           "XDG_CACHE_HOME": str(cwd / "cache")}
+           "XDG_CACHE_HOME": str(cwd / "cache"), **(env or {})}
     out, err, rss = cwd / ".stdout", cwd / ".stderr", cwd / ".rss"
     # GNU time measures the command's own peak RSS: a child forked from this process would start its
     # high-water mark at this process's size (Linux keeps it across exec).
