@@ -14,7 +14,7 @@ One log directory of ``--hosts`` TPU host files of ``--size-mb`` each (a trace g
 - how the time grows from 1 to ``--hosts`` hosts (``--jobs 2``).
 
 ``--curve FILE`` measures how the command's peak RSS grows with the hosts (1 to 16 links to one
-host file, ``--jobs 2``). ``--rss FILE...`` measures instead the peak RSS of ``stats FILE --format
+host file, or to ``--curve-hosts N``; ``--jobs 2``). ``--rss FILE...`` measures instead the peak RSS of ``stats FILE --format
 json`` on single host files (TPU, GPU, XLA:CPU): the command's process, and the worker's when the
 file is one host of two (``--jobs 2``). ``--source DIR`` runs another source tree of hlo-doctor (the
 one before a change, from ``git archive``) with the same interpreter, in every mode. ``--skip-dask``,
@@ -26,7 +26,7 @@ Usage::
 
     python benchmarks/bench_pod.py [--workdir DIR] [--hosts 8] [--size-mb 100] [--cores 4]
     python benchmarks/bench_pod.py --rss FILE [FILE...] [--source DIR]
-    python benchmarks/bench_pod.py --curve FILE [--source DIR] [--jobs 2]
+    python benchmarks/bench_pod.py --curve FILE [--curve-hosts 64] [--source DIR] [--jobs 2]
     python benchmarks/bench_pod.py --replicate sample_traces/gpu_h200_original/plugins/profile/*/vm.xplane.pb 50 gpu.xplane.pb
 
 Traces are generated into ``--workdir`` (default: a temporary directory) and never committed.
@@ -151,11 +151,11 @@ def _split(r: dict[str, Any]) -> str:
     return f"{r.get('command_cpu_s', 0.0):.1f}" + (f"; {workers}" if workers else "")
 
 
-def memory_curve(xplane: Path, source: Path | None, work: Path, jobs: int) -> list[dict[str, Any]]:
-    """The command's peak RSS as the hosts grow: 1, 2, 4, 8, 16 copies of one host file (links)."""
+def memory_curve(xplane: Path, source: Path | None, work: Path, jobs: int, most: int = 16) -> list[dict[str, Any]]:
+    """The command's peak RSS as the hosts grow: 1, 2, 4, ... ``most`` copies of one host file (links)."""
     size = xplane.stat().st_size / 2**20
     rows = []
-    for n in (1, 2, 4, 8, 16):
+    for n in [1 << k for k in range(max(most, 1).bit_length()) if 1 << k <= most]:
         run = work / f"curve{n}" / "plugins" / "profile" / RUN
         run.mkdir(parents=True, exist_ok=True)
         for h in range(n):
@@ -221,6 +221,7 @@ def main() -> None:
     parser.add_argument("--replicate", nargs=3, metavar=("XPLANE", "COPIES", "OUT"))
     parser.add_argument("--curve", type=Path, metavar="XPLANE", help="the command's peak RSS over 1 to 16 copies")
     parser.add_argument("--jobs", type=int, default=2, help="--jobs of --curve")
+    parser.add_argument("--curve-hosts", type=int, default=16, help="the most hosts of --curve (1, 2, 4, ... up to it)")
     args = parser.parse_args()
     if args.replicate:
         xplane, copies, out = args.replicate
@@ -229,7 +230,7 @@ def main() -> None:
     work = (args.workdir or Path(tempfile.mkdtemp(prefix="hlo-doctor-bench-pod-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     if args.curve:
-        curve = memory_curve(args.curve.resolve(), args.source, work, args.jobs)
+        curve = memory_curve(args.curve.resolve(), args.source, work, args.jobs, args.curve_hosts)
         (work / "curve-results.json").write_text(json.dumps(curve, indent=1))
         return
     if args.rss:

@@ -101,7 +101,8 @@ def _parse(text: str, program_id: int | None, origin: str) -> HloModule:
 
 @dataclass(frozen=True, slots=True)
 class _Steps:
-    times_us: list[float]
+    times_us: tuple[float, ...]
+    """Python floats (a pod's are millions: one tuple of them, never copied)."""
     count: int
     source: str
 
@@ -191,7 +192,7 @@ def opstats_from_totals(
     _rank(rows)
     table = table_from_rows(rows)
     return OpStats(
-        table=table, step_time_us=step_time_us, step_times_us=tuple(float(t) for t in steps.times_us),
+        table=table, step_time_us=step_time_us, step_times_us=steps.times_us,
         num_steps=int(steps.count), step_source=steps.source, per_step_data=PerStepLater.of(totals.steps, totals.step_ns, rows),
         modules=parsed,
         compile_events=trace.compile_events, backend=trace.backend, run=run, source_path=source_path,
@@ -217,12 +218,12 @@ def _lookup(trace: Trace, parsed: tuple[HloModule, ...], op_texts: Iterable[tupl
 
 def _steps(totals: EventTotals, notes: list[str]) -> _Steps:
     """The step count and wall times of the totals; the whole trace is one step when none is found."""
-    times, count, source = list(totals.step_times_us), totals.step_count, totals.choice.source
+    times, count, source = tuple(totals.step_times_us), totals.step_count, totals.choice.source
     if source == "module-executions" and totals.choice.main is not None:
         main_module, main_pid = totals.choice.main
         notes.append(f"no step annotations: steps are the {count} executions of {main_module}({main_pid})")
     if count == 0 or not times:
-        count, times = 1, [(totals.span_ns[1] - totals.span_ns[0]) / 1e3]
+        count, times = 1, (float(totals.span_ns[1] - totals.span_ns[0]) / 1e3,)
         notes.append("no steps found: the whole trace counts as one step")
     return _Steps(times, count, source)
 
