@@ -16,10 +16,11 @@ command, naming it, unless ``skip_bad_hosts``: then it is left out and the table
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.hlo import HloModule
@@ -27,7 +28,7 @@ from hlo_doctor.hlo.printer import PrinterCrash
 from hlo_doctor.hlo.printer import warm as warm_printer
 from hlo_doctor.hosts.local import HOST_TIMEOUT_S, InProcess, LocalPool, Result
 from hlo_doctor.hosts.merge import merge_dispatch, merge_parts
-from hlo_doctor.hosts.work import HostFailure, HostPart, HostTask
+from hlo_doctor.hosts.work import HostFailure, HostPart, HostTask, read_one
 from hlo_doctor.opstats.build import modules_from_protos
 from hlo_doctor.opstats.host_time import FrameKinds
 from hlo_doctor.opstats.io import load_opstats, run_info_for
@@ -145,8 +146,14 @@ def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, 
                       frame_paths_follow=isinstance(runner, LocalPool), breakdown=options.breakdown) for x in xplanes]
     if isinstance(runner, LocalPool):
         runner.begin(tasks)
+    beside: list[Result] | None = None
     try:
-        protos, unreadable, modules = _modules(xplanes, options)
+        if isinstance(runner, InProcess) and len(xplanes) == 1:
+            # One host read here: the modules are parsed beside it (XLA's printer, a process of its
+            # own, may still be importing jaxlib), not before it.
+            protos, unreadable, modules, beside = _read_beside_modules(xplanes, tasks[0], options)
+        else:
+            protos, unreadable, modules = _modules(xplanes, options)
         frame_paths = tuple(sorted(FrameKinds.from_modules(modules[0]).paths.items()))
         if isinstance(runner, LocalPool):
             runner.send_frame_paths(frame_paths)
@@ -156,6 +163,7 @@ def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, 
         # only the local workers, which started before the command knew, are given it at all.
         keep = [i for i, x in enumerate(xplanes) if str(x) in protos]
         first: Iterable[Result] = runner.results() if isinstance(runner, LocalPool) else \
+            [r for r in beside if r[0] in keep] if beside is not None else \
             ((keep[j], r) for j, r in runner.run([tasks[i] for i in keep]))
         # The slices are summed in the table's order as the hosts arrive: hosts are named by their
         # files, so only where no two files name one host.
@@ -166,6 +174,37 @@ def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, 
             runner.close()
     order = {str(x): i for i, x in enumerate(xplanes)}
     return parts, sorted([*unreadable, *left_out], key=lambda f: order[f.path]), protos, modules, totals
+
+
+def _read_beside_modules(xplanes: list[Path], task: HostTask, options: PodOptions
+                         ) -> tuple[dict[str, list[ModuleProto]], list[HostFailure],
+                                    tuple[tuple[HloModule, ...], tuple[str, ...]], list[Result]]:
+    """:func:`_modules` in a thread while the one host's ``task`` is read in this one (its frame
+    paths, when its frames need them, wait for the modules); what both give. The thread mostly
+    waits on the printer's process. Its error, if any, is raised once the host is read."""
+    box: dict[str, Any] = {}
+
+    def parse() -> None:
+        try:
+            box["modules"] = _modules(xplanes, options)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the command's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=parse, name="hlo-doctor-modules", daemon=True)
+    thread.start()
+
+    def paths() -> tuple[tuple[str, str], ...]:
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return tuple(sorted(FrameKinds.from_modules(box["modules"][2][0]).paths.items()))
+
+    result = read_one(dataclasses.replace(task, frame_paths_follow=True), paths)
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    protos, unreadable, modules = box["modules"]
+    return protos, unreadable, modules, [(0, result)]
 
 
 def _modules(xplanes: list[Path], options: PodOptions
