@@ -321,18 +321,6 @@ def _report_findings(f: Path) -> tuple[list[str], Callable[[Outcome, Path], None
     return ["report", str(f / "d.json"), "-o", str(f / "r.html")], _exit(2, "findings")
 
 
-def _planted_runtime(f: Path) -> tuple[list[str], Callable[[Outcome, Path], None]]:
-    import vl_convert
-
-    cache = f / "cache" / "hlo-doctor" / f"vega-embed-vl-convert-{vl_convert.__version__}.js"
-    cache.parent.mkdir(parents=True)
-    cache.write_text("window.vegaEmbed = function () { document.title = 'planted'; };")
-
-    def check(o: Outcome, folder: Path) -> None:
-        assert "document.title = 'planted'" not in (folder / "r.html").read_text()
-    return ["report", str(RUN), "-o", str(f / "r.html")], check
-
-
 CASES: tuple[Case, ...] = (
     Case("escaping", "diagnose --format concise", _hlo("concise", _no_attacker_lines)),
     Case("escaping", "diagnose --format github", _hlo("github", _no_attacker_lines)),
@@ -359,7 +347,8 @@ CASES: tuple[Case, ...] = (
     Case("artifacts", "Parquet negative samples to the gate", _parquet("negative")),
     Case("artifacts", "report: gate JSON, baseline a string", _report_field),
     Case("artifacts", "report: diagnosis JSON, findings a string", _report_findings),
-    Case("cache", "planted chart runtime", _planted_runtime, 120),
+    # (A chart runtime planted in the cache: tests/security/test_chart_cache.py, which also checks the
+    # runtime made again is the shipped one.)
 )
 """Every case; the scheduler cases (a server the runner starts) are :data:`SCHEDULER_CASES`."""
 
