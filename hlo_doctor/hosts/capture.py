@@ -151,10 +151,10 @@ def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, 
         if isinstance(runner, InProcess) and len(xplanes) == 1:
             # One host read here: the modules are parsed beside it (XLA's printer, a process of its
             # own, may still be importing jaxlib), not before it.
-            protos, unreadable, modules, beside = _read_beside_modules(xplanes, tasks[0], options)
+            protos, unreadable, modules, frame_paths, beside = _read_beside_modules(xplanes, tasks[0], options)
         else:
             protos, unreadable, modules = _modules(xplanes, options)
-        frame_paths = tuple(sorted(FrameKinds.from_modules(modules[0]).paths.items()))
+            frame_paths = _frame_paths(modules)
         if isinstance(runner, LocalPool):
             runner.send_frame_paths(frame_paths)
         # (A host read again gets the paths with its task.)
@@ -176,12 +176,19 @@ def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, 
     return parts, sorted([*unreadable, *left_out], key=lambda f: order[f.path]), protos, modules, totals
 
 
+def _frame_paths(modules: tuple[tuple[HloModule, ...], tuple[str, ...]]) -> tuple[tuple[str, str], ...]:
+    """The capture's frame paths (:attr:`HostTask.frame_paths`) from its parsed modules."""
+    return tuple(sorted(FrameKinds.from_modules(modules[0]).paths.items()))
+
+
 def _read_beside_modules(xplanes: list[Path], task: HostTask, options: PodOptions
                          ) -> tuple[dict[str, list[ModuleProto]], list[HostFailure],
-                                    tuple[tuple[HloModule, ...], tuple[str, ...]], list[Result]]:
+                                    tuple[tuple[HloModule, ...], tuple[str, ...]], tuple[tuple[str, str], ...],
+                                    list[Result]]:
     """:func:`_modules` in a thread while the one host's ``task`` is read in this one (its frame
-    paths, when its frames need them, wait for the modules); what both give. The thread mostly
-    waits on the printer's process. Its error, if any, is raised once the host is read."""
+    paths, when its frames need them, wait for the modules); what both give, and the frame paths
+    (made once). The thread mostly waits on the printer's process. Its error, if any, is raised once
+    the host is read."""
     box: dict[str, Any] = {}
 
     def parse() -> None:
@@ -197,14 +204,15 @@ def _read_beside_modules(xplanes: list[Path], task: HostTask, options: PodOption
         thread.join()
         if "error" in box:
             raise box["error"]
-        return tuple(sorted(FrameKinds.from_modules(box["modules"][2][0]).paths.items()))
+        if "paths" not in box:
+            box["paths"] = _frame_paths(box["modules"][2])
+        found: tuple[tuple[str, str], ...] = box["paths"]
+        return found
 
     result = read_one(dataclasses.replace(task, frame_paths_follow=True), paths)
-    thread.join()
-    if "error" in box:
-        raise box["error"]
+    frame_paths = paths()
     protos, unreadable, modules = box["modules"]
-    return protos, unreadable, modules, [(0, result)]
+    return protos, unreadable, modules, frame_paths, [(0, result)]
 
 
 def _modules(xplanes: list[Path], options: PodOptions

@@ -18,6 +18,7 @@ from hlo_doctor.hlo import HloInstruction, HloModule, analysis
 from hlo_doctor.hlo.analysis import ConvertProgram, convert_programs
 from hlo_doctor.lint.dispatch import HostDispatch
 from hlo_doctor.lint.measurement import DEFAULT_BUDGET_S
+from hlo_doctor.opstats.per_step import built
 from hlo_doctor.trace import CompileEvent
 
 if TYPE_CHECKING:
@@ -102,11 +103,8 @@ class Context:
         """Each op's time in each traced step (columns ``step``, ``module``, ``program_id``, ``op``,
         ``time_us``: :attr:`~hlo_doctor.opstats.schema.OpStats.per_step`); None where the input keeps
         none. Built the first time it is read, then kept."""
-        data = self.per_step_data
-        if data is not None and not hasattr(data, "columns"):  # a PerStepLater: build it once
-            data = data()
-            object.__setattr__(self, "per_step_data", data)  # (frozen: set once, to what it stands for)
-        return data
+        frame: pd.DataFrame | None = built(self)
+        return frame
 
     @property
     def has_opstats(self) -> bool:

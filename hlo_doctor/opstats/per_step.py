@@ -47,14 +47,17 @@ class PerStepLater:
         return cls(steps, step_ns, tuple((int(r["group"]), int(r["devices"]), r["module"], r["program_id"],
                                           r["op"], r["canonical_key"]) for r in rows))
 
+    def _time_us(self) -> np.ndarray:
+        """Each row's time per device in each step, row after row (the frame's ``time_us``): every
+        (op, step) pair, so a step in which an op did not run counts as 0 for the statistics."""
+        groups = np.asarray([r[0] for r in self.rows], np.int64)
+        devices = np.asarray([r[1] for r in self.rows], np.float64)[:, None]
+        return (self.step_ns[groups] / 1e3 / devices).ravel()
+
     def __call__(self) -> pd.DataFrame:
         """Per-step op time (per device) for every op of the table and every step; 0 where it did not run."""
         if not len(self.steps) or not self.rows:
             return empty_per_step()
-        groups = np.asarray([r[0] for r in self.rows], np.int64)
-        devices = np.asarray([r[1] for r in self.rows], np.float64)[:, None]
-        # Every (op, step) pair, so a step in which an op did not run counts as 0 for the statistics.
-        time_us = (self.step_ns[groups] / 1e3 / devices).ravel()
         n = len(self.steps)
         return pd.DataFrame({
             "step": np.tile(self.steps.astype(np.int64), len(self.rows)),
@@ -62,7 +65,7 @@ class PerStepLater:
             "program_id": np.repeat(np.asarray([r[3] for r in self.rows] + [None], dtype=object)[:-1], n),
             "op": _repeated_strings([r[4] for r in self.rows], n),
             "canonical_key": _repeated_strings([r[5] for r in self.rows], n),
-            "time_us": time_us.astype(np.float64, copy=False),
+            "time_us": self._time_us().astype(np.float64, copy=False),
         }, copy=False)
 
     def samples_by_key(self) -> dict[str, np.ndarray]:
@@ -73,14 +76,22 @@ class PerStepLater:
             return {}
         names = sorted({r[5] for r in self.rows if isinstance(r[5], str)})
         at = {k: i for i, k in enumerate(names)}
-        n = len(self.steps)
-        key_codes = np.repeat(np.asarray([at.get(r[5], -1) for r in self.rows], np.int64), n)
-        uniq, step_codes = np.unique(np.tile(self.steps.astype(np.int64), len(self.rows)), return_inverse=True)
-        groups = np.asarray([r[0] for r in self.rows], np.int64)
-        devices = np.asarray([r[1] for r in self.rows], np.float64)[:, None]
-        times = (self.step_ns[groups] / 1e3 / devices).ravel()
-        sums = key_step_sums(key_codes, len(names), step_codes, len(uniq), times)
+        key_codes = np.repeat(np.asarray([at.get(r[5], -1) for r in self.rows], np.int64), len(self.steps))
+        # (The frame's step column is the steps once per row: its codes are the steps' own, repeated.)
+        uniq, codes = np.unique(self.steps.astype(np.int64), return_inverse=True)
+        sums = key_step_sums(key_codes, len(names), np.tile(codes, len(self.rows)), len(uniq), self._time_us())
         return {k: sums[i] for i, k in enumerate(names)}
+
+
+def built(owner: Any) -> Any:
+    """``owner.per_step_data`` as the frame it stands for (an :class:`~hlo_doctor.opstats.schema.OpStats`
+    or a lint ``Context``): a :class:`PerStepLater` is built the first time and kept in its place
+    (set once, on a frozen owner, to what it stands for); a frame or None as it is."""
+    data = owner.per_step_data
+    if isinstance(data, PerStepLater):
+        data = data()
+        object.__setattr__(owner, "per_step_data", data)
+    return data
 
 
 def key_step_sums(key_codes: np.ndarray, keys: int, step_codes: np.ndarray, steps: int,

@@ -17,7 +17,7 @@ from hlo_doctor.opstats.breakdown import StepBreakdown
 from hlo_doctor.opstats.per_step import (
     PER_STEP_COLUMNS as PER_STEP_COLUMNS,  # (re-exported: the schema names it)
 )
-from hlo_doctor.opstats.per_step import PerStepLater
+from hlo_doctor.opstats.per_step import PerStepLater, built
 from hlo_doctor.trace import CompileEvent
 from hlo_doctor.trace.peaks import DevicePeaks
 
@@ -143,11 +143,8 @@ class OpStats:
     def per_step(self) -> pd.DataFrame:
         """Columns: :data:`PER_STEP_COLUMNS` (per-step op time samples, for gate statistics); built
         here the first time it is read, then kept."""
-        data = self.per_step_data
-        if isinstance(data, PerStepLater):
-            data = data()
-            object.__setattr__(self, "per_step_data", data)  # (frozen: set once, to what it stands for)
-        return data
+        frame: pd.DataFrame = built(self)
+        return frame
 
     @property
     def per_step_built(self) -> bool:
