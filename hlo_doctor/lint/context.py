@@ -18,7 +18,6 @@ from hlo_doctor.hlo import HloInstruction, HloModule, analysis
 from hlo_doctor.hlo.analysis import ConvertProgram, convert_programs
 from hlo_doctor.lint.dispatch import HostDispatch
 from hlo_doctor.lint.measurement import DEFAULT_BUDGET_S
-from hlo_doctor.opstats.per_step import built
 from hlo_doctor.trace import CompileEvent
 
 if TYPE_CHECKING:
@@ -103,6 +102,8 @@ class Context:
         """Each op's time in each traced step (columns ``step``, ``module``, ``program_id``, ``op``,
         ``time_us``: :attr:`~hlo_doctor.opstats.schema.OpStats.per_step`); None where the input keeps
         none. Built the first time it is read, then kept."""
+        from hlo_doctor.opstats.per_step import built  # (here: importing opstats loads pandas)
+
         frame: pd.DataFrame | None = built(self)
         return frame
 
