@@ -20,5 +20,5 @@ atexit.register(shutil.rmtree, _CACHE, True)
 # What diagnose times on this machine (a fix's replay or A/B: HLO_DOCTOR_MEASURE_SECONDS, 10 s by default;
 # a what-if: HLO_DOCTOR_WHAT_IF_SECONDS, 4 s) is judged here by how it is made, kept and shown, not by
 # the figure: shorter budgets. A test that judges a budget sets its own.
-os.environ.setdefault("HLO_DOCTOR_MEASURE_SECONDS", "3")
+os.environ.setdefault("HLO_DOCTOR_MEASURE_SECONDS", "1")
 os.environ.setdefault("HLO_DOCTOR_WHAT_IF_SECONDS", "1")

@@ -28,7 +28,7 @@ GEN = _generator()
 # Its own working folders, so that a 'make docs' running meanwhile keeps its own.
 vars(GEN)["SCRATCH"] = REPO / "build" / "docs-test"
 # Shorter measuring budgets than the docs were made with: the figures and verdicts they change are masked.
-vars(GEN)["MEASURING"] = {"HLO_DOCTOR_MEASURE_SECONDS": "3", "HLO_DOCTOR_WHAT_IF_SECONDS": "1"}
+vars(GEN)["MEASURING"] = {"HLO_DOCTOR_MEASURE_SECONDS": "1", "HLO_DOCTOR_WHAT_IF_SECONDS": "1"}
 EXAMPLES = [ex for doc in GEN.DOCS for ex in GEN.parse(doc)]
 # Examples that share a working folder run in document order (a profile, then the diagnose of it).
 GROUPS: dict[str, list] = {}
