@@ -14,7 +14,8 @@ One log directory of ``--hosts`` TPU host files of ``--size-mb`` each (a trace g
 - how the time grows from 1 to ``--hosts`` hosts (``--jobs 2``).
 
 ``--curve FILE`` measures how the command's peak RSS grows with the hosts (1 to 16 links to one
-host file, or to ``--curve-hosts N``; ``--jobs 2``). ``--rss FILE...`` measures instead the peak RSS of ``stats FILE --format
+host file, or to ``--curve-hosts N``; ``--jobs 2``; ``--command diagnose`` or ``gate`` runs that command
+instead). ``--rss FILE...`` measures instead the peak RSS of ``stats FILE --format
 json`` on single host files (TPU, GPU, XLA:CPU): the command's process, and the worker's when the
 file is one host of two (``--jobs 2``). ``--source DIR`` runs another source tree of hlo-doctor (the
 one before a change, from ``git archive``) with the same interpreter, in every mode. ``--skip-dask``,
@@ -26,7 +27,7 @@ Usage::
 
     python benchmarks/bench_pod.py [--workdir DIR] [--hosts 8] [--size-mb 100] [--cores 4]
     python benchmarks/bench_pod.py --rss FILE [FILE...] [--source DIR]
-    python benchmarks/bench_pod.py --curve FILE [--curve-hosts 64] [--source DIR] [--jobs 2]
+    python benchmarks/bench_pod.py --curve FILE [--curve-hosts 64] [--source DIR] [--jobs 2] [--command diagnose]
     python benchmarks/bench_pod.py --replicate sample_traces/gpu_h200_original/plugins/profile/*/vm.xplane.pb 50 gpu.xplane.pb
 
 Traces are generated into ``--workdir`` (default: a temporary directory) and never committed.
@@ -151,8 +152,11 @@ def _split(r: dict[str, Any]) -> str:
     return f"{r.get('command_cpu_s', 0.0):.1f}" + (f"; {workers}" if workers else "")
 
 
-def memory_curve(xplane: Path, source: Path | None, work: Path, jobs: int, most: int = 16) -> list[dict[str, Any]]:
-    """The command's peak RSS as the hosts grow: 1, 2, 4, ... ``most`` copies of one host file (links)."""
+def memory_curve(xplane: Path, source: Path | None, work: Path, jobs: int, most: int = 16,
+                 command: str = "stats") -> list[dict[str, Any]]:
+    """The command's peak RSS as the hosts grow: 1, 2, 4, ... ``most`` copies of one host file (links).
+    ``command``: ``stats`` (``--format json``), ``diagnose`` (``--format json``, no what-if: what it
+    reads, not what it times) or ``gate`` (the pod against itself, ``--format json``)."""
     size = xplane.stat().st_size / 2**20
     rows = []
     for n in [1 << k for k in range(max(most, 1).bit_length()) if 1 << k <= most]:
@@ -162,11 +166,14 @@ def memory_curve(xplane: Path, source: Path | None, work: Path, jobs: int, most:
             link = run / f"host-{h}.xplane.pb"
             if not link.exists():
                 link.symlink_to(xplane.resolve())
-        r = run_stats([str(run.parents[2]), "--format", "json", "-o", str(work / "curve.json"), "--jobs", str(jobs)],
-                      source=source)
-        rows.append({"hosts": n, **r})
+        logdir = str(run.parents[2])
+        args = {"stats": [logdir, "--jobs", str(jobs)], "diagnose": [logdir, "--jobs", str(jobs), "--no-what-if"],
+                "gate": [logdir, logdir, "--jobs", str(jobs)]}[command]
+        r = run_stats([*args, "--format", "json", "-o", str(work / "curve.json")], source=source, command=command,
+                      ok=(0, 1))
+        rows.append({"hosts": n, "command": command, **r})
         print(json.dumps(rows[-1]), flush=True)
-    print(f"\n{xplane.name}: {size:.1f} MiB per host, --jobs {jobs}")
+    print(f"\n{xplane.name}: {size:.1f} MiB per host, hlo-doctor {command}, --jobs {jobs}")
     print("| hosts | wall s | CPU s: command; each worker | load avg | command peak RSS MiB (x host file) | "
           "largest worker peak RSS MiB |")
     print("|---|---|---|---|---|---|")
@@ -222,6 +229,8 @@ def main() -> None:
     parser.add_argument("--curve", type=Path, metavar="XPLANE", help="the command's peak RSS over 1 to 16 copies")
     parser.add_argument("--jobs", type=int, default=2, help="--jobs of --curve")
     parser.add_argument("--curve-hosts", type=int, default=16, help="the most hosts of --curve (1, 2, 4, ... up to it)")
+    parser.add_argument("--command", choices=("stats", "diagnose", "gate"), default="stats",
+                        help="the command --curve runs (default: stats)")
     args = parser.parse_args()
     if args.replicate:
         xplane, copies, out = args.replicate
@@ -230,7 +239,7 @@ def main() -> None:
     work = (args.workdir or Path(tempfile.mkdtemp(prefix="hlo-doctor-bench-pod-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     if args.curve:
-        curve = memory_curve(args.curve.resolve(), args.source, work, args.jobs, args.curve_hosts)
+        curve = memory_curve(args.curve.resolve(), args.source, work, args.jobs, args.curve_hosts, args.command)
         (work / "curve-results.json").write_text(json.dumps(curve, indent=1))
         return
     if args.rss:

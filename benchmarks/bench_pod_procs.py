@@ -107,13 +107,16 @@ def env(source: Path | None = None, **extra: str) -> dict[str, str]:
 
 
 def run_stats(args: list[str], *, roots: frozenset[int] = frozenset(), source: Path | None = None,
-              extra_env: dict[str, str] | None = None) -> dict[str, Any]:
-    """``hlo-doctor stats ARGS`` in its own process: wall time and peak RSS of it and its workers."""
+              extra_env: dict[str, str] | None = None, command: str = "stats", ok: tuple[int, ...] = (0,)
+              ) -> dict[str, Any]:
+    """``hlo-doctor COMMAND ARGS`` (``stats`` by default) in its own process: wall time and peak RSS of
+    it and its workers. ``ok``: the exit codes that are not a failure (``diagnose`` exits 1 on a finding
+    at ``--fail-on``, ``gate`` on a regression)."""
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryFile("w+") as log:
         t0 = time.perf_counter()
         # Run from elsewhere than the repository: ``-m`` puts the working folder before PYTHONPATH.
-        proc = subprocess.Popen([sys.executable, "-m", "hlo_doctor.cli", "stats", *args],
+        proc = subprocess.Popen([sys.executable, "-m", "hlo_doctor.cli", command, *args],
                                 env=env(source, **(extra_env or {})),
                                 stdout=subprocess.DEVNULL, stderr=log, text=True, cwd=tempfile.gettempdir())
         sampler = Sampler(proc.pid, set(roots))
@@ -128,8 +131,8 @@ def run_stats(args: list[str], *, roots: frozenset[int] = frozenset(), source: P
         log.seek(0)
         err = log.read()
     code = proc.returncode
-    if code != 0:
-        raise SystemExit(f"hlo-doctor stats {' '.join(args)} failed ({code}):\n{err[-2000:]}")
+    if code not in ok:
+        raise SystemExit(f"hlo-doctor {command} {' '.join(args)} failed ({code}):\n{err[-2000:]}")
     # CPU time of the command and the workers it started (not of a Dask cluster's), and how busy
     # the machine was: the 2 cores are shared with other jobs.
     return {"seconds": seconds, **peaks, "cpu_s": usage.ru_utime + usage.ru_stime,

@@ -12,6 +12,8 @@ from types import ModuleType
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 
