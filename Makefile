@@ -39,10 +39,9 @@ chromium:
 	fi
 
 # The test files are spread over the cores (pytest-xdist; a file's tests stay in one worker, which
-# keeps each file's module fixtures built once), in the order tests/conftest.py gives them (the files
-# marked slow first, so that the workers end together), not by their number of tests.
+# keeps each file's module fixtures built once).
 test: $(STAMP) chromium
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 # Every command output shown in README.md and docs/*.md, run and rewritten (benchmarks/generate_docs.py;
 # tests/cli/test_docs_examples.py fails when a block no longer matches). FAST=1 leaves the examples that

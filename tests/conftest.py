@@ -7,8 +7,6 @@ import os
 import shutil
 import tempfile
 
-import pytest
-
 # Keep XLA:CPU quiet and deterministic in tests.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -24,12 +22,3 @@ atexit.register(shutil.rmtree, _CACHE, True)
 # the figure: shorter budgets. A test that judges a budget sets its own.
 os.environ.setdefault("HLO_DOCTOR_MEASURE_SECONDS", "1")
 os.environ.setdefault("HLO_DOCTOR_WHAT_IF_SECONDS", "1")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files that hold a test marked ``slow`` first, each file's tests together and in their own
-    order: the workers (``make test``: one file at a time each, ``--no-loadscope-reorder``) take the
-    files of tens of seconds first and end on the short ones, together, not one on a long file while
-    the other waits."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)

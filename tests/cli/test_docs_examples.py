@@ -12,8 +12,6 @@ from types import ModuleType
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[2]
 
 

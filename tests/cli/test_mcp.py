@@ -26,8 +26,6 @@ from mcp.types import CallToolResult
 from hlo_doctor.cli.mcp_roots import Roots
 from hlo_doctor.core.errors import InputError
 
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
 GREEDY = REPO / "tests" / "fixes" / "programs" / "greedy_widen.py"

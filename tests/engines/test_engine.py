@@ -20,8 +20,6 @@ from hlo_doctor.engine.sampling import compute_and_gather_logprobs, sample, topk
 from hlo_doctor.engine.sampling_metadata import TPUSupportedSamplingMetadata
 from hlo_doctor.hlo import parse_module
 
-pytestmark = pytest.mark.slow
-
 SMALL = dict(vocab_size=2048, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=1, head_dim=16,
              mlp_dim=128, max_num_reqs=16, batch=16, prompt_len=8, max_tokens=6)
 

@@ -27,8 +27,6 @@ from hlo_doctor.cli import main
 from hlo_doctor.gate import gate
 from hlo_doctor.opstats import load_opstats
 
-pytestmark = pytest.mark.slow
-
 BATCH, VOCAB, HIDDEN = 64, 8192, 512
 
 

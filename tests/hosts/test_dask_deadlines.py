@@ -23,8 +23,6 @@ import pytest
 from conftest import BIN, _free_port, _wait_for_workers
 from procs import readers
 
-pytestmark = pytest.mark.slow
-
 LARGE_HOST = "tpu-host-9.xplane.pb"
 HOST_TIMEOUT_S = 8
 

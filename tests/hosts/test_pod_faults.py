@@ -22,8 +22,6 @@ from test_pod_tables import assert_close, stats_doc
 from hlo_doctor.cli.profile import compile_summary
 from hlo_doctor.opstats import OpStats, to_json
 
-pytestmark = pytest.mark.slow
-
 LARGE_HOST = "tpu-host-9.xplane.pb"
 
 

@@ -16,8 +16,6 @@ from hlo_doctor.cli import main
 from hlo_doctor.cli.profile import compile_summary
 from hlo_doctor.opstats import load_opstats, to_json
 
-pytestmark = pytest.mark.slow
-
 
 def cli(*args: str, code: int = 0) -> str:
     """Run hlo-doctor in this process; its stdout."""

@@ -22,8 +22,6 @@ from hlo_doctor.cli import main
 from hlo_doctor.core.format import split_source
 from hlo_doctor.hlo.call_sites import call_line
 
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[2]
 ENGINE = REPO / "sample_traces" / "engine_b64_original_a"
 

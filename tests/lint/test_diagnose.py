@@ -20,8 +20,6 @@ from hlo_doctor.core.model import Finding
 from hlo_doctor.hlo import parse_module
 from hlo_doctor.lint import Context, diagnose, load_context, load_rulebook, total_recoverable
 
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "sample_traces" / "seed_v5e_b512"
 BOOK = load_rulebook()

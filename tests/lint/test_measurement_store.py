@@ -25,8 +25,6 @@ from hlo_doctor.lint.measurement import paired_ratio
 from hlo_doctor.lint.store import FILE_NAME, SCHEMA, MeasurementStore
 from hlo_doctor.lint.whatif import KIND
 
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
 

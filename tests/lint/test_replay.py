@@ -30,8 +30,6 @@ from hlo_doctor.lint.replay.timing import decision, look_confidence
 from hlo_doctor.lint.runner import replay_unfixed
 from hlo_doctor.lint.store import FILE_NAME, MeasurementStore
 
-pytestmark = pytest.mark.slow
-
 B, V = 8, 4096
 
 

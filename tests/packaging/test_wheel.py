@@ -35,8 +35,6 @@ from wheel_install import (
     wheel_names,
 )
 
-pytestmark = pytest.mark.slow
-
 ORIGINAL_A = SAMPLES / "engine_b64_original_a"
 ORIGINAL_B = SAMPLES / "engine_b64_original_b"
 

@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 from wheel_install import Installed, build, install, run
 
-pytestmark = pytest.mark.slow
-
 SMALL = ["--vocab", "1024", "--batch", "8", "--max-tokens", "4"]
 
 

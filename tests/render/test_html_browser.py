@@ -24,8 +24,6 @@ from html_browser import Browser, Tab, png_pixels
 from hlo_doctor.cli import main
 from hlo_doctor.render.html.step import breakdown_steps
 
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_traces"
 DATA = Path(__file__).resolve().parent / "data" / "doctor_b8"

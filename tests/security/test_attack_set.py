@@ -15,8 +15,6 @@ import pytest
 from attack_cases import MORE_CASES
 from attack_set import CASES, SCHEDULER_CASES, Case, common_judge, fake_scheduler, run_case
 
-pytestmark = pytest.mark.slow
-
 ALL = CASES + MORE_CASES
 
 

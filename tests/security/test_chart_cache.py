@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 from threats import REPO, cli
 
-pytestmark = pytest.mark.slow
-
 RUN = REPO / "sample_traces" / "engine_b64_original_a"
 EVIL = "window.vegaEmbed = function () { document.title = 'planted'; return Promise.resolve(); };"
 

@@ -19,8 +19,6 @@ from threats import picture
 from hlo_doctor.cli import main
 from hlo_doctor.core.outdir import MARKER
 
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[2]
 STEP = f"{REPO / 'tests' / 'profile_programs' / 'sampler_step.py'}:step"
 

@@ -19,8 +19,6 @@ from hlo_doctor.cli import main
 from hlo_doctor.cli.config import find_pyproject
 from hlo_doctor.gate.policy import find_policy_file
 
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[2]
 FIXED = REPO / "sample_traces" / "engine_b64_fixed"
 ORIGINAL = REPO / "sample_traces" / "engine_b64_original_a"  # two new ops fail the default policy

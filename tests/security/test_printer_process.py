@@ -24,8 +24,6 @@ from threats import REPO, cli
 from hlo_doctor.hlo.printer import PrinterCrash, print_modules
 from hlo_doctor.trace.read import read_module_protos
 
-pytestmark = pytest.mark.slow
-
 RUN = REPO / "sample_traces" / "engine_b64_original_a"
 OTHER = REPO / "sample_traces" / "engine_b64_original_b"
 

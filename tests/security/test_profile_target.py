@@ -19,8 +19,6 @@ from pathlib import Path
 import pytest
 from threats import REPO, cli
 
-pytestmark = pytest.mark.slow
-
 TARGET = '''
 import os, signal, sys, time
 from pathlib import Path

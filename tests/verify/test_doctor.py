@@ -11,8 +11,6 @@ from click.testing import CliRunner
 
 from hlo_doctor.cli import main
 
-pytestmark = pytest.mark.slow
-
 ENGINE = Path(__file__).resolve().parents[2] / "hlo_doctor" / "engine"
 
 

@@ -22,8 +22,6 @@ from hlo_doctor.cli import main
 from hlo_doctor.lint.program_ab import KIND
 from hlo_doctor.lint.store import FILE_NAME
 
-pytestmark = pytest.mark.slow
-
 _PROGRAM = '''\
 import jax
 import jax.numpy as jnp

@@ -30,8 +30,6 @@ from hlo_doctor.verify import (
 )
 from hlo_doctor.verify.stats import alpha_at_look
 
-pytestmark = pytest.mark.slow
-
 ENGINE = Path(__file__).resolve().parents[2] / "hlo_doctor" / "engine"
 SMALL = {"vocab": 1024, "batch": 8, "max_tokens": 6, "rounds": 5, "profile_steps": 2}
 

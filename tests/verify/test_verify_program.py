@@ -21,8 +21,6 @@ from click.testing import CliRunner
 from hlo_doctor.cli import main
 from hlo_doctor.verify.program.outputs import Leaf, first_difference
 
-pytestmark = pytest.mark.slow
-
 SHAPES = "BATCH, HIDDEN, VOCAB = 8, 64, 1024\n"
 
 # A decode-like step: a small model's bf16 logits widened eagerly before a jitted greedy sampler
