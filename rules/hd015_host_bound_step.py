@@ -157,7 +157,7 @@ class HostBoundStep(Rule):
 
     def check(self, ctx: Context) -> Iterator[Finding]:
         b = ctx.breakdown
-        if b is None or not b.steps or b.wall_us <= 0:
+        if b is None or not b.slice_count or b.wall_us <= 0:
             return
         wall = b.wall_us
         idle = b.idle_by_kind()

@@ -48,6 +48,6 @@ def bounded(ctx: Context, *, op: float = 0.0, op_bound: float | None = None, run
 def _idle_per_step(ctx: Context) -> float | None:
     """The step's device idle time per step (mean over devices and steps), None without a breakdown."""
     b = ctx.breakdown
-    if b is None or not len(b.steps):
+    if b is None or not b.slice_count:
         return None
     return b.idle_us

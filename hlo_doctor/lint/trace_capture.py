@@ -104,7 +104,5 @@ def step_spans_ns(ctx: Context, host: str) -> tuple[np.ndarray, np.ndarray]:
     b = ctx.breakdown
     if b is None:
         return np.zeros(0), np.zeros(0)
-    devices = sorted({s.device for s in b.steps if s.host == host})
-    slices = [s for s in b.steps if s.host == host and devices and s.device == devices[0]]
-    return (np.asarray([s.start_us * 1e3 for s in slices]),
-            np.asarray([(s.start_us + s.wall_us) * 1e3 for s in slices]))
+    start_us, wall_us = b.host_step_spans_us(host)
+    return start_us * 1e3, (start_us + wall_us) * 1e3

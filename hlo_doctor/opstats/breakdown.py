@@ -140,6 +140,18 @@ class StepBreakdown:
         assert isinstance(self.steps, StepTable)
         return self.steps
 
+    def host_step_spans_us(self, host: str) -> tuple[np.ndarray, np.ndarray]:
+        """The starts and walls (us) of the steps of ``host``'s first device (by name), in the table's
+        order, kept or summed (:class:`SliceSums` keeps those of each host)."""
+        if self.sums is not None:
+            return self.sums.host_step_spans_us(host)
+        blocks = [c for c in self.table.blocks if c.host == host]
+        if not blocks:
+            return np.zeros(0), np.zeros(0)
+        first = min(c.device for c in blocks)
+        mine = [c for c in blocks if c.device == first]
+        return np.concatenate([c.start_us for c in mine]), np.concatenate([c.wall_us for c in mine])
+
     # -- summary figures (over every device and step) ----------------------------------------------
 
     def _total(self, name: str) -> float:

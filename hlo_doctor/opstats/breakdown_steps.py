@@ -219,7 +219,7 @@ class SliceSums:
     steps). Each sum is a running ``cumsum``, the same float additions in the same order as summing
     the whole column first to last, so the figures are the table's to the bit."""
 
-    __slots__ = ("count", "devices", "totals")
+    __slots__ = ("count", "devices", "first_device", "totals")
 
     def __init__(self) -> None:
         self.count = 0
@@ -227,6 +227,10 @@ class SliceSums:
             ("wall_us", "busy_us", "idle_us", "host_us", "idle_by_kind"))
         self.devices: dict[tuple[str, str], list[Any]] = {}
         """(host, device) -> [slices, wall, busy, idle] summed so far."""
+        self.first_device: dict[str, tuple[str, list[np.ndarray], list[np.ndarray]]] = {}
+        """host -> (the first of its devices by name, its slices' starts and walls block by block): the
+        step spans a rule reads of a host (:meth:`~hlo_doctor.opstats.breakdown.StepBreakdown.host_step_spans_us`),
+        16 bytes a step of one device."""
 
     def add(self, b: SliceColumns) -> None:
         """Sum the next block (of the table's order; a block without slices is none of the table's)."""
@@ -236,11 +240,24 @@ class SliceSums:
         for name, col in (("wall_us", b.wall_us), ("busy_us", b.busy_us), ("idle_us", idle),
                           ("host_us", b.host_us), ("idle_by_kind", b.idle_by_kind)):
             self.totals[name] = _running(self.totals[name], col)
+        first = self.first_device.get(b.host)
+        if first is None or b.device < first[0]:
+            self.first_device[b.host] = (b.device, [b.start_us], [b.wall_us])
+        elif b.device == first[0]:
+            first[1].append(b.start_us)
+            first[2].append(b.wall_us)
         d = self.devices.setdefault((b.host, b.device), [0, None, None, None])
         d[0] += len(b)
         for k, col in ((1, b.wall_us), (2, b.busy_us), (3, idle)):
             d[k] = _running(d[k], col)
         self.count += len(b)
+
+    def host_step_spans_us(self, host: str) -> tuple[np.ndarray, np.ndarray]:
+        """The starts and walls (us) of the slices of ``host``'s first device by name, in the table's order."""
+        first = self.first_device.get(host)
+        if first is None:
+            return np.zeros(0), np.zeros(0)
+        return np.concatenate(first[1]), np.concatenate(first[2])
 
     def total(self, name: str) -> float:
         """The sum of a one-number column (``wall_us``, ``busy_us``, ``idle_us``) over every slice."""
