@@ -96,13 +96,13 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     budget_s = measure_budget()  # (a bad HLO_DOCTOR_MEASURE_SECONDS is exit 2 before anything is read)
     say_capture = announce_capture(run)
     book = load_rulebook(rules_dirs)
-    options = pod_options(jobs, scheduler, skip_bad_hosts)
+    pod = pod_options(jobs, scheduler, skip_bad_hosts)
     if not rules_dirs:
         # The bundled rules read the step breakdown's figures and each host's steps, never every
         # device's slices: hosts read by parts keep their sums and those steps (SliceSums), not a slice
         # per device and step of every host. A rule of one's own is given every slice.
-        options = dataclasses.replace(options, breakdown_steps=False)
-    reader = CaptureReader(options)
+        pod = dataclasses.replace(pod, breakdown_steps=False)
+    reader = CaptureReader(pod)
     store = MeasurementStore(store_capture(run), remeasure=remeasure) if what_if else None
     ctx = dataclasses.replace(load_context(run, source_root=source, reader=reader), what_if=what_if,
                               measurements=store, measure_seconds=budget_s)

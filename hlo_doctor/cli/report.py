@@ -115,6 +115,7 @@ def _diagnosis_of(stats: OpStats, path: Path) -> Diagnosis:
     from hlo_doctor.lint import Context, diagnose, executed_modules, load_context, load_rulebook
     from hlo_doctor.lint.dispatch import read_host_dispatch
     from hlo_doctor.lint.store import MeasurementStore, store_capture
+    from hlo_doctor.opstats.step_times import StepTimes
     from hlo_doctor.trace import find_xplanes
 
     if not stats.modules:
@@ -122,7 +123,7 @@ def _diagnosis_of(stats: OpStats, path: Path) -> Diagnosis:
                         load_rulebook())
     ctx = Context(modules=executed_modules(stats.modules, stats.table), table=stats.table,
                   step_time_us=float(stats.step_time_us or 0) or None, num_steps=int(stats.num_steps or 0),
-                  step_times_us=tuple(float(t) for t in getattr(stats, "step_times_us", ()) or ()),
+                  step_times_us=StepTimes(getattr(stats, "step_times_us", ()) or ()),
                   compile_events=tuple(stats.compile_events), breakdown=stats.breakdown, backend=stats.backend,
                   device_kind=str(stats.device_kind or ""),
                   origin=str(path), kind="run" if path.is_dir() else "xplane", versions=tuple(stats.versions),

@@ -166,8 +166,8 @@ class StepJudgement:
 def judge_step(baseline: OpStatsLike, candidate: OpStatsLike, m: Matched, j: Judging) -> StepJudgement:
     """Step wall times: per-step samples where both runs have them, else the mean step times."""
     speed, policy = j.speed, j.policy
-    b_steps = np.asarray(list(baseline.step_times_us or ()), dtype=float) * speed
-    c_steps = np.asarray(list(candidate.step_times_us or ()), dtype=float)
+    b_steps = np.asarray(baseline.step_times_us or (), dtype=float) * speed
+    c_steps = np.asarray(candidate.step_times_us or (), dtype=float)
     effect = policy.max_step_regression_pct / 100.0
     note = None
     step: SampleComparison | None

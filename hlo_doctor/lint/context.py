@@ -57,7 +57,7 @@ class Context:
     modules: tuple[HloModule, ...] = ()
     table: pd.DataFrame | None = None
     step_time_us: float | None = None
-    step_times_us: tuple[float, ...] = ()
+    step_times_us: Sequence[float] = ()
     """Each traced step's wall time (what ``step_time_us`` is the mean of); () where the input keeps none."""
     num_steps: int = 0
     compile_events: tuple[CompileEvent, ...] = ()

@@ -178,9 +178,11 @@ def _isna(v: Any) -> bool:
 
 def _context_from_stats(stats: Any, modules: tuple[HloModule, ...], origin: Path, kind: str,
                         source_root: Path | None) -> Context:
+    from hlo_doctor.opstats.step_times import StepTimes  # (here: importing opstats loads pandas)
+
     return Context(
         modules=executed_modules(modules, stats.table), table=stats.table, step_time_us=float(stats.step_time_us or 0) or None,
-        step_times_us=tuple(float(t) for t in getattr(stats, "step_times_us", ()) or ()),
+        step_times_us=StepTimes(getattr(stats, "step_times_us", ()) or ()),
         num_steps=int(stats.num_steps or 0),
         compile_events=tuple(_compile_event(e) for e in stats.compile_events or ()),
         breakdown=getattr(stats, "breakdown", None), per_step_data=getattr(stats, "per_step_data", None),

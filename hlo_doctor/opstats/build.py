@@ -37,6 +37,7 @@ from hlo_doctor.opstats.optext import parse_op_text
 from hlo_doctor.opstats.per_step import PerStepLater
 from hlo_doctor.opstats.roofline import add_roofline
 from hlo_doctor.opstats.schema import OpStats, table_from_rows
+from hlo_doctor.opstats.step_times import StepTimes
 from hlo_doctor.opstats.totals import EventTotals, event_totals
 from hlo_doctor.trace import ModuleProto, Trace
 from hlo_doctor.trace.peaks import device_peaks
@@ -101,8 +102,8 @@ def _parse(text: str, program_id: int | None, origin: str) -> HloModule:
 
 @dataclass(frozen=True, slots=True)
 class _Steps:
-    times_us: tuple[float, ...]
-    """Python floats (a pod's are millions: one tuple of them, never copied)."""
+    times_us: Sequence[float]
+    """A :class:`~hlo_doctor.opstats.step_times.StepTimes` (a pod's are millions: one array, never copied)."""
     count: int
     source: str
 
@@ -218,12 +219,12 @@ def _lookup(trace: Trace, parsed: tuple[HloModule, ...], op_texts: Iterable[tupl
 
 def _steps(totals: EventTotals, notes: list[str]) -> _Steps:
     """The step count and wall times of the totals; the whole trace is one step when none is found."""
-    times, count, source = tuple(totals.step_times_us), totals.step_count, totals.choice.source
+    times, count, source = totals.step_times_us, totals.step_count, totals.choice.source
     if source == "module-executions" and totals.choice.main is not None:
         main_module, main_pid = totals.choice.main
         notes.append(f"no step annotations: steps are the {count} executions of {main_module}({main_pid})")
     if count == 0 or not times:
-        count, times = 1, (float(totals.span_ns[1] - totals.span_ns[0]) / 1e3,)
+        count, times = 1, StepTimes((float(totals.span_ns[1] - totals.span_ns[0]) / 1e3,))
         notes.append("no steps found: the whole trace counts as one step")
     return _Steps(times, count, source)
 

@@ -21,6 +21,7 @@ from hlo_doctor.opstats.schema import (
     program_id_or_none,
     table_from_rows,
 )
+from hlo_doctor.opstats.step_times import float_list
 from hlo_doctor.opstats.validate import check_export, check_opstats
 from hlo_doctor.trace import CompileEvent
 from hlo_doctor.trace.peaks import DevicePeaks
@@ -68,7 +69,7 @@ def to_json(stats: OpStats, *, per_step: bool = True, compact: bool = False,
         "num_steps": stats.num_steps,
         "num_devices": stats.num_devices,
         "step_time_us": stats.step_time_us,
-        **({"step_times_us": list(stats.step_times_us)} if per_step else {}),
+        **({"step_times_us": float_list(stats.step_times_us)} if per_step else {}),
         "pct_of_step_definition": "time_per_step_us / mean step wall time x 100; op times may overlap "
                                   "(XLA:CPU runs independent ops concurrently), so the column may sum "
                                   "to more than 100",

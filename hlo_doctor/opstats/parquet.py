@@ -29,6 +29,7 @@ from hlo_doctor.core.errors import InputError, NotAvailableError
 from hlo_doctor.core.lazy import pd
 from hlo_doctor.opstats.breakdown_steps import HOST_KINDS, SCALARS, SliceColumns, StepTable
 from hlo_doctor.opstats.schema import PER_STEP_COLUMNS, OpStats
+from hlo_doctor.opstats.step_times import float_list
 
 EXTRA_HINT = "pip install 'hlo-doctor[parquet]' (or write --format json)"
 META_OPSTATS = b"hlo-doctor.opstats"
@@ -73,7 +74,7 @@ def write_parquet(stats: OpStats, path: Path) -> Path:
     })
     assert tuple(table.column_names) == PER_STEP_COLUMNS
     doc = json.loads(to_json(stats, per_step=False, compact=True))
-    doc["step_times_us"] = list(stats.step_times_us)
+    doc["step_times_us"] = float_list(stats.step_times_us)
     # (An export read without its samples has none to write.)
     doc["per_step_written"] = len(stats.per_step) > 0
     if doc.get("breakdown") is not None:

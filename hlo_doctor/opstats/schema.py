@@ -5,6 +5,7 @@ Every stage that reads or writes op stats uses :data:`COLUMNS`; units are in the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,8 +107,9 @@ class OpStats:
     """Columns: :data:`COLUMN_NAMES`; one row per (module, program_id, op), sorted by rank."""
     step_time_us: float
     """Mean step wall time."""
-    step_times_us: tuple[float, ...]
-    """Wall time of each step (all hosts)."""
+    step_times_us: Sequence[float]
+    """Wall time of each step (all hosts): a :class:`~hlo_doctor.opstats.step_times.StepTimes` (one
+    float64 array; a tuple where an export was read)."""
     num_steps: int
     step_source: str
     """``annotation`` (step marks in the trace) or ``module-executions``."""

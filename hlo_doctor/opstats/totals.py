@@ -28,6 +28,7 @@ from hlo_doctor.core.lazy import pd
 from hlo_doctor.opstats.breakdown_build import BreakdownPart, breakdown_part
 from hlo_doctor.opstats.breakdown_steps import SliceSums
 from hlo_doctor.opstats.host_time import FrameKinds
+from hlo_doctor.opstats.step_times import StepTimes
 from hlo_doctor.opstats.steps import steps_from_executions, steps_from_marks
 from hlo_doctor.trace import Trace
 from hlo_doctor.trace.columns import unique_values
@@ -104,8 +105,8 @@ class EventTotals:
     """The step labels that hold op events, sorted."""
     step_ns: np.ndarray
     """Op time per (key, step), ns: shape (len(keys), len(steps))."""
-    step_times_us: tuple[float, ...]
-    """Each device's (or host's) step wall times, hosts in name order."""
+    step_times_us: Sequence[float]
+    """Each device's (or host's) step wall times, hosts in name order (a :class:`StepTimes`)."""
     step_count: int
     """Steps of the device (or host) with the most."""
     choice: StepChoice
@@ -179,7 +180,7 @@ def event_totals(trace: Trace, frame_kinds: Callable[[], FrameKinds],
     parts = (breakdown_part(trace, ev, choice.source, frame_kinds, step_name=choice.name, main=choice.main),) \
         if breakdown else ()
     return EventTotals(
-        **sums, step_times_us=tuple(float(t) for t in times), step_count=int(count), choice=choice,
+        **sums, step_times_us=StepTimes(times), step_count=int(count), choice=choice,
         evidence=evidence, span_ns=span, breakdown=parts,
         hosts=tuple(str(h) for h in trace.ops.host.categories),
         device_names=tuple(str(d) for d in trace.ops.device.categories))
@@ -355,7 +356,8 @@ class TotalsSum:
         return EventTotals(
             keys=tuple(self._index), occurrences=self._occurrences, total_ns=self._total, self_ns=self._self_ns,
             devices=self._devices, steps=self._steps, step_ns=self._step_ns,
-            step_times_us=tuple(t for _, times in by_host for t in times.tolist()), step_count=self._step_count,
+            step_times_us=StepTimes(np.concatenate([times for _, times in by_host]) if by_host else ()),
+            step_count=self._step_count,
             choice=self._choice, evidence=merge_evidence(self._evidence), span_ns=self._span,
             breakdown=tuple(self._breakdown), hosts=tuple(self._hosts), device_names=tuple(self._names),
             slice_sums=self._slice_sums)
