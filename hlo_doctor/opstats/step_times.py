@@ -25,10 +25,11 @@ class StepTimes(Sequence[float]):
     __slots__ = ("_a",)
 
     def __init__(self, values: Iterable[float] | np.ndarray = ()) -> None:
-        a = values._a if isinstance(values, StepTimes) else np.asarray(
-            values if isinstance(values, np.ndarray) else list(values), dtype=np.float64).reshape(-1)
-        if a.flags.writeable:
-            a = a.copy() if isinstance(values, np.ndarray) else a
+        if isinstance(values, StepTimes):
+            a = values._a  # (read-only: shared)
+        else:  # a copy of its own, so that the caller's array stays the caller's
+            a = np.array(values if isinstance(values, (np.ndarray, list, tuple)) else list(values),
+                         dtype=np.float64).reshape(-1)
             a.flags.writeable = False
         self._a: np.ndarray = a
 
@@ -73,7 +74,8 @@ class StepTimes(Sequence[float]):
 
     def tolist(self) -> list[float]:
         """The times as a list of Python floats."""
-        return list(self._a.tolist())
+        out: list[float] = self._a.tolist()
+        return out
 
 
 def float_list(times: Sequence[float]) -> list[float]:
