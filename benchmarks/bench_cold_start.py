@@ -12,6 +12,19 @@ that its package is the one imported (the working folder comes first on ``sys.pa
     git worktree add /tmp/hlo-before <commit>
     python benchmarks/bench_cold_start.py --runs 5 --tree /tmp/hlo-before --tree .
 
+To compare environments (another version of a dependency), give their interpreters: each tree is
+run with each ``--python`` (default: this one), interleaved the same way::
+
+    cp -a .venv /tmp/venv-other && /tmp/venv-other/bin/pip install "ml_dtypes==0.7.0"
+    python benchmarks/bench_cold_start.py --runs 5 --python /tmp/venv-other/bin/python --python .venv/bin/python \
+        --only "import jax" --only "diagnose 1.9 MB, measuring"
+
+``import jax`` is jax's own import and CPU client in a fresh interpreter (what every process of the
+tool that runs a program pays: the HLO printer, a replay, verify's children); ``diagnose 1.9 MB,
+measuring`` is ``diagnose --remeasure`` with a 1 s measuring budget (``HLO_DOCTOR_MEASURE_SECONDS``),
+its measurements kept in a temporary cache folder: the replay of the capture's programs in a child
+process of its own.
+
 The captures, read from this checkout whichever tree is measured: ``sample_traces/gpu_h200_seed_b512``
 (XLA:GPU, a 108 KB xplane, 2 HLO modules; ``gate`` compares it with itself, an A/A check) and
 ``sample_traces/engine_b64_original_a`` and ``_b`` (XLA:CPU, 1.9 MB xplanes, 67 HLO modules each; two
@@ -26,6 +39,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +48,11 @@ SMALL = ROOT / "sample_traces" / "gpu_h200_seed_b512"
 CAPTURE_A = ROOT / "sample_traces" / "engine_b64_original_a"
 CAPTURE_B = ROOT / "sample_traces" / "engine_b64_original_b"
 
+_JAX = ["-c", "import jax; jax.devices('cpu')"]
+"""Not an hlo-doctor command: the interpreter's arguments for jax's import and its CPU client."""
+
 COMMANDS: dict[str, list[str]] = {
+    "import jax": _JAX,
     "--version": ["--version"],
     "--help": ["--help"],
     "rules": ["rules"],
@@ -44,7 +62,9 @@ COMMANDS: dict[str, list[str]] = {
     "stats 1.9 MB": ["stats", str(CAPTURE_A), "--jobs", "1"],
     "diagnose 1.9 MB": ["diagnose", str(CAPTURE_A), "--jobs", "1"],
     "gate 1.9 MB x 2": ["gate", str(CAPTURE_A), str(CAPTURE_B), "--jobs", "1"],
+    "diagnose 1.9 MB, measuring": ["diagnose", str(CAPTURE_A), "--jobs", "1", "--remeasure"],
 }
+MEASURING_ENV = {"HLO_DOCTOR_MEASURE_SECONDS": "1", "HLO_DOCTOR_WHAT_IF_SECONDS": "1"}
 
 
 def _load() -> str:
@@ -52,13 +72,14 @@ def _load() -> str:
     return f"{os.getloadavg()[0]:.2f}"
 
 
-def _time_once(tree: Path, args: list[str]) -> tuple[float, float]:
-    """Wall and CPU seconds of one ``hlo-doctor ARGS`` in a fresh process run from ``tree``'s package."""
-    env = dict(os.environ, NO_COLOR="1")
+def _time_once(tree: Path, python: str, args: list[str], cache: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of one ``hlo-doctor ARGS`` in a fresh process of ``python`` run from
+    ``tree``'s package (its children included: the printer, a replay)."""
+    env = dict(os.environ, NO_COLOR="1", XDG_CACHE_HOME=str(cache), **MEASURING_ENV)
+    argv = [python, *args] if args is _JAX else [python, "-m", "hlo_doctor.cli", *args]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "hlo_doctor.cli", *args], cwd=tree, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    done = subprocess.run(argv, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -68,21 +89,41 @@ def _time_once(tree: Path, args: list[str]) -> tuple[float, float]:
     return seconds, cpu
 
 
-def _package_of(tree: Path) -> Path:
+def _package_of(tree: Path, python: str) -> Path:
     """The folder of the ``hlo_doctor`` package a command run in ``tree`` imports."""
-    done = subprocess.run([sys.executable, "-c", "import hlo_doctor; print(hlo_doctor.__file__)"], cwd=tree,
+    done = subprocess.run([python, "-c", "import hlo_doctor; print(hlo_doctor.__file__)"], cwd=tree,
                           capture_output=True, text=True, check=True)
     return Path(done.stdout.strip()).parent
 
 
-def measure(trees: list[Path], runs: int) -> dict[tuple[str, str], list[tuple[float, float]]]:
-    """(wall, CPU) seconds per (tree, command), ``runs`` rounds of every command of every tree, interleaved."""
-    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
+def _versions(python: str) -> str:
+    """jax, jaxlib, ml_dtypes and numpy of ``python``'s environment, as one label."""
+    code = ("from importlib import metadata as m; "
+            "print(' '.join(f'{d} {m.version(d)}' for d in ('jaxlib', 'ml_dtypes', 'numpy')))")
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+Setup = tuple[Path, str]
+"""(tree, interpreter) a column is measured with."""
+
+
+def measure(setups: list[Setup], runs: int, cache: Path) -> dict[tuple[Setup, str], list[tuple[float, float]]]:
+    """(wall, CPU) seconds per (setup, command), ``runs`` rounds of every command of every setup, interleaved."""
+    times: dict[tuple[Setup, str], list[tuple[float, float]]] = {}
     for _ in range(runs):
-        for tree in trees:
+        for setup in setups:
             for name, args in COMMANDS.items():
-                times.setdefault((str(tree), name), []).append(_time_once(tree, args))
+                times.setdefault((setup, name), []).append(_time_once(*setup, args, cache))
     return times
+
+
+def _label(setup: Setup, setups: list[Setup]) -> str:
+    """A column's name: the tree's folder, and the interpreter's path where several are measured."""
+    tree, python = setup
+    trees = {t for t, _ in setups}
+    pythons = {p for _, p in setups}
+    parts = ([tree.name] if len(trees) > 1 or len(pythons) == 1 else []) + ([python] if len(pythons) > 1 else [])
+    return " ".join(parts)
 
 
 def main() -> None:
@@ -91,32 +132,39 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="rounds (the median is reported)")
     parser.add_argument("--tree", type=Path, action="append",
                         help="checkout to measure (repeatable; default: this one)")
+    parser.add_argument("--python", action="append",
+                        help="interpreter to run the commands with (repeatable; default: this one)")
     parser.add_argument("--only", action="append", choices=list(COMMANDS), help="commands to time (repeatable)")
     flags = parser.parse_args()
     trees = [t.resolve() for t in (flags.tree or [ROOT])]
+    pythons = flags.python or [sys.executable]
     if flags.only:
         for name in list(COMMANDS):
             if name not in flags.only:
                 del COMMANDS[name]
-    for tree in trees:
-        if _package_of(tree) != tree / "hlo_doctor":
-            raise SystemExit(f"{tree}: commands run there import {_package_of(tree)}, not its own package")
+    setups = [(tree, python) for tree in trees for python in pythons]
+    for tree, python in setups:
+        if _package_of(tree, python) != tree / "hlo_doctor":
+            raise SystemExit(f"{tree}: commands run there import {_package_of(tree, python)}, not its own package")
     load_before = _load()
-    times = measure(trees, flags.runs)
+    with tempfile.TemporaryDirectory(prefix="bench-cold-start-") as cache:
+        times = measure(setups, flags.runs, Path(cache))
     load_after = _load()
-    head = "| command | " + " | ".join(f"{t.name}: wall s, median (min-max) | {t.name}: CPU s" for t in trees) + " |"
-    print(head)
-    print("|---|" + "---:|---:|" * len(trees))
+    labels = [_label(s, setups) for s in setups]
+    print("| command | " + " | ".join(f"{lb}: wall s, median (min-max) | {lb}: CPU s" for lb in labels) + " |")
+    print("|---|" + "---:|---:|" * len(setups))
     for name in COMMANDS:
         cells = []
-        for tree in trees:
-            wall = [w for w, _ in times[(str(tree), name)]]
-            cpu = [c for _, c in times[(str(tree), name)]]
+        for setup in setups:
+            wall = [w for w, _ in times[(setup, name)]]
+            cpu = [c for _, c in times[(setup, name)]]
             cells.append(f"{statistics.median(wall):.2f} ({min(wall):.2f}-{max(wall):.2f}) | "
                          f"{statistics.median(cpu):.2f}")
         print(f"| `{name}` | " + " | ".join(cells) + " |")
     print(f"\n{flags.runs} runs each; load average (1 min) {load_before} before, {load_after} after; "
           f"{os.cpu_count()} cores")
+    for python in dict.fromkeys(pythons):
+        print(f"{python}: {_versions(python)}")
 
 
 if __name__ == "__main__":
