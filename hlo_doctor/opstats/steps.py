@@ -57,18 +57,32 @@ def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: 
         del on
         if len(where) and int(where[-1]) - int(where[0]) + 1 == len(where):
             # The group's events are one run (a device's, read a plane at a time): views, not copies.
-            run = slice(int(where[0]), int(where[-1]) + 1)
+            first, end = int(where[0]), int(where[-1]) + 1
             del where
-            mine = starts[run]
-            idx = searchsorted(mark_starts, mine, side="right") - 1
-            inside = (idx >= 0) & (mine <= mark_ends[np.maximum(idx, 0)])
-            step_of[run][inside] = labels[idx[inside]]
+            for a in range(first, end, _CHUNK):
+                run = slice(a, min(a + _CHUNK, end))
+                _label(step_of[run], starts[run], mark_starts, mark_ends, labels)
             continue
-        mine = starts[where]
-        idx = searchsorted(mark_starts, mine, side="right") - 1
-        inside = (idx >= 0) & (mine <= mark_ends[np.maximum(idx, 0)])
-        step_of[where[inside]] = labels[idx[inside]]
+        for a in range(0, len(where), _CHUNK):
+            some = where[a:a + _CHUNK]
+            mine = step_of[some]
+            _label(mine, starts[some], mark_starts, mark_ends, labels)
+            step_of[some] = mine
     return step_of, times, max(counts) if counts else 0
+
+
+_CHUNK = 1 << 18
+"""Events labelled at a time: the lookups' int64 temporaries of a device's millions of events would
+be tens of MiB beside the columns, at the read's peak."""
+
+
+def _label(out: np.ndarray, mine: np.ndarray, mark_starts: np.ndarray, mark_ends: np.ndarray,
+           labels: np.ndarray) -> None:
+    """Set ``out`` (the labels of events starting at ``mine``, sorted or not) to the label of the mark
+    each event starts in; events in no mark keep theirs."""
+    idx = searchsorted(mark_starts, mine, side="right") - 1
+    inside = (idx >= 0) & (mine <= mark_ends[np.maximum(idx, 0)])
+    out[inside] = labels[idx[inside]]
 
 
 def execution_starts(main: pd.DataFrame) -> np.ndarray:
