@@ -262,7 +262,44 @@ def _run(command: str, cwd: Path, tty: bool) -> str:
         chunks.append(data)
     proc.wait()
     os.close(master)
-    return b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "")
+    return _screen(b"".join(chunks).decode("utf-8", "replace"))
+
+
+_CURSOR = re.compile(r"\x1b\[([0-9;?]*)([A-Za-z])|\x1b\][^\x07]*\x07|\r|\n")
+
+
+def _screen(text: str) -> str:
+    """What a terminal shows once ``text`` is written to it: a progress display drawn over and over
+    and erased at its end (rich's transient bars: carriage returns, "erase line", "cursor up") leaves
+    nothing, as it does on screen; every other line is kept as printed."""
+    lines = [""]
+    row = col = 0
+    at = 0
+
+    def put(chunk: str) -> None:
+        nonlocal col
+        line = lines[row].ljust(col)
+        lines[row] = line[:col] + chunk + line[col + len(chunk):]
+        col += len(chunk)
+
+    for m in _CURSOR.finditer(text):
+        put(text[at:m.start()])
+        at = m.end()
+        token, code = m.group(0), m.group(2)
+        if token == "\n":  # (the terminal's output processing adds the carriage return)
+            row, col = row + 1, 0
+            if row == len(lines):
+                lines.append("")
+        elif token == "\r":
+            col = 0
+        elif code == "K":
+            lines[row] = "" if m.group(1) == "2" else lines[row][:col]
+        elif code == "A":
+            row = max(0, row - int(m.group(1) or 1))
+        elif code == "G":
+            col = max(0, int(m.group(1) or 1) - 1)
+    put(text[at:])
+    return "\n".join(lines)
 
 
 def _clean(text: str, options: dict[str, str], cwd: Path) -> list[str]:

@@ -221,6 +221,7 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     from hlo_doctor.engines import load_engine
     from hlo_doctor.fixes import FixApplied, apply_fix, patched_copy
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
+    from hlo_doctor.lint.activity import reported_to
     from hlo_doctor.lint.measurement import measure_budget
     from hlo_doctor.lint.store import MeasurementStore
     from hlo_doctor.verify.engine.capture_child import capture_apart
@@ -268,9 +269,11 @@ def run_doctor(settings: DoctorSettings, progress: ProgressFn | None = None) -> 
     # What-if runs price what the capture cannot (lint.whatif): the promise then holds its costs too.
     # Measured once per capture and kept with it (lint.store): the profile's own folder, else the cache.
     store = MeasurementStore(profile_run)
-    diagnosis = diagnose(dataclasses.replace(load_context(profile_run), what_if=True, measurements=store,
-                                             measure_seconds=budget_s),
-                         load_rulebook())
+    # (each fix it times here is a stage of its own: "diagnose: measuring ...")
+    with reported_to(lambda stage, done, total: report(f"diagnose: {stage}", done, total)):
+        diagnosis = diagnose(dataclasses.replace(load_context(profile_run), what_if=True, measurements=store,
+                                                 measure_seconds=budget_s),
+                             load_rulebook())
     write_atomically(out / "diagnose.json", diagnosis_json(diagnosis))
     write_atomically(out / "diagnose.md", diagnosis_md(diagnosis))
     phase("diagnose", 2, True)

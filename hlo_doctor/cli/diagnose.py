@@ -84,9 +84,11 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     2 usage or input error, 3 internal error.
     """
     # Imported here, not with the module: --help and the other commands start without them.
+    from hlo_doctor.cli.progress import progress_bars
     from hlo_doctor.fixes.source.applicable import with_applicable_fixes
     from hlo_doctor.hosts import CaptureReader
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
+    from hlo_doctor.lint.activity import reported_to
     from hlo_doctor.lint.measurement import measure_budget
     from hlo_doctor.lint.promise import with_fixes
     from hlo_doctor.lint.runner import replay_unfixed, replayed
@@ -109,46 +111,49 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     say_capture()
     if reader.left_out:
         console.print(Text(f"note: {left_out_note(reader.left_out)}", style="yellow"), soft_wrap=True)
-    result = diagnose(ctx, book, select=_codes(select), ignore=_codes(ignore))
-    if run.is_dir():
-        from hlo_doctor.core.sources import changed_since, recorded
+    # What is timed here (replays, A/Bs, what-ifs: up to the budget each) shows as progress, so that a
+    # measuring diagnosis is not silent on a terminal or in a CI log until its report.
+    with progress_bars() as progress, reported_to(progress):
+        result = diagnose(ctx, book, select=_codes(select), ignore=_codes(ignore))
+        if run.is_dir():
+            from hlo_doctor.core.sources import changed_since, recorded
 
-        # Line numbers are the capture's: say where a file they point into has changed since.
-        for line in changed_since(recorded(run), (f.source for f in result.findings)):
-            console.print(Text(f"note: {line}", style="yellow"), soft_wrap=True)
-    root = source_root or repository_root(Path.cwd())
-    # A finding carries a fix only where its codemod matches the finding's own line in this project.
-    applicable = with_applicable_fixes(result.findings, root)
-    # Each fix offered on this code has its promise (what it recovers less what a what-if says it costs).
-    result = dataclasses.replace(result, findings=applicable, fix_promises=with_fixes(result.fix_promises, applicable))
-    # Each fix offered only on this code is replayed too, where this machine can run the capture.
-    result = dataclasses.replace(result, fix_promises=replayed(ctx, result.fix_promises, applicable))
-    # A waste no fix here answers (a library's code) is measured the same way where a replay removes it.
-    result = replay_unfixed(ctx, result)
-    if what_if and result.fix_promises:
-        # A capture of `profile FILE.py:FUNC` this machine can run: each file fix timed on the program
-        # itself, read from the store; verify is imported only when it measures.
-        from hlo_doctor.lint.promise import with_program_ab
+            # Line numbers are the capture's: say where a file they point into has changed since.
+            for line in changed_since(recorded(run), (f.source for f in result.findings)):
+                console.print(Text(f"note: {line}", style="yellow"), soft_wrap=True)
+        root = source_root or repository_root(Path.cwd())
+        # A finding carries a fix only where its codemod matches the finding's own line in this project.
+        applicable = with_applicable_fixes(result.findings, root)
+        # Each fix offered on this code has its promise (what it recovers less what a what-if says it costs).
+        result = dataclasses.replace(result, findings=applicable, fix_promises=with_fixes(result.fix_promises, applicable))
+        # Each fix offered only on this code is replayed too, where this machine can run the capture.
+        result = dataclasses.replace(result, fix_promises=replayed(ctx, result.fix_promises, applicable))
+        # A waste no fix here answers (a library's code) is measured the same way where a replay removes it.
+        result = replay_unfixed(ctx, result)
+        if what_if and result.fix_promises:
+            # A capture of `profile FILE.py:FUNC` this machine can run: each file fix timed on the program
+            # itself, read from the store; verify is imported only when it measures.
+            from hlo_doctor.lint.promise import with_program_ab
 
-        def measure(*args: object) -> object:
-            from hlo_doctor.verify.program.promise import measure as measure_program
+            def measure(*args: object) -> object:
+                from hlo_doctor.verify.program.promise import measure as measure_program
 
-            return measure_program(*args, store)  # type: ignore[arg-type,call-arg]
+                return measure_program(*args, store)  # type: ignore[arg-type,call-arg]
 
-        result = dataclasses.replace(result, fix_promises=with_program_ab(run, result.fix_promises, applicable, store,
-                                                                          measure, budget_s=budget_s))  # type: ignore[arg-type]
-        # A capture of the engine this machine can run again: each fix timed on the engine itself (a
-        # capture of tpu-inference: why not, in one line).
-        from hlo_doctor.lint.engine_ab import with_engine_ab
+            result = dataclasses.replace(result, fix_promises=with_program_ab(run, result.fix_promises, applicable, store,
+                                                                              measure, budget_s=budget_s))  # type: ignore[arg-type]
+            # A capture of the engine this machine can run again: each fix timed on the engine itself (a
+            # capture of tpu-inference: why not, in one line).
+            from hlo_doctor.lint.engine_ab import with_engine_ab
 
-        def measure_engine(*args: object) -> object:
-            from hlo_doctor.verify.engine.promise import measure as measure_on_engine
+            def measure_engine(*args: object) -> object:
+                from hlo_doctor.verify.engine.promise import measure as measure_on_engine
 
-            return measure_on_engine(*args, store)  # type: ignore[arg-type,call-arg]
+                return measure_on_engine(*args, store)  # type: ignore[arg-type,call-arg]
 
-        result = dataclasses.replace(result, fix_promises=with_engine_ab(
-            _read_from(run), result.fix_promises, applicable, store, measure_engine,  # type: ignore[arg-type]
-            backend=result.backend, budget_s=budget_s))
+            result = dataclasses.replace(result, fix_promises=with_engine_ab(
+                _read_from(run), result.fix_promises, applicable, store, measure_engine,  # type: ignore[arg-type]
+                backend=result.backend, budget_s=budget_s))
     failed = fail_on is not None and bool(result.at_or_above(Severity.parse(fail_on)))
     code = ExitCode.FINDINGS if failed else ExitCode.OK
     if fmt == "table" and (output is None or output == STDOUT) and not people_see_a_terminal():

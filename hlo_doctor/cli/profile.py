@@ -276,17 +276,23 @@ def profile_cmd(target: str | None, steps: int, warmup: int, out: Path | None, a
     run.json, opstats.csv, opstats.json and report.html. What the target prints goes to stderr; SIGTERM and
     Ctrl-C leave no partial folder behind.
     """
-    with stdout_to_stderr(), sigterm_as_interrupt():
+    from hlo_doctor.lint.activity import reported_to
+    from hlo_doctor.lint.measurement import measure_budget
+
+    measure_budget()  # (a bad HLO_DOCTOR_MEASURE_SECONDS is exit 2 before anything runs: the report measures)
+    with stdout_to_stderr(), sigterm_as_interrupt(), progress_bars(_PHASES) as progress:
         run_dir, stats = _capture(target, steps, warmup, out, attach, duration_ms, engine_path,
-                                  {"batch": batch, "vocab": vocab, "layers": layers}, timeout_s)
-    write_capture_report(run_dir, stats)
+                                  {"batch": batch, "vocab": vocab, "layers": layers}, timeout_s, progress)
+        # The report's diagnosis times its fixes here (kept with the run for diagnose): shown as it goes.
+        with reported_to(progress):
+            write_capture_report(run_dir, stats)
     console.print(Text(f"wrote {run_dir} (open it with: xprof --logdir {run_dir})"), soft_wrap=True)
     _emit(stats, fmt, top, group_by, output, per_step=per_step)
 
 
 def _capture(target: str | None, steps: int, warmup: int, out: Path | None, attach: str | None,
              duration_ms: int, engine_path: Path | None, engine_options: dict[str, int | None],
-             timeout_s: float | None) -> tuple[Path, OpStats]:
+             timeout_s: float | None, progress: ProgressFn) -> tuple[Path, OpStats]:
     """The capture behind ``profile``: attach, a TARGET function, or the engine."""
     from hlo_doctor.capture import (
         attach_run,
@@ -302,8 +308,7 @@ def _capture(target: str | None, steps: int, warmup: int, out: Path | None, atta
     if attach is not None:
         if target is not None:
             raise InputError("TARGET and --attach both given", "pass one of them")
-        with progress_bars(_PHASES) as progress:
-            run_dir, stats = attach_run(attach, duration_ms=duration_ms, out_dir=out_dir, progress=progress)
+        run_dir, stats = attach_run(attach, duration_ms=duration_ms, out_dir=out_dir, progress=progress)
     else:
         config: dict[str, Any] = {}
         engine_warmup: Callable[[ProgressFn | None], None] | None = None
@@ -317,12 +322,11 @@ def _capture(target: str | None, steps: int, warmup: int, out: Path | None, atta
             engine_target = _engine_target(engine_path, engine_options)
             step_fn, name, config = engine_target.step, engine_target.name, engine_target.metadata
             engine_warmup = engine_target.warmup
-        with progress_bars(_PHASES) as progress:
-            # The engine's warm-up reports its precompile (programs done / total) on the same display.
-            warmup_fn = None if engine_warmup is None else functools.partial(engine_warmup, progress)
-            run_dir, stats = capture_run(step_fn, steps=steps, warmup=warmup, out_dir=out_dir, target=name,
-                                         config=config, warmup_fn=warmup_fn, progress=progress,
-                                         timeout_s=timeout_s)
+        # The engine's warm-up reports its precompile (programs done / total) on the same display.
+        warmup_fn = None if engine_warmup is None else functools.partial(engine_warmup, progress)
+        run_dir, stats = capture_run(step_fn, steps=steps, warmup=warmup, out_dir=out_dir, target=name,
+                                     config=config, warmup_fn=warmup_fn, progress=progress,
+                                     timeout_s=timeout_s)
     return run_dir, stats
 
 

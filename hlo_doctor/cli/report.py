@@ -114,20 +114,22 @@ def _diagnosis_of(stats: OpStats, path: Path) -> Diagnosis:
     """The rules on a capture's op stats, from the read that built them (the trace is not read again)."""
     from hlo_doctor.lint import Context, diagnose, executed_modules, load_context, load_rulebook
     from hlo_doctor.lint.dispatch import read_host_dispatch
+    from hlo_doctor.lint.measurement import measure_budget
     from hlo_doctor.lint.store import MeasurementStore, store_capture
     from hlo_doctor.opstats.step_times import StepTimes
     from hlo_doctor.trace import find_xplanes
 
     if not stats.modules:
-        return diagnose(replace(load_context(path), what_if=True, measurements=MeasurementStore(store_capture(path))),
-                        load_rulebook())
+        return diagnose(replace(load_context(path), what_if=True, measurements=MeasurementStore(store_capture(path)),
+                                measure_seconds=measure_budget()), load_rulebook())
     ctx = Context(modules=executed_modules(stats.modules, stats.table), table=stats.table,
                   step_time_us=float(stats.step_time_us or 0) or None, num_steps=int(stats.num_steps or 0),
                   step_times_us=StepTimes(getattr(stats, "step_times_us", ()) or ()),
                   compile_events=tuple(stats.compile_events), breakdown=stats.breakdown, backend=stats.backend,
                   device_kind=str(stats.device_kind or ""),
                   origin=str(path), kind="run" if path.is_dir() else "xplane", versions=tuple(stats.versions),
-                  what_if=True, measurements=MeasurementStore(store_capture(path)))  # as diagnose: measured once, kept, reused
+                  what_if=True, measurements=MeasurementStore(store_capture(path)),  # as diagnose: measured once, kept, reused
+                  measure_seconds=measure_budget())
     if not path.name.endswith(".json"):
         ctx = replace(ctx, host_dispatch=read_host_dispatch(find_xplanes(path)))
     return diagnose(ctx, load_rulebook())

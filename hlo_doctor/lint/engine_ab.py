@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from hlo_doctor.core.model import Finding
 from hlo_doctor.core.sources import file_sha256, recorded
+from hlo_doctor.lint.activity import measuring
 from hlo_doctor.lint.measurement import DEFAULT_BUDGET_S, Measurement
 from hlo_doctor.lint.program_ab import ProgramMeasurement, from_measurement, other_jax
 
@@ -168,7 +169,8 @@ def with_engine_ab(capture: Path, promises: tuple[FixPromise, ...], findings: It
         verified = store.lookup(VERIFIED_KIND, verified_key(p.fix, where)) if store is not None else None
         stored = verified or (store.lookup(KIND, key) if store is not None else None)
         if stored is None:
-            made = measure(p.fix, where, key, budget_s)
+            with measuring(f"measuring {p.fix}: an A/B of {where.label} ({budget_s:g} s budget)"):
+                made = measure(p.fix, where, key, budget_s)
             if isinstance(made, str):
                 out.append(replace(p, program_unmeasured=made))
                 continue

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from hlo_doctor.core.format import fmt_duration
 from hlo_doctor.core.model import Finding
+from hlo_doctor.lint.activity import measuring
 from hlo_doctor.lint.program_ab import (
     BUDGET_S,
     KIND,
@@ -378,7 +379,8 @@ def with_program_ab(capture: Path, promises: tuple[FixPromise, ...], findings: I
                f"{STEPS} steps, budget {budget_s:g} s")
         stored = store.lookup(KIND, key) if store is not None else None
         if stored is None:
-            made = measure(p.fix, spec, file, mine, key, budget_s)
+            with measuring(f"measuring {p.fix}: a program A/B of {target} ({budget_s:g} s budget)"):
+                made = measure(p.fix, spec, file, mine, key, budget_s)
             if isinstance(made, str):
                 out.append(replace(p, program_unmeasured=made))
                 continue

@@ -30,6 +30,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from hlo_doctor.lint.activity import measuring
 from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.measurement import Measurement, paired_ratio, versions_here
 from hlo_doctor.lint.store import MeasurementStore
@@ -148,7 +149,8 @@ def narrow_read(kind: str, dims: tuple[int, ...], axes: tuple[int, ...], wide: s
     found = store.lookup(KIND, key)
     if found is None:
         try:
-            found = _measure(kind, tuple(dims), tuple(axes), wide, narrow, key, store)
+            with measuring(f"measuring a what-if: {key}"):
+                found = _measure(kind, tuple(dims), tuple(axes), wide, narrow, key, store)
         except Exception as exc:  # noqa: BLE001 - a what-if that cannot run leaves the capture's own estimate
             words = " ".join(str(exc).split())[:160]
             return Refused(f"the reduction did not run here ({type(exc).__name__}{': ' + words if words else ''})")

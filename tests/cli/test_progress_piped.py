@@ -51,3 +51,52 @@ def test_profile_in_a_pipe_says_what_is_left_every_interval(tmp_path: Path) -> N
     times = [t for t, _ in lines]
     # (the four steps without these lines: one silent gap of 4 s)
     assert max(b - a for a, b in zip(times, times[1:], strict=False)) <= 2.5, done.stderr
+
+
+SAMPLER = '''
+import jax
+import jax.numpy as jnp
+
+logits = jax.random.normal(jax.random.key(0), (64, 32000), jnp.float32).astype(jnp.bfloat16)
+
+
+@jax.jit
+def sample(logits):
+    return jnp.argmax(logits, axis=-1), logits
+
+
+def step():
+    return sample(logits.astype(jnp.float32))
+'''
+
+
+def test_what_is_timed_here_is_a_stage_of_its_own_and_what_is_reused_is_not(tmp_path: Path) -> None:
+    """profile's report and diagnose time the fixes on this machine (replays of the capture's programs,
+    up to the measuring budget each): each measurement is a stage of the progress, named for what it
+    times, with its lines while it runs; what a diagnosis reads back from the store is timed again
+    nowhere and shown as no stage."""
+    (tmp_path / "sampler.py").write_text(SAMPLER)
+    env = {k: v for k, v in os.environ.items() if k != "FORCE_COLOR"}
+    env.update(HLO_DOCTOR_PROGRESS_INTERVAL="0.5", HLO_DOCTOR_MEASURE_SECONDS="1", XDG_CACHE_HOME=str(tmp_path / "cache"))
+
+    def run(*args: str) -> list[tuple[float, str]]:
+        done = subprocess.run([sys.executable, "-m", "hlo_doctor.cli", *args], cwd=tmp_path, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr
+        return [(float(m.group(1)), m.group(2)) for m in map(LINE.match, done.stderr.splitlines()) if m]
+
+    lines = run("profile", "sampler.py:step", "--steps", "5", "--warmup", "2", "--out", "run", "--top", "1")
+    replay = [(t, text) for t, text in lines if text.startswith("measuring bf16-greedy-sampler: replaying ")]
+    assert replay, lines
+    first, last = replay[0][1], replay[-1][1]
+    assert "jit_sample(" in first and first.endswith(" 0/1") and last.endswith(" 1/1 done"), replay
+    # Each measurement starts after the table is built, and the lines go on while it runs.
+    texts = [text for _, text in lines]
+    assert texts.index("building the table 1/1 done") < texts.index(first)
+    times = [t for t, _ in lines]
+    assert max(b - a for a, b in zip(times, times[1:], strict=False)) <= 2.5, lines
+    # The diagnosis of the same run reads what profile measured back (no stage of it) and times only
+    # the fix it offers once the code is known (the eager astype's own fix).
+    again = [text for _, text in run("diagnose", "run") if text.startswith("measuring")]
+    assert again and not [text for text in again if text.startswith("measuring bf16-greedy-sampler")], again
+    assert all(text.startswith("measuring eager-widening: ") for text in again), again

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from hlo_doctor.core.format import fmt_duration
 from hlo_doctor.core.model import Finding
+from hlo_doctor.lint.activity import measuring
 from hlo_doctor.lint.context import Context
 from hlo_doctor.lint.measurement import DEFAULT_BUDGET_S, Measurement, identity_here, paired_ratio
 from hlo_doctor.lint.replay.allocator import (
@@ -388,10 +389,13 @@ def _measure(ctx: Context, fix: str, findings: Sequence[Finding], seconds: float
             (folder / name).write_bytes(data)
         ReplaySpec(a=p.a, b=p.b, seconds=seconds, cap_seconds=max(seconds, cap_seconds), platform=ctx.backend,
                    device_kind=ctx.device_kind).write(folder / "spec.json")
-        doc = run_child(folder, timeout_s, ctx.backend)
+        programs = ", ".join(c.module for c in p.a)
+        with measuring(f"measuring {fix}: replaying {programs} (up to {max(seconds, cap_seconds):g} s)"):
+            doc = run_child(folder, timeout_s, ctx.backend)
         if doc.get("ok") and ctx.backend == "cpu" and allocator_state_matters(p):
             # The host allocator's other state, in a second child (FRESH_PAGES_ENV); its failure leaves the first.
-            fresh = run_child(folder, timeout_s, ctx.backend, FRESH_PAGES_ENV, "fresh.json")
+            with measuring(f"measuring {fix}: replaying {programs}, every large buffer mapped fresh"):
+                fresh = run_child(folder, timeout_s, ctx.backend, FRESH_PAGES_ENV, "fresh.json")
             if fresh.get("ok"):
                 doc["fresh"] = fresh
     if not doc.get("ok"):
