@@ -90,6 +90,8 @@ def test_what_is_timed_here_is_a_stage_of_its_own_and_what_is_reused_is_not(tmp_
     assert replay, lines
     first, last = replay[0][1], replay[-1][1]
     assert "jit_sample(" in first and first.endswith(" 0/1") and last.endswith(" 1/1 done"), replay
+    # Within the measuring budget the environment sets, as diagnose's (the default would be 10 s).
+    assert "(up to 1 s)" in first, first
     # Each measurement starts after the table is built, and the lines go on while it runs.
     texts = [text for _, text in lines]
     assert texts.index("building the table 1/1 done") < texts.index(first)
