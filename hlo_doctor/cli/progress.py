@@ -40,6 +40,7 @@ def progress_bars(labels: Mapping[str, str] | None = None, *, keep: bool = False
             yield update
         return
     # rich's progress display only on a terminal (and only then imported).
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     description = "{task.description}" if label_width is None else f"{{task.description:<{label_width}}}"
@@ -49,7 +50,9 @@ def progress_bars(labels: Mapping[str, str] | None = None, *, keep: bool = False
 
         def update(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
-                tasks[stage] = bar.add_task(names.get(stage, stage), total=max(total, 1))
+                # A stage may name what a capture names (a measurement's programs): shown as written,
+                # never read as rich markup (a "[/]" in a module name would stop the command).
+                tasks[stage] = bar.add_task(escape(names.get(stage, stage)), total=max(total, 1))
             # A stage without a total is done as soon as it reports.
             bar.update(tasks[stage], completed=done if total else 1, total=max(total, 1))
 

@@ -91,3 +91,37 @@ def test_a_user_rules_folder_with_markup(tmp_path: Path) -> None:
     (rules / "xx100_broken.py").write_text("this is not python [/x]\n")
     code, err = run("rules", "--rules", str(rules))
     assert code in (0, 1) and f"{rules / 'xx100_broken.py'}" in err
+
+
+def test_a_progress_stage_named_with_markup_is_shown_as_written_on_a_terminal() -> None:
+    """A measurement's stage names the capture's programs (``measuring F: replaying jit_x(3)``): on a
+    terminal (a real pseudo-terminal, where rich draws its bars) a module name with markup is shown as
+    written, and the bar does not end the command."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    stage = f"measuring bf16-greedy-sampler: replaying jit_{NAME}(3)"
+    code = ("from hlo_doctor.cli.progress import progress_bars\n"
+            "with progress_bars(keep=True) as p:\n"
+            f"    p({stage!r}, 0, 1)\n"
+            f"    p({stage!r}, 1, 1)\n")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=slave, stderr=slave, stdin=subprocess.DEVNULL,
+                            env={k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+                            | {"TERM": "xterm", "COLUMNS": "200"}, close_fds=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the other end closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert proc.wait(timeout=60) == 0, b"".join(chunks).decode(errors="replace")[-800:]
+    os.close(master)
+    shown = b"".join(chunks).decode(errors="replace")
+    assert f"jit_{NAME}(3)" in shown, shown[-800:]
