@@ -119,9 +119,10 @@ def _diagnosis_of(stats: OpStats, path: Path) -> Diagnosis:
     from hlo_doctor.opstats.step_times import StepTimes
     from hlo_doctor.trace import find_xplanes
 
+    budget_s = measure_budget()
     if not stats.modules:
         return diagnose(replace(load_context(path), what_if=True, measurements=MeasurementStore(store_capture(path)),
-                                measure_seconds=measure_budget()), load_rulebook())
+                                measure_seconds=budget_s), load_rulebook())
     ctx = Context(modules=executed_modules(stats.modules, stats.table), table=stats.table,
                   step_time_us=float(stats.step_time_us or 0) or None, num_steps=int(stats.num_steps or 0),
                   step_times_us=StepTimes(getattr(stats, "step_times_us", ()) or ()),
@@ -129,7 +130,7 @@ def _diagnosis_of(stats: OpStats, path: Path) -> Diagnosis:
                   device_kind=str(stats.device_kind or ""),
                   origin=str(path), kind="run" if path.is_dir() else "xplane", versions=tuple(stats.versions),
                   what_if=True, measurements=MeasurementStore(store_capture(path)),  # as diagnose: measured once, kept, reused
-                  measure_seconds=measure_budget())
+                  measure_seconds=budget_s)
     if not path.name.endswith(".json"):
         ctx = replace(ctx, host_dispatch=read_host_dispatch(find_xplanes(path)))
     return diagnose(ctx, load_rulebook())
