@@ -26,9 +26,14 @@ from hlo_doctor.core.errors import InputError
 from hlo_doctor.render.registry import GATE, RenderOptions
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from hlo_doctor.gate import GateResult
     from hlo_doctor.hosts import PodOptions
     from hlo_doctor.opstats import OpStats
+
+    Side = tuple[OpStats, dict[str, Any]]
+    """A side's op stats, with what the comparison does not read let go, and its per-op samples."""
 
 _STYLE = {
     "regressed": "bold red", "new: fails the gate": "bold red", "inconclusive": "yellow",
@@ -36,40 +41,59 @@ _STYLE = {
 }
 
 
-def load_side(path: Path, side: str, options: PodOptions) -> OpStats:
-    """One side of a comparison read as ``stats`` reads it; an unusable input names its side."""
-    from hlo_doctor.hosts import read_capture
+def load_side(path: Path, side: str, options: PodOptions) -> Callable[[], OpStats]:
+    """One side of a comparison read and summed as ``stats`` reads it; its table is built when the
+    returned function is called. An unusable input names its side."""
+    from hlo_doctor.hosts import read_capture_sums
 
     if not path.exists():
         raise InputError(f"{side} {path} does not exist",
                          "pass a run directory, an .xplane.pb file or an opstats.json export")
     try:
         say_capture = announce_capture(path, f"{side} capture")
-        stats, _ = read_capture(path, options)
+        table = read_capture_sums(path, options)
         say_capture()
     except InputError as exc:
         # Name which side of the comparison the unusable input is.
         raise InputError(f"{side} {exc.what}", exc.hint) from exc
-    if stats.hosts_left_out:
-        console.print(Text(f"note: {left_out_note(stats.hosts_left_out, f'{side}: ')}", style="yellow"),
-                      soft_wrap=True)
-    return stats
+
+    def built() -> OpStats:
+        try:
+            stats, _ = table()
+        except InputError as exc:
+            raise InputError(f"{side} {exc.what}", exc.hint) from exc
+        if stats.hosts_left_out:
+            console.print(Text(f"note: {left_out_note(stats.hosts_left_out, f'{side}: ')}", style="yellow"),
+                          soft_wrap=True)
+        return stats
+    return built
 
 
-def read_side(path: Path, side: str, options: PodOptions) -> tuple[OpStats, dict[str, Any]]:
-    """:func:`load_side`, and its per-op samples, with what the comparison does not read let go."""
+def read_sides(baseline: Path, candidate: Path, options: PodOptions) -> tuple[Side, Side]:
+    """Both sides of a comparison (:func:`load_side`): both captures read and summed before either's
+    table is built (a table loads pandas, which is then not resident while the other capture is
+    read), each side's per-op samples taken as its table is made, and what the comparison does not
+    read let go."""
     from hlo_doctor.gate.match import per_op_samples
+    from hlo_doctor.opstats.build import shared_module_parses
     from hlo_doctor.opstats.per_step import empty_per_step
     from hlo_doctor.trace.columns import trim_freed_memory
 
+    def side(built: Callable[[], OpStats]) -> Side:
+        stats = built()
+        samples = per_op_samples(stats)
+        # Nor does the comparison read a side's per-step frame (never built from a capture's sums: its
+        # samples come from the sums), step breakdown or parsed modules: let go too.
+        stats = dataclasses.replace(stats, per_step_data=empty_per_step(), breakdown=None, modules=())
+        trim_freed_memory()
+        return stats, samples
+
     # A host read by parts sums no part of the step breakdown, which the comparison does not read.
-    stats = load_side(path, side, dataclasses.replace(options, breakdown=False))
-    samples = per_op_samples(stats)
-    # Nor does the comparison read a side's per-step frame (never built from a capture's sums: its
-    # samples come from the sums), step breakdown or parsed modules: let go too.
-    stats = dataclasses.replace(stats, per_step_data=empty_per_step(), breakdown=None, modules=())
-    trim_freed_memory()
-    return stats, samples
+    options = dataclasses.replace(options, breakdown=False)
+    with shared_module_parses():  # the two sides of one program share most of their modules' texts
+        base = load_side(baseline, "baseline", options)
+        cand = load_side(candidate, "candidate", options)
+        return side(base), side(cand)
 
 
 def side_memory(path: Path, stats: OpStats) -> Any:
@@ -184,13 +208,7 @@ def gate_cmd(
         "noise_z": noise_z,
     })
     options = pod_options(jobs, scheduler, skip_bad_hosts)
-    from hlo_doctor.opstats.build import shared_module_parses
-
-    with shared_module_parses():  # the two sides of one program share most of their modules' texts
-        # Each side's per-op samples taken as it is read, and its per-step rows (a row per op and
-        # step: hundreds of thousands) dropped: they are not held while the other side is read.
-        base_stats, base_samples = read_side(baseline, "baseline", options)
-        cand_stats, cand_samples = read_side(candidate, "candidate", options)
+    (base_stats, base_samples), (cand_stats, cand_samples) = read_sides(baseline, candidate, options)
     result = gate(base_stats, cand_stats, policy, strict=strict,
                   baseline_label=str(baseline), candidate_label=str(candidate),
                   baseline_memory=side_memory(baseline, base_stats), candidate_memory=side_memory(candidate, cand_stats),

@@ -137,11 +137,10 @@ def gate(roots: Roots, settings: WorkerSettings, baseline: str, candidate: str, 
          strict: bool = False, max_step_regression_pct: float | None = None,
          max_op_regression_pct: float | None = None, op_floor_us: float | None = None) -> ToolAnswer:
     """``gate BASELINE CANDIDATE --format json``'s verdict (``verdict``: pass / regression / inconclusive)."""
-    from hlo_doctor.cli.gate import read_side, side_memory
+    from hlo_doctor.cli.gate import read_sides, side_memory
     from hlo_doctor.cli.hosts import pod_options
     from hlo_doctor.gate import gate as judge
     from hlo_doctor.gate import resolve_policy
-    from hlo_doctor.opstats.build import shared_module_parses
     from hlo_doctor.render.registry import GATE, RenderOptions
 
     base = roots.path(baseline, "baseline")
@@ -151,9 +150,7 @@ def gate(roots: Roots, settings: WorkerSettings, baseline: str, candidate: str, 
                                             "max_op_regression_pct": max_op_regression_pct,
                                             "op_floor_us": op_floor_us}, search=False)
     options = pod_options(None, None, False)
-    with shared_module_parses():
-        base_stats, base_samples = read_side(base, "baseline", options)
-        cand_stats, cand_samples = read_side(cand, "candidate", options)
+    (base_stats, base_samples), (cand_stats, cand_samples) = read_sides(base, cand, options)
     result = judge(base_stats, cand_stats, resolved, strict=strict, baseline_label=str(base),
                    candidate_label=str(cand), baseline_memory=side_memory(base, base_stats),
                    candidate_memory=side_memory(cand, cand_stats), samples=(base_samples, cand_samples))

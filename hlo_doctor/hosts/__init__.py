@@ -10,7 +10,7 @@ table that reading every file in one process gives. Nothing outside this package
 
 from __future__ import annotations
 
-from hlo_doctor.hosts.capture import CaptureReader, PodOptions, read_capture
+from hlo_doctor.hosts.capture import CaptureReader, PodOptions, read_capture, read_capture_sums
 from hlo_doctor.hosts.local import cores_available
 
-__all__ = ["CaptureReader", "PodOptions", "cores_available", "read_capture"]
+__all__ = ["CaptureReader", "PodOptions", "cores_available", "read_capture", "read_capture_sums"]

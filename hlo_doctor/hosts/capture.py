@@ -93,8 +93,11 @@ def _is_xplane_capture(path: Path) -> bool:
     return path.is_dir() or (path.is_file() and path.name.endswith(".pb"))
 
 
-def read_capture(path: str | Path, options: PodOptions, *,
-                 dispatch: bool = False) -> tuple[OpStats, tuple[HostDispatch, ...] | None]:
+Read = tuple[OpStats, tuple[HostDispatch, ...] | None]
+"""The op stats of a capture and its hosts' dispatch spans (:func:`read_capture`)."""
+
+
+def read_capture(path: str | Path, options: PodOptions, *, dispatch: bool = False) -> Read:
     """The op stats of a capture (see the module's docstring) and, when ``dispatch`` and the hosts
     were read apart, their dispatch spans (None: read them with :func:`read_host_dispatch`).
 
@@ -104,17 +107,29 @@ def read_capture(path: str | Path, options: PodOptions, *,
             scheduler.
         NotAvailableError: ``scheduler`` without the ``distributed`` package.
     """
+    return read_capture_sums(path, options, dispatch=dispatch)()
+
+
+def read_capture_sums(path: str | Path, options: PodOptions, *, dispatch: bool = False) -> Callable[[], Read]:
+    """:func:`read_capture` in two halves: the hosts are read and summed now, and their table is built
+    when the returned function is called (once). The table loads pandas (35-77 MiB), so a command
+    that reads two captures reads both before either table: pandas is not resident under the
+    second read's peak. An export, a trace JSON or a small host file is read whole now.
+
+    Raises:
+        As :func:`read_capture`: the read's errors now, the merge's when the table is built.
+    """
     p = Path(path)
     if p.is_dir():
         where = locate_capture(p)  # a doctor/verify folder: its baseline; several captures: refused
         if where.kind not in ("run", "xplane"):
-            return load_opstats(where.path), None
+            return _done(load_opstats(where.path))
         p = where.path
     if not _is_xplane_capture(p):
-        return load_opstats(p), None
+        return _done(load_opstats(p))
     xplanes = find_xplanes(p)
     if len(xplanes) < 2 and options.scheduler is None and _size(xplanes[0]) < WORKER_MIN_BYTES:
-        return load_opstats(p), None
+        return _done(load_opstats(p))
     warm_printer()  # XLA's printer starts (imports jaxlib) while the hosts are read
     if options.scheduler is None:
         parts, left_out, protos, modules, totals = _read_pod(xplanes, _runner(options, len(xplanes)), options, dispatch)
@@ -128,10 +143,17 @@ def read_capture(path: str | Path, options: PodOptions, *,
             cluster.close()
     for part in parts:
         part.read.protos = protos[part.read.path]
-    stats = merge_parts(parts, source_path=str(p), run=run_info_for(xplanes, p), left_out=left_out, modules=modules,
-                        totals=totals)
-    stats = dataclasses.replace(stats, capture=tuple(display_path(x) for x in xplanes))
-    return stats, (merge_dispatch(parts) if dispatch else None)
+    run = run_info_for(xplanes, p)
+
+    def table() -> Read:
+        stats = merge_parts(parts, source_path=str(p), run=run, left_out=left_out, modules=modules, totals=totals)
+        stats = dataclasses.replace(stats, capture=tuple(display_path(x) for x in xplanes))
+        return stats, (merge_dispatch(parts) if dispatch else None)
+    return table
+
+
+def _done(stats: OpStats) -> Callable[[], Read]:
+    return lambda: (stats, None)
 
 
 def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, options: PodOptions, dispatch: bool

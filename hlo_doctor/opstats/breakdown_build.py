@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-from hlo_doctor.core.lazy import pd
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.opstats.breakdown import HOST_KINDS, DeviceWindow, HostLine, HostThread, StepBreakdown
 from hlo_doctor.opstats.breakdown_steps import SliceColumns, SliceSums, StepTable
@@ -97,12 +96,10 @@ def _definition(backend: str) -> str:
     return "busy = union of the device's op intervals (ops overlapping on several streams count once)"
 
 
-def build_breakdown(trace: Trace, ev: pd.DataFrame, step_source: str,
-                    modules: Sequence[HloModule] = ()) -> StepBreakdown:
-    """The step breakdown of ``trace``: ``ev`` are the table's op events (columns host, device,
-    start_ns, duration_ns, occurrences), ``step_source`` the table's; ``modules`` (their HLO
-    metadata) name the full paths of the Python tracer's files."""
-    return finish_breakdown([breakdown_part(trace, ev, step_source, lambda: FrameKinds.from_modules(modules))],
+def build_breakdown(trace: Trace, step_source: str, modules: Sequence[HloModule] = ()) -> StepBreakdown:
+    """The step breakdown of ``trace``'s op events, ``step_source`` the table's; ``modules`` (their
+    HLO metadata) name the full paths of the Python tracer's files."""
+    return finish_breakdown([breakdown_part(trace, step_source, lambda: FrameKinds.from_modules(modules))],
                             step_source, trace.backend)
 
 
@@ -129,16 +126,18 @@ class BreakdownPart:
     notes: tuple[str, ...] = ()
 
 
-def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
+def breakdown_part(trace: Trace, step_source: str,
                    frame_kinds: Callable[[], FrameKinds], *, step_name: str | None = None,
                    main: tuple[str, int] | None = None) -> BreakdownPart:
-    """The breakdown of the devices of ``ev`` (see :func:`build_breakdown`); ``frame_kinds`` (what
+    """The breakdown of the devices of ``trace``'s op events (see :func:`build_breakdown`; pandas is
+    not needed where the steps are marks); ``frame_kinds`` (what
     tells a framework's frame from the user's: from the HLO modules' stacks) is called only when the
     host has Python frames to classify. ``step_name`` and ``main`` fix the step
     annotation and the main module where other hosts decide them (:func:`~hlo_doctor.opstats.step_spans.step_spans`)."""
-    aggregated = int((ev["occurrences"].to_numpy() > 1).sum())
+    ev = trace.ops
+    aggregated = int((ev.occurrences > 1).sum())
     which, devices = device_index(ev)
-    spans = step_spans(trace, ev, step_source, which, devices, name=step_name, main=main)
+    spans = step_spans(trace, step_source, which, devices, name=step_name, main=main)
     host_threads = read_host_threads([Path(p) for p in trace.paths])
     threads = {host: ts[0] for host, ts in host_threads.items()}
     # Which of the Python tracer's files are a framework's: only needed when there are frames.
@@ -153,9 +152,9 @@ def breakdown_part(trace: Trace, ev: pd.DataFrame, step_source: str,
     others = {host: [(t, host_segments(t, kinds, execution_waits=trace.backend == "cpu")) for t in ts[1:]]
               for host, ts in host_threads.items() if host in segments}
     per_thread: dict[tuple[str, int], _ThreadSums] = {}
-    starts_all = ev["start_ns"].to_numpy(np.float64)
-    durations_all = ev["duration_ns"].to_numpy(np.float64)
-    timed_all = ev["occurrences"].to_numpy() <= 1
+    starts_all = ev.start_ns.astype(np.float64, copy=False)
+    durations_all = ev.duration_ns.astype(np.float64, copy=False)
+    timed_all = ev.occurrences <= 1
     if len(which) > 1 and not bool(np.all(which[1:] >= which[:-1])):
         # Events of one device are one run when read one plane at a time: then no copy is sorted.
         order = np.argsort(which, kind="stable")

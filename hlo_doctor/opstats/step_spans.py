@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from hlo_doctor.core.lazy import pd
 from hlo_doctor.opstats.steps import execution_starts
-from hlo_doctor.trace import Trace
+from hlo_doctor.trace import OpEvents, Trace
 from hlo_doctor.trace.columns import counts
 
 Device = tuple[str, str]
@@ -37,32 +38,31 @@ def _spans(starts: list[float], ends: list[float], nums: list[int]) -> StepSpans
                      np.asarray(nums, np.int64)[order])
 
 
-def device_index(ev: pd.DataFrame) -> tuple[np.ndarray, list[Device]]:
+def device_index(ops: OpEvents) -> tuple[np.ndarray, list[Device]]:
     """The devices the op events ran on (sorted by code) and each event's index into them.
 
-    From the categorical codes of ``host`` and ``device``: no string is built per event (a device
-    trace holds millions).
+    From the codes of ``host`` and ``device``: no string is built per event (a device trace holds
+    millions).
     """
-    host = ev["host"] if isinstance(ev["host"].dtype, pd.CategoricalDtype) else ev["host"].astype("category")
-    dev = ev["device"] if isinstance(ev["device"].dtype, pd.CategoricalDtype) else ev["device"].astype("category")
-    width = len(dev.cat.categories) + 1
+    host, dev = ops.host, ops.device
+    width = len(dev.categories) + 1
     # In place: one int32 array per event at a time (a device trace holds millions of events).
-    wide = np.int32 if (len(host.cat.categories) + 1) * width < np.iinfo(np.int32).max else np.int64
-    key = host.cat.codes.to_numpy(wide, copy=True)
+    wide = np.int32 if (len(host.categories) + 1) * width < np.iinfo(np.int32).max else np.int64
+    key: np.ndarray[Any, np.dtype[np.signedinteger[Any]]] = np.array(host.codes, dtype=wide, copy=True)
     key *= width
-    key += dev.cat.codes.to_numpy()
+    key += np.asarray(dev.codes)
     if not len(key):
         return np.zeros(0, np.int32), []
     present = np.flatnonzero(counts(key))
     lookup = np.full(int(present[-1]) + 1, -1, key.dtype)
     lookup[present] = np.arange(len(present))
-    devices = [(str(host.cat.categories[k // width]), str(dev.cat.categories[k % width])) for k in present.tolist()]
+    devices = [(str(host.categories[k // width]), str(dev.categories[k % width])) for k in present.tolist()]
     for a in range(0, len(key), 1 << 18):  # in place, a chunk at a time: no second array per event
         key[a:a + (1 << 18)] = lookup[key[a:a + (1 << 18)]]
     return key, devices
 
 
-def step_spans(trace: Trace, ev: pd.DataFrame, source: str, which: np.ndarray,
+def step_spans(trace: Trace, source: str, which: np.ndarray,
                devices: list[Device], *, name: str | None = None,
                main: tuple[str, int] | None = None) -> dict[Device, StepSpans]:
     """Each device's steps, from ``source`` (the table's ``step_source``); ``which`` and ``devices``
@@ -83,11 +83,11 @@ def step_spans(trace: Trace, ev: pd.DataFrame, source: str, which: np.ndarray,
                 out[(host, device)] = _spans([m.start_ns for m in marks], [m.start_ns + m.duration_ns for m in marks],
                                              [m.step_num if m.step_num >= 0 else k for k, m in enumerate(marks)])
     elif source == "module-executions":
-        out = _executions(ev, which, devices, main)
+        out = _executions(trace.ops.frame(), which, devices, main)
     missing = [(i, d) for i, d in enumerate(devices) if d not in out]
     if missing:  # (the ends of millions of events made only where a device has no step)
-        starts = ev["start_ns"].to_numpy(np.float64)
-        ends = starts + ev["duration_ns"].to_numpy(np.float64)
+        starts = trace.ops.start_ns.astype(np.float64, copy=False)
+        ends = starts + trace.ops.duration_ns
         for i, d in missing:
             on = which == i
             out[d] = _spans([float(starts[on].min())], [float(ends[on].max())], [0])

@@ -8,13 +8,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from hlo_doctor.core.lazy import pd
-from hlo_doctor.trace import StepMark
+from hlo_doctor.trace import OpEvents, StepMark
 from hlo_doctor.trace.columns import searchsorted
 
 
-def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: bool,
+def steps_from_marks(marks: Sequence[StepMark], ops: OpEvents, *, by_device: bool,
                      name: str | None = None) -> tuple[np.ndarray, list[float], int]:
-    """Step index (step_num) per event, or -1 outside every step; step wall times; step count.
+    """Step index (step_num) per event of ``ops``, or -1 outside every step; step wall times; step
+    count (from the events' codes: pandas is not needed).
 
     ``marks`` are host step annotations (``by_device=False``: an event belongs to the marks of its
     host; only the most common annotation name counts as "the step", as a program may nest other
@@ -31,14 +32,12 @@ def steps_from_marks(marks: Sequence[StepMark], ev: pd.DataFrame, *, by_device: 
         marks = [s for s in marks if s.name == step_name]
     # A step's label is its number, else its place among its group's marks: int32 where all fit.
     narrow = len(marks) < (1 << 31) and all(s.step_num < (1 << 31) for s in marks)
-    step_of = np.full(len(ev), -1, dtype=np.int32 if narrow else np.int64)
-    host_cat = ev["host"].cat
-    device_cat = ev["device"].cat
-    host_index = {str(v): i for i, v in enumerate(host_cat.categories)}
-    device_index = {str(v): i for i, v in enumerate(device_cat.categories)}
-    host_codes = host_cat.codes.to_numpy()
-    device_codes = device_cat.codes.to_numpy()
-    starts = ev["start_ns"].to_numpy()
+    step_of = np.full(len(ops), -1, dtype=np.int32 if narrow else np.int64)
+    host_index = {str(v): i for i, v in enumerate(ops.host.categories)}
+    device_index = {str(v): i for i, v in enumerate(ops.device.categories)}
+    host_codes = np.asarray(ops.host.codes)
+    device_codes = np.asarray(ops.device.codes)
+    starts = ops.start_ns
     groups: dict[tuple[str, str], list[StepMark]] = {}
     for s in marks:
         groups.setdefault((s.host, s.device if by_device else ""), []).append(s)

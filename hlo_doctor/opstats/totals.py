@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from hlo_doctor.core.lazy import pd
 from hlo_doctor.opstats.breakdown_build import BreakdownPart, breakdown_part
 from hlo_doctor.opstats.breakdown_steps import SliceSums
 from hlo_doctor.opstats.host_time import FrameKinds
@@ -123,17 +122,6 @@ class EventTotals:
     parts of :attr:`breakdown` then hold none: :class:`TotalsSum` ``fold_slices``)."""
 
 
-def events_frame(trace: Trace) -> pd.DataFrame:
-    """The trace's op events as a frame (no copy of the columns): host, device, module, program_id,
-    op, start_ns, duration_ns, self_ns, run_id, occurrences."""
-    ops = trace.ops
-    return pd.DataFrame({
-        "host": ops.host, "device": ops.device, "module": ops.module, "program_id": ops.program_id,
-        "op": ops.op, "start_ns": ops.start_ns, "duration_ns": ops.duration_ns, "self_ns": ops.self_ns,
-        "run_id": ops.run_id, "occurrences": ops.occurrences,
-    }, copy=False)
-
-
 def step_evidence(trace: Trace) -> StepEvidence:
     """What the trace says about its steps (see :class:`StepEvidence`)."""
     names: dict[str, tuple[int, tuple[str, float]]] = {}
@@ -166,18 +154,18 @@ def event_totals(trace: Trace, frame_kinds: Callable[[], FrameKinds],
     ``breakdown=False``: no part of the step breakdown (the sums are the same)."""
     evidence = step_evidence(trace)
     choice = choice or choose_steps(evidence)
-    ev = events_frame(trace)
+    # (The columns themselves: a frame of them, which loads pandas, only where the executions are the steps.)
     if choice.source == "annotation":
-        step_of, times, count = steps_from_marks(trace.steps, ev, by_device=False, name=choice.name)
+        step_of, times, count = steps_from_marks(trace.steps, trace.ops, by_device=False, name=choice.name)
     elif choice.source == "device-steps":
-        step_of, times, count = steps_from_marks(trace.device_steps, ev, by_device=True)
+        step_of, times, count = steps_from_marks(trace.device_steps, trace.ops, by_device=True)
     else:
-        step_of, times, count, _ = steps_from_executions(ev, choice.main)
+        step_of, times, count, _ = steps_from_executions(trace.ops.frame(), choice.main)
     sums = _sums(trace, step_of)
     del step_of
     starts, durations = trace.ops.start_ns, trace.ops.duration_ns
     span = (float(starts.min()), _last_end(starts, durations)) if len(starts) else (0.0, 0.0)
-    parts = (breakdown_part(trace, ev, choice.source, frame_kinds, step_name=choice.name, main=choice.main),) \
+    parts = (breakdown_part(trace, choice.source, frame_kinds, step_name=choice.name, main=choice.main),) \
         if breakdown else ()
     return EventTotals(
         **sums, step_times_us=StepTimes(times), step_count=int(count), choice=choice,

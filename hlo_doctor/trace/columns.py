@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from hlo_doctor.trace.model import OpEvents
-
-if TYPE_CHECKING:  # imported where a column becomes a Categorical: the rule API needs no pandas
-    import pandas as pd
+from hlo_doctor.trace.model import Coded, OpEvents
 
 _WIDTH = 10
 
@@ -97,12 +94,9 @@ class Vocabulary:
             self.values.append(value)
         return c
 
-    def categorical(self, codes: np.ndarray) -> pd.Categorical:
-        """The column as a ``pandas.Categorical`` (values kept as they are: ints stay Python ints)."""
-        import pandas as pd
-
-        categories = pd.Index(np.array(self.values + [None], dtype=object)[:-1], dtype=object)
-        return pd.Categorical.from_codes(codes, categories=categories)
+    def coded(self, codes: np.ndarray) -> Coded:
+        """The column as codes into these values (kept as they are: ints stay Python ints)."""
+        return Coded(codes, self.values)
 
 
 def self_times(starts: np.ndarray, durations: np.ndarray) -> np.ndarray:
@@ -257,7 +251,7 @@ class OpColumns:
     def finish(self) -> OpEvents:
         """The columns as :class:`OpEvents`, in the order the lines were added."""
         vocabularies = (self.hosts, self.devices, self.modules, self.program_ids, self.ops)
-        # Codes as narrow as the Categorical keeps them (pandas' own choice for that many categories).
+        # Codes as narrow as a Categorical keeps them (pandas' own choice for that many categories).
         # Execution ids and occurrences in the widest of their lines' types (int8 where all are 1).
         widest = [np.result_type(np.int8, *(part.dtype for part in self.chunks[i])) for i in (8, 9)]
         dtypes = tuple(_code_dtype(len(v.values)) for v in vocabularies) + (np.float64,) * 3 + tuple(widest)
@@ -280,8 +274,8 @@ class OpColumns:
                             else np.zeros(0, dtype))
             column.clear()
         return OpEvents(
-            host=self.hosts.categorical(cols[0]), device=self.devices.categorical(cols[1]),
-            module=self.modules.categorical(cols[2]), program_id=self.program_ids.categorical(cols[3]),
-            op=self.ops.categorical(cols[4]), start_ns=cols[5], duration_ns=cols[6], self_ns=cols[7],
+            host=self.hosts.coded(cols[0]), device=self.devices.coded(cols[1]),
+            module=self.modules.coded(cols[2]), program_id=self.program_ids.coded(cols[3]),
+            op=self.ops.coded(cols[4]), start_ns=cols[5], duration_ns=cols[6], self_ns=cols[7],
             run_id=cols[8], occurrences=cols[9],
         )

@@ -2,33 +2,71 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hlo_doctor.trace.peaks import DevicePeaks
 
-if TYPE_CHECKING:  # pandas is imported by the readers that build the columns, not by their type
+if TYPE_CHECKING:  # pandas is imported where a frame of the events is made, not by their type
     import pandas as pd
+
+
+class Coded:
+    """A column of names as a code per event into its distinct values: what a ``pandas.Categorical``
+    holds, without pandas (a host's read sums its columns before pandas is imported, so that pandas's
+    35-77 MiB are not resident at the read's peak). :meth:`categorical` is the pandas column."""
+
+    __slots__ = ("_categorical", "categories", "codes")
+
+    def __init__(self, codes: np.ndarray, values: Sequence[Any]) -> None:
+        self.codes = codes
+        """A code per event (an index into :attr:`categories`), as narrow as pandas keeps them."""
+        # (an object array of the values as they are: ints stay Python ints, tuples stay whole)
+        self.categories: np.ndarray = np.array([*values, None], dtype=object)[:-1]
+        self._categorical: pd.Categorical | None = None
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.categories[self.codes[i]]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.categories[self.codes].tolist())
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        values = self.categories[self.codes]
+        return values if dtype is None else values.astype(dtype)
+
+    def categorical(self) -> pd.Categorical:
+        """The column as a ``pandas.Categorical`` (made once; its codes are these)."""
+        if self._categorical is None:
+            from hlo_doctor.core.lazy import pd
+
+            self._categorical = pd.Categorical.from_codes(self.codes, categories=pd.Index(self.categories, dtype=object))
+        return self._categorical
 
 
 @dataclass(frozen=True, slots=True)
 class OpEvents:
     """HLO op events of one trace as parallel columns (traces hold millions of events).
 
-    Names are ``pandas.Categorical`` (a code per event), numbers numpy arrays. Times are nanoseconds
-    (host clock on XLA:CPU, the device clock where the trace gives it). ``self_ns`` is the duration
-    minus the time of op events nested inside it on the same line (a while loop around its body's ops).
+    Names are :class:`Coded` (a code per event; ``.categorical()`` gives the pandas column), numbers
+    numpy arrays. Times are nanoseconds (host clock on XLA:CPU, the device clock where the trace gives
+    it). ``self_ns`` is the duration minus the time of op events nested inside it on the same line (a
+    while loop around its body's ops).
     """
 
-    host: pd.Categorical
-    device: pd.Categorical
+    host: Coded
+    device: Coded
     """The plane (``/host:CPU``, ``/device:TPU:0``) that ran the op."""
-    module: pd.Categorical
-    program_id: pd.Categorical
+    module: Coded
+    program_id: Coded
     """Program ids as Python ints (uint64: libtpu's exceed 2**63); -1 when unknown."""
-    op: pd.Categorical
+    op: Coded
     start_ns: np.ndarray
     duration_ns: np.ndarray
     """Total duration of the event (of all its runs, for an aggregated event)."""
@@ -41,6 +79,18 @@ class OpEvents:
 
     def __len__(self) -> int:
         return len(self.op)
+
+    def frame(self) -> pd.DataFrame:
+        """The events as a frame (no copy of the columns; loads pandas): host, device, module,
+        program_id, op (categorical), start_ns, duration_ns, self_ns, run_id, occurrences."""
+        from hlo_doctor.core.lazy import pd
+
+        return pd.DataFrame({
+            "host": self.host.categorical(), "device": self.device.categorical(),
+            "module": self.module.categorical(), "program_id": self.program_id.categorical(),
+            "op": self.op.categorical(), "start_ns": self.start_ns, "duration_ns": self.duration_ns,
+            "self_ns": self.self_ns, "run_id": self.run_id, "occurrences": self.occurrences,
+        }, copy=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,12 +8,12 @@ hosts' events interleaved (the other path), with events before, between and afte
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from hlo_doctor.opstats import steps
 from hlo_doctor.opstats.steps import steps_from_marks
-from hlo_doctor.trace import StepMark
+from hlo_doctor.trace import OpEvents, StepMark
+from hlo_doctor.trace.model import Coded
 
 
 def _reference(marks: list[StepMark], hosts: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -38,9 +38,11 @@ def test_labels_equal_one_lookup_of_every_event(interleaved: bool) -> None:
     starts = np.sort(rng.uniform(0, 1e9, n))
     # Steps of 4 ms every 5 ms from 1 ms on: events fall before, inside, between and after them.
     marks = [StepMark(host, "decode", k, 1e6 + k * 5e6, 4e6) for host in ("h0", "h1") for k in range(150)]
-    ev = pd.DataFrame({"host": pd.Categorical(hosts), "device": pd.Categorical(np.full(n, "")),
-                       "start_ns": starts})
-    step_of, times, count = steps_from_marks(marks, ev, by_device=False)
+    zeros = np.zeros(n, np.int8)
+    ops = OpEvents(host=Coded((hosts == "h1").astype(np.int8), ["h0", "h1"]), device=Coded(zeros, [""]),
+                   module=Coded(zeros, ["m"]), program_id=Coded(zeros, [1]), op=Coded(zeros, ["op"]),
+                   start_ns=starts, duration_ns=np.ones(n), self_ns=np.ones(n), run_id=zeros, occurrences=zeros + 1)
+    step_of, times, count = steps_from_marks(marks, ops, by_device=False)
     want = _reference(marks, hosts, starts)
     assert (want >= 0).sum() > steps._CHUNK and (want == -1).sum() > 0
     np.testing.assert_array_equal(step_of, want)

@@ -120,23 +120,48 @@ def test_execution_ids_and_occurrences_narrow_per_line_and_join_widest() -> None
     assert huge.finish().run_id.tolist() == [0, 1 << 40, 2, 3]
 
 
-def test_a_capture_is_read_before_pandas_is_loaded() -> None:
-    """In a fresh process: the host's read leaves pandas unloaded (its columns peak without pandas's
-    35-77 MiB), and the table built from them loads it."""
+def test_a_capture_is_read_and_summed_before_pandas_is_loaded() -> None:
+    """In a fresh process: the host's read, its columns, their sums and the step breakdown leave
+    pandas unloaded (their peak is without pandas's 35-77 MiB); the table built from them loads it."""
     capture = Path(__file__).resolve().parents[2] / "sample_traces" / "gpu_h200_original"
     code = f"""
 import sys
 from pathlib import Path
-from hlo_doctor.hosts.work import HostTask
-from hlo_doctor.trace.columns import OpColumns
-from hlo_doctor.trace.read import find_xplanes, read_host
+from hlo_doctor.hosts import PodOptions, read_capture
+from hlo_doctor.hosts.work import HostPart, HostTask, read_one
+from hlo_doctor.trace.read import find_xplanes
 (path,) = find_xplanes(Path({str(capture)!r}))
-cols = OpColumns()
-read = read_host(path, cols)
-assert read.ops > 0
-print("after read", "pandas.core.frame" in sys.modules)
-cols.finish()
-print("after finish", "pandas.core.frame" in sys.modules)
+part = read_one(HostTask(str(path)))
+assert isinstance(part, HostPart) and part.totals is not None and part.totals.breakdown
+print("after the host's sums", "pandas.core.frame" in sys.modules)
+stats, _ = read_capture(Path({str(capture)!r}), PodOptions())
+assert len(stats.table)
+print("after the table", "pandas.core.frame" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
-    assert out.stdout.split("\n")[:2] == ["after read False", "after finish True"], out.stdout + out.stderr
+    assert out.stdout.split("\n")[:2] == ["after the host's sums False", "after the table True"], out.stdout + out.stderr
+
+
+def test_the_gate_reads_both_pods_before_pandas_is_loaded(tmp_path: Path) -> None:
+    """In a fresh process: ``gate``'s two sides (pods of two real H200 host files each, read in the
+    command's process) are both read and summed before either's table loads pandas, so pandas is
+    not resident under the second side's read."""
+    (sample,) = (Path(__file__).resolve().parents[2] / "sample_traces" / "gpu_h200_original").glob("plugins/profile/*/*.xplane.pb")
+    for side in ("a", "b"):
+        run = tmp_path / side / "plugins" / "profile" / "2026_01_01_00_00_00"
+        run.mkdir(parents=True)
+        for host in ("h1", "h2"):
+            (run / f"{host}.xplane.pb").write_bytes(sample.read_bytes())
+    code = f"""
+import sys
+from pathlib import Path
+from hlo_doctor.cli.gate import load_side
+from hlo_doctor.hosts import PodOptions
+a = load_side(Path({str(tmp_path / 'a')!r}), "baseline", PodOptions())
+b = load_side(Path({str(tmp_path / 'b')!r}), "candidate", PodOptions())
+print("after both reads", "pandas.core.frame" in sys.modules)
+assert len(a().table) and len(b().table)
+print("after the tables", "pandas.core.frame" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.split("\n")[-3:-1] == ["after both reads False", "after the tables True"], out.stdout + out.stderr
