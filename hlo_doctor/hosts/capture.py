@@ -177,8 +177,8 @@ def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, 
         else:
             protos, unreadable, modules = _modules(xplanes, options)
             frame_paths = _frame_paths(modules)
-        if isinstance(runner, LocalPool):
-            runner.send_frame_paths(frame_paths)
+            if isinstance(runner, LocalPool):
+                runner.send_frame_paths(frame_paths)
         # (A host read again gets the paths with its task.)
         tasks = [dataclasses.replace(t, frame_paths=frame_paths, frame_paths_follow=False) for t in tasks]
         # A host the command could not read is left out (or stops it) whatever a worker says of it;
@@ -205,11 +205,11 @@ def _frame_paths(modules: tuple[tuple[HloModule, ...], tuple[str, ...]]) -> tupl
 
 def _read_beside_modules(xplanes: list[Path], task: HostTask, options: PodOptions
                          ) -> tuple[dict[str, list[ModuleProto]], list[HostFailure],
-                                    tuple[tuple[HloModule, ...], tuple[str, ...]], tuple[tuple[str, str], ...],
+                                    tuple[tuple[HloModule, ...], tuple[str, ...]], tuple[tuple[str, str], ...] | None,
                                     list[Result]]:
     """:func:`_modules` in a thread while the one host's ``task`` is read in this one (its frame
     paths, when its frames need them, wait for the modules); what both give, and the frame paths
-    (made once). The thread mostly waits on the printer's process. Its error, if any, is raised once
+    (made once, where the host's frames needed them). The thread mostly waits on the printer's process. Its error, if any, is raised once
     the host is read."""
     box: dict[str, Any] = {}
 
@@ -232,9 +232,13 @@ def _read_beside_modules(xplanes: list[Path], task: HostTask, options: PodOption
         return found
 
     result = read_one(dataclasses.replace(task, frame_paths_follow=True), paths)
-    frame_paths = paths()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
     protos, unreadable, modules = box["modules"]
-    return protos, unreadable, modules, frame_paths, [(0, result)]
+    # The frame paths where the host's frames asked for them; else none are made (they walk the
+    # installed frameworks' files, 40 ms), as one host is never read again (its steps are its own).
+    return protos, unreadable, modules, box.get("paths"), [(0, result)]
 
 
 def _modules(xplanes: list[Path], options: PodOptions
