@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -151,9 +151,15 @@ def _memory_doc(path: Path, stats: OpStats) -> dict[str, Any] | None:
     return dict(json.loads(to_json(report)))
 
 
-def _capture_docs(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
-    """(op stats JSON, diagnosis JSON, memory JSON or None) of a capture, from one read of it."""
+def _capture_docs(path: Path, read: Callable[[], None] = lambda: None
+                  ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+    """(op stats JSON, diagnosis JSON, memory JSON or None) of a capture, from one read of it.
+    ``read`` is called once the capture is read (the command's first line: which capture), before
+    the diagnosis, whose measurements (a replay, an A/B, a what-if) are each a stage of the
+    command's progress."""
+    from hlo_doctor.cli.progress import progress_bars
     from hlo_doctor.lint import diagnose, load_context, load_rulebook
+    from hlo_doctor.lint.activity import reported_to
     from hlo_doctor.opstats import load_opstats
     from hlo_doctor.render.diagnosis import to_json as diagnosis_json
     from hlo_doctor.render.html.subjects import capture_doc
@@ -161,10 +167,14 @@ def _capture_docs(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str,
     export = path / "opstats.json"
     if path.is_dir() and export.is_file() and not any(path.rglob("*.xplane.pb")):
         # A table export with the run's modules as *.hlo.txt beside it (the sample traces).
-        return capture_doc(load_opstats(export)), json.loads(diagnosis_json(
-            diagnose(load_context(path), load_rulebook()))), None
+        stats = load_opstats(export)
+        read()
+        return capture_doc(stats), json.loads(diagnosis_json(diagnose(load_context(path), load_rulebook()))), None
     stats = load_opstats(path)
-    return capture_doc(stats), json.loads(diagnosis_json(_diagnosis_of(stats, path))), _memory_doc(path, stats)
+    read()
+    with progress_bars() as progress, reported_to(progress):
+        diagnosis = _diagnosis_of(stats, path)
+    return capture_doc(stats), json.loads(diagnosis_json(diagnosis)), _memory_doc(path, stats)
 
 
 def write_capture_report(run_dir: Path, stats: OpStats) -> Path:
@@ -247,18 +257,14 @@ def _build_page(path: Path) -> Any:
         has_capture = (path / "opstats.json").is_file() or any(path.rglob("*.xplane.pb"))
         if not has_capture:
             raise InputError(f"{path}: none of the inputs report reads is in this folder", f"expected {EXPECTED}")
-        say_capture = announce_capture(path)
-        docs = _capture_docs(path)
-        say_capture()
-        return capture_page(*docs)
+        return capture_page(*_capture_docs(path, announce_capture(path)))
     if not _is_document(path):
         try:
             say_capture = announce_capture(path)
-            docs = _capture_docs(path)
+            docs = _capture_docs(path, say_capture)
         except InputError as exc:
             # The capture reader's line, and every kind of input report reads (a diagnosis JSON too).
             raise InputError(exc.what, f"pass {EXPECTED}") from None
-        say_capture()
         return capture_page(*docs)
     doc = _read_json(path)
     kind = _kind(doc)

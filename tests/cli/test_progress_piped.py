@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from hlo_doctor.lint.store import FILE_NAME
 
 PROGRAM = '''
 import time
@@ -83,7 +86,10 @@ def test_what_is_timed_here_is_a_stage_of_its_own_and_what_is_reused_is_not(tmp_
         done = subprocess.run([sys.executable, "-m", "hlo_doctor.cli", *args], cwd=tmp_path, env=env,
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, check=False)
         assert done.returncode == 0, done.stderr
+        stderr.append(done.stderr)
         return [(float(m.group(1)), m.group(2)) for m in map(LINE.match, done.stderr.splitlines()) if m]
+
+    stderr: list[str] = []
 
     lines = run("profile", "sampler.py:step", "--steps", "5", "--warmup", "2", "--out", "run", "--top", "1")
     replay = [(t, text) for t, text in lines if text.startswith("measuring bf16-greedy-sampler: replaying ")]
@@ -102,3 +108,12 @@ def test_what_is_timed_here_is_a_stage_of_its_own_and_what_is_reused_is_not(tmp_
     again = [text for _, text in run("diagnose", "run") if text.startswith("measuring")]
     assert again and not [text for text in again if text.startswith("measuring bf16-greedy-sampler")], again
     assert all(text.startswith("measuring eager-widening: ") for text in again), again
+    # A report of a capture nothing has measured yet (the run copied without its measurements):
+    # its first line names the capture, read, and its measurements follow as stages of their own.
+    shutil.copytree(tmp_path / "run", tmp_path / "fresh", ignore=shutil.ignore_patterns(FILE_NAME, "report.html"))
+    fresh = [text for _, text in run("report", "fresh", "-o", "fresh.html")]
+    first_line = stderr[-1].splitlines()[0]
+    assert first_line.startswith("capture: ") and "fresh" in first_line, stderr[-1]
+    measured = [text for text in fresh if text.startswith("measuring bf16-greedy-sampler: replaying ")]
+    assert measured and measured[0].endswith(" 0/1") and measured[-1].endswith(" 1/1 done"), fresh
+    assert (tmp_path / "fresh.html").is_file()
