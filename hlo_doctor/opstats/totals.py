@@ -208,7 +208,8 @@ def _sums(trace: Trace, step_of: np.ndarray) -> dict[str, Any]:
     width = max(len(ops.device.categories), 1)
     hosts, devices = np.asarray(ops.host.codes), np.asarray(ops.device.codes)
     occurrences, total, self_ns = np.zeros(g), np.zeros(g), np.zeros(g)
-    step_ns = np.zeros(g * s)
+    # Step-major: a chunk's events (one device's, over a run of steps) add into a block of rows.
+    by_step = np.zeros((s, g))
     on_device = np.zeros((g, (len(ops.host.categories) or 1) * width), bool)
     lo = int(steps[0]) if s else 0
     if s and int(steps[-1]) - lo < 4 * s + (1 << 16):
@@ -226,18 +227,31 @@ def _sums(trace: Trace, step_of: np.ndarray) -> dict[str, Any]:
         occurrences += np.bincount(k, weights=ops.occurrences[a:b], minlength=g)
         total += np.bincount(k, weights=ops.duration_ns[a:b], minlength=g)
         self_ns += np.bincount(k, weights=ops.self_ns[a:b], minlength=g)
-        on_device[k, hosts[a:b].astype(np.int64) * width + devices[a:b]] = True
+        device = hosts[a:b].astype(np.int64) * width + devices[a:b]
+        if device.min() == device.max():  # one device's events (a plane's): its ops, not a write per event
+            on_device[np.flatnonzero(np.bincount(k, minlength=g)), device[0]] = True
+        else:
+            on_device[k, device] = True
+        del device
         labels = step_of[a:b]
         inside = labels >= 0
         if s and inside.any():
-            cell = k[inside] * s + step_place(labels[inside])
-            step_ns += np.bincount(cell, weights=ops.duration_ns[a:b][inside], minlength=g * s)
+            # Each (step, op) cell's sum over the chunk's events (added to its total as a whole, as
+            # before: the same floats), over the steps the chunk spans only, not a (op x step) array
+            # per chunk.
+            at = step_place(labels[inside])
+            first, last = int(at.min()), int(at.max())
+            at -= first
+            at *= g
+            at += k[inside]
+            part = np.bincount(at, weights=ops.duration_ns[a:b][inside], minlength=(last - first + 1) * g)
+            by_step[first:last + 1] += part.reshape(last - first + 1, g)
     codes = present.tolist()
     keys = tuple((str(ops.module.categories[c // (n_p * n_o)]), int(ops.program_id.categories[c // n_o % n_p]),
                   str(ops.op.categories[c % n_o])) for c in codes)
     return {"keys": keys, "occurrences": np.rint(occurrences).astype(np.int64), "total_ns": total,
             "self_ns": self_ns, "devices": on_device.sum(axis=1).astype(np.int64), "steps": steps.astype(np.int64),
-            "step_ns": step_ns.reshape(g, s)}
+            "step_ns": np.ascontiguousarray(by_step.T)}
 
 
 def merge_totals(parts: Sequence[EventTotals]) -> EventTotals:
