@@ -26,6 +26,7 @@ from hlo_doctor.cli.common import (
 )
 from hlo_doctor.cli.config import repository_root
 from hlo_doctor.cli.hosts import host_options, left_out_note, pod_options
+from hlo_doctor.core.blas import start_numpy_reading
 from hlo_doctor.core.errors import ExitCode, HloDoctorError
 from hlo_doctor.core.escape.terminal import ShownConsole
 from hlo_doctor.core.model import Severity
@@ -83,6 +84,7 @@ def diagnose_cmd(run: Path, source: Path | None, rules_dirs: tuple[Path, ...], f
     Exit codes: 0 done (no finding at or above --fail-on), 1 findings at or above --fail-on,
     2 usage or input error, 3 internal error.
     """
+    start_numpy_reading()  # this process only reads: numpy with one BLAS thread
     # Imported here, not with the module: --help and the other commands start without them.
     from hlo_doctor.cli.progress import progress_bars
     from hlo_doctor.fixes.source.applicable import with_applicable_fixes

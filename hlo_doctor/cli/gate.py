@@ -22,6 +22,7 @@ from hlo_doctor.cli.common import (
 )
 from hlo_doctor.cli.config import repository_root
 from hlo_doctor.cli.hosts import host_options, left_out_note, pod_options
+from hlo_doctor.core.blas import start_numpy_reading
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.render.registry import GATE, RenderOptions
 
@@ -198,6 +199,7 @@ def gate_cmd(
     \b
     Exit codes: 0 pass, 1 regression (or inconclusive under --strict), 2 bad input or policy.
     """
+    start_numpy_reading()  # this process only reads: numpy with one BLAS thread
     # Imported here, not with the module: --help and the other commands start without them.
     from hlo_doctor.gate import gate, resolve_policy
 

@@ -16,6 +16,7 @@ from hlo_doctor.cli.common import (
     print_wide,
     write_output,
 )
+from hlo_doctor.core.blas import start_numpy_reading
 
 __all__ = ["COMMANDS", "memory_cmd", "memory_report"]
 
@@ -68,6 +69,7 @@ def memory_cmd(run: Path, fmt: str, all_programs: bool, buffers: int, programs: 
     xprof's memory viewer counts it), arguments, outputs, donated bytes, temporaries, and the
     buffers live at the peak with their op, shape and source line. A trace JSON holds none.
     """
+    start_numpy_reading()  # this process only reads: numpy with one BLAS thread
     from hlo_doctor.render import memory as render
 
     # The table and Markdown views show the step's programs: only theirs are described (HLO parsed).

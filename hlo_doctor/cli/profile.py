@@ -32,6 +32,7 @@ from hlo_doctor.cli.common import (
 from hlo_doctor.cli.hosts import host_options, pod_options
 from hlo_doctor.cli.progress import progress_bars
 from hlo_doctor.cli.report import write_capture_report
+from hlo_doctor.core.blas import start_numpy_reading
 from hlo_doctor.core.errors import InputError, NotAvailableError
 from hlo_doctor.core.escape.terminal import term
 from hlo_doctor.core.model import ProgressFn
@@ -356,6 +357,7 @@ def stats_cmd(source: Path, top: int, fmt: str, group_by: str, output: Path | No
     opstats.json export. The host files of a log directory are read side by side (--jobs, or a Dask
     cluster: --scheduler) into one table.
     """
+    start_numpy_reading()  # this process only reads: numpy with one BLAS thread
     say_capture = announce_capture(source)
     _warm_printer(source)  # before the table's libraries are imported (pandas: ~0.3 s)
     from hlo_doctor.opstats.parquet import require_pyarrow, wants_parquet

@@ -25,6 +25,7 @@ from hlo_doctor.cli.common import (
     write_file_atomically,
     write_output,
 )
+from hlo_doctor.core.blas import start_numpy_reading
 from hlo_doctor.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -315,6 +316,7 @@ def report_cmd(source: Path, output: Path | None, fmt: str, image_format: str) -
     \b
     Exit codes: 0 written, 2 bad input, 3 internal error.
     """
+    start_numpy_reading()  # this process only reads: numpy with one BLAS thread
     from hlo_doctor.render.html import available, to_html
     from hlo_doctor.render.html.markdown import to_markdown
     from hlo_doctor.render.html.vega import unavailable_reason

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from hlo_doctor.core.blas import reading_env
 from hlo_doctor.core.errors import InputError
 
 __all__ = ["PRINT_DEADLINE_S", "PrinterCrash", "print_modules", "warm"]
@@ -58,6 +59,7 @@ class _Child:
         package_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+        reading_env(env)  # it only prints: no BLAS threads (jaxlib imports numpy) beside the command's read
         self.owner = os.getpid()
         self.used = False
         self.proc = subprocess.Popen(  # noqa: S603 - this interpreter, a module of this package

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO
 
 import hlo_doctor
+from hlo_doctor.core.blas import reading_env
 from hlo_doctor.hosts.work import FramePathsFile, HostFailure, HostPart, HostTask, read_one
 from hlo_doctor.hosts.worker import receive, send
 
@@ -90,6 +91,7 @@ class LocalPool:
         # The package as this process imports it, whatever the worker's working folder.
         root = str(Path(hlo_doctor.__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        reading_env(env)  # a worker only reads: no BLAS threads
         log = tempfile.TemporaryFile()
         proc = subprocess.Popen([sys.executable, "-m", "hlo_doctor.hosts.worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=log, env=env)
