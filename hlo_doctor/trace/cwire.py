@@ -42,10 +42,6 @@ if not os.environ.get(NUMPY_READER_ENV):
 COMPILED: bool = _xwire is not None
 """Whether this install has the compiled reader."""
 
-FINISH = getattr(_xwire, "finish_line", None)
-"""The compiled join of a line's chunks into its final columns (:func:`~hlo_doctor.trace.device_lines.scan`),
-where the install has it."""
-
 _xsegments: ModuleType | None = None
 if not os.environ.get(NUMPY_READER_ENV):
     try:

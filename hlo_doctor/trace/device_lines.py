@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hlo_doctor.trace.columns import narrowest
-from hlo_doctor.trace.cwire import COMPILED, FINISH
+from hlo_doctor.trace.cwire import COMPILED
 from hlo_doctor.trace.wire import OwnStats, Unread
 from hlo_doctor.trace.xspace import stat_value
 
@@ -58,15 +58,6 @@ def scan(line: object, off_id: int, dur_id: int, op_ids: dict[int, str], snames:
             chunks = {name: [getattr(part, name) for part in parts]
                       for name in ("mids", "offsets_ps", "durations_ps", "occurrences")}
             del parts
-            if FINISH is not None:
-                # The compiled reader's chunks joined in one pass each, without the interpreter's lock
-                # (the same columns, types and floats as the numpy passes below).
-                mids, mids_wide, start_ns, duration_ns, occs, occs_wide = FINISH(
-                    chunks["mids"], chunks["offsets_ps"], chunks["durations_ps"], chunks["occurrences"], ts)
-                del chunks
-                return Line(np.frombuffer(mids, np.int64 if mids_wide else np.int32),
-                            np.frombuffer(start_ns, np.float64), np.frombuffer(duration_ns, np.float64),
-                            np.frombuffer(occs, np.int64 if occs_wide else np.int32), own)
 
             def joined(name: str) -> np.ndarray:
                 # Each column of the chunks joined, then the chunks' column dropped (the peak is the
