@@ -203,14 +203,19 @@ def _frame_paths(modules: tuple[tuple[HloModule, ...], tuple[str, ...]]) -> tupl
     return tuple(sorted(FrameKinds.from_modules(modules[0]).paths.items()))
 
 
+_Modules = tuple[dict[str, list[ModuleProto]], list[HostFailure], tuple[tuple[HloModule, ...], tuple[str, ...]]]
+"""Each readable host's module protos, the host files whose modules cannot be read, the parsed modules
+and their notes (:func:`_modules`)."""
+
+
 def _read_beside_modules(xplanes: list[Path], task: HostTask, options: PodOptions
                          ) -> tuple[dict[str, list[ModuleProto]], list[HostFailure],
                                     tuple[tuple[HloModule, ...], tuple[str, ...]], tuple[tuple[str, str], ...] | None,
                                     list[Result]]:
     """:func:`_modules` in a thread while the one host's ``task`` is read in this one (its frame
     paths, when its frames need them, wait for the modules); what both give, and the frame paths
-    (made once, where the host's frames needed them). The thread mostly waits on the printer's process. Its error, if any, is raised once
-    the host is read."""
+    (made once, where the host's frames needed them). The thread mostly waits on the printer's
+    process. Its error, if any, is raised once the host is read."""
     box: dict[str, Any] = {}
 
     def parse() -> None:
@@ -222,27 +227,27 @@ def _read_beside_modules(xplanes: list[Path], task: HostTask, options: PodOption
     thread = threading.Thread(target=parse, name="hlo-doctor-modules", daemon=True)
     thread.start()
 
-    def paths() -> tuple[tuple[str, str], ...]:
+    def parsed() -> _Modules:
         thread.join()
         if "error" in box:
             raise box["error"]
+        found: _Modules = box["modules"]
+        return found
+
+    def paths() -> tuple[tuple[str, str], ...]:
         if "paths" not in box:
-            box["paths"] = _frame_paths(box["modules"][2])
+            box["paths"] = _frame_paths(parsed()[2])
         found: tuple[tuple[str, str], ...] = box["paths"]
         return found
 
     result = read_one(dataclasses.replace(task, frame_paths_follow=True), paths)
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    protos, unreadable, modules = box["modules"]
+    protos, unreadable, modules = parsed()
     # The frame paths where the host's frames asked for them; else none are made (they walk the
     # installed frameworks' files, 40 ms), as one host is never read again (its steps are its own).
     return protos, unreadable, modules, box.get("paths"), [(0, result)]
 
 
-def _modules(xplanes: list[Path], options: PodOptions
-             ) -> tuple[dict[str, list[ModuleProto]], list[HostFailure], tuple[tuple[HloModule, ...], tuple[str, ...]]]:
+def _modules(xplanes: list[Path], options: PodOptions) -> _Modules:
     """Each readable host's module protos, the hosts whose modules cannot be read, the parsed modules."""
     protos: dict[str, list[ModuleProto]] = {}
     unreadable: list[HostFailure] = []
