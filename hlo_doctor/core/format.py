@@ -14,6 +14,8 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Any, NamedTuple
 
+from hlo_doctor.core.lazy import loaded
+
 __all__ = ["PathRoots", "fmt_bytes", "fmt_duration", "fmt_ms", "fmt_num", "fmt_parts", "fmt_path", "fmt_pct", "fmt_source",
            "fmt_us", "recoverable_sum", "round_parts",
            "json_float", "json_safe", "path_roots", "short_path", "split_source"]
@@ -217,7 +219,7 @@ def json_safe(value: Any) -> Any:
     Python numbers, mappings and sequences are walked, anything else becomes its ``str``."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    pandas = sys.modules.get("pandas")  # pd.NA exists only once pandas is loaded; no import just for it
+    pandas = loaded("pandas")  # pd.NA exists only once pandas is loaded; no import just for it
     if pandas is not None and value is pandas.NA:
         return None
     if isinstance(value, dict):

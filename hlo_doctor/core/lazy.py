@@ -15,7 +15,7 @@ import threading
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-__all__ = ["lazy_module", "pd"]
+__all__ = ["lazy_module", "loaded", "pd"]
 
 _lock = threading.Lock()
 
@@ -35,6 +35,14 @@ def lazy_module(name: str) -> ModuleType:
         sys.modules[name] = module
         loader.exec_module(module)
         return module
+
+
+def loaded(name: str) -> ModuleType | None:
+    """The module ``name`` where it has been run, else None, importing nothing: a lazy module not
+    read yet is not loaded (reading any attribute of it, ``pandas.NA`` too, would load it)."""
+    module = sys.modules.get(name)
+    # (type(), not .__class__: an attribute read loads a lazy module; a loaded one is a plain module.)
+    return module if module is not None and type(module) is ModuleType else None
 
 
 if TYPE_CHECKING:

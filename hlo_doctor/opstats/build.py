@@ -36,7 +36,7 @@ from hlo_doctor.opstats.keys import assign_canonical_keys, body_digest, natural
 from hlo_doctor.opstats.optext import parse_op_text
 from hlo_doctor.opstats.per_step import PerStepLater
 from hlo_doctor.opstats.roofline import add_roofline
-from hlo_doctor.opstats.schema import OpStats, table_from_rows
+from hlo_doctor.opstats.schema import OpStats, TableLater
 from hlo_doctor.opstats.step_times import StepTimes
 from hlo_doctor.opstats.totals import EventTotals, event_totals
 from hlo_doctor.trace import ModuleProto, Trace
@@ -191,9 +191,8 @@ def opstats_from_totals(
     peaks = device_peaks(trace.peaks, trace.device_kind, trace.backend)
     add_roofline(rows, hlo.module_of, trace.op_costs, peaks, trace.backend)
     _rank(rows)
-    table = table_from_rows(rows)
     return OpStats(
-        table=table, step_time_us=step_time_us, step_times_us=steps.times_us,
+        table_data=TableLater(rows), step_time_us=step_time_us, step_times_us=steps.times_us,
         num_steps=int(steps.count), step_source=steps.source, per_step_data=PerStepLater.of(totals.steps, totals.step_ns, rows),
         modules=parsed,
         compile_events=trace.compile_events, backend=trace.backend, run=run, source_path=source_path,

@@ -57,7 +57,7 @@ def to_json(stats: OpStats, *, per_step: bool = True, compact: bool = False,
     ``compiles``: the compile counts the table's header prints (``compiles`` beside the raw
     ``compile_events``; counted by the layer that sorts compiles, :mod:`hlo_doctor.lint.compiles`).
     """
-    rows = [{k: json_safe(v) for k, v in rec.items()} for rec in stats.table.to_dict(orient="records")]
+    rows = [{k: json_safe(v) for k, v in rec.items()} for rec in stats.records()]
     breakdown = json_safe(stats.breakdown.to_dict(steps=per_step)) if stats.breakdown is not None else None
     doc = {
         "schema": JSON_SCHEMA,
@@ -138,7 +138,7 @@ def _from_doc(doc: dict[str, Any], origin: str) -> OpStats:
                                        dtype=object, index=per_step.index)
     run = run_info_from_dict(doc["run"]) if doc.get("run") else None
     return OpStats(
-        table=table, step_time_us=float(doc.get("step_time_us", 0.0)),
+        table_data=table, step_time_us=float(doc.get("step_time_us", 0.0)),
         step_times_us=tuple(float(t) for t in doc.get("step_times_us", [])),
         num_steps=int(doc.get("num_steps", 0)), step_source=str(doc.get("step_source", "")),
         per_step_data=per_step, modules=(),

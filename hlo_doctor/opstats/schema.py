@@ -5,13 +5,14 @@ Every stage that reads or writes op stats uses :data:`COLUMNS`; units are in the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from hlo_doctor.core.lazy import pd
+from hlo_doctor.core.lazy import loaded, pd
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.opstats.breakdown import StepBreakdown
@@ -103,8 +104,8 @@ COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 class OpStats:
     """The op-stats table of one capture and what it was built from."""
 
-    table: pd.DataFrame
-    """Columns: :data:`COLUMN_NAMES`; one row per (module, program_id, op), sorted by rank."""
+    table_data: pd.DataFrame | TableLater
+    """:attr:`table`, or its rows until the frame is first read (:class:`TableLater`)."""
     step_time_us: float
     """Mean step wall time."""
     step_times_us: Sequence[float]
@@ -142,6 +143,26 @@ class OpStats:
     them (each host's xplane, or the export); empty where no command said."""
 
     @property
+    def table(self) -> pd.DataFrame:
+        """Columns: :data:`COLUMN_NAMES`; one row per (module, program_id, op), sorted by rank. Built
+        from the rows the first time it is read, then kept (loading pandas then, not before)."""
+        data = self.table_data
+        if isinstance(data, TableLater):
+            data = data()
+            object.__setattr__(self, "table_data", data)
+        return data
+
+    def records(self) -> list[dict[str, Any]]:
+        """The table's rows as dicts in :data:`COLUMN_NAMES` order with the table's values
+        (``table.to_dict(orient="records")``), read from the rows where the frame is not built yet:
+        an export of the table needs no pandas."""
+        data = self.table_data
+        if isinstance(data, TableLater):
+            return data.records()
+        records: list[dict[str, Any]] = data.to_dict(orient="records")
+        return records
+
+    @property
     def per_step(self) -> pd.DataFrame:
         """Columns: :data:`PER_STEP_COLUMNS` (per-step op time samples, for gate statistics); built
         here the first time it is read, then kept."""
@@ -168,9 +189,55 @@ def empty_table() -> pd.DataFrame:
 
 def program_id_or_none(value: object) -> int | None:
     """A program id as a Python int (exact for uint64), or None for a missing one (None, NaN, NA)."""
-    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+    if value is None or _is_na(value) or (isinstance(value, float) and np.isnan(value)):
         return None
     return int(value)  # type: ignore[call-overload]
+
+
+def _is_na(value: object) -> bool:
+    """Whether ``value`` is pandas' ``NA`` (which exists only once pandas is loaded: no import for it)."""
+    pandas = loaded("pandas")
+    return pandas is not None and value is pandas.NA
+
+
+class TableLater:
+    """The op-stats table's rows (one dict per row, keys :data:`COLUMN_NAMES`) before the frame: the
+    frame is made when called (:func:`table_from_rows`); :meth:`records` gives the values the frame
+    would hold without making it."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def __call__(self) -> pd.DataFrame:
+        return table_from_rows(self.rows)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Each row in :data:`COLUMN_NAMES` order, each value as :func:`with_column_dtypes` types it:
+        ``int64`` an int, ``float64`` a float (missing: NaN), ``string`` a str (missing: empty where
+        the column is nullable, else None), ``object`` a program id or None."""
+        typers = [(c.name, _TYPERS[c.dtype] if not (c.nullable and c.dtype == "string") else _nullable_text)
+                  for c in COLUMNS]
+        return [{name: typer(row.get(name)) for name, typer in typers} for row in self.rows]
+
+
+def _text(value: object) -> str | None:
+    if value is None or _is_na(value) or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return str(value)
+
+
+def _nullable_text(value: object) -> str:
+    return _text(value) or ""
+
+
+def _number(value: object) -> float:
+    return math.nan if value is None or _is_na(value) else float(value)  # type: ignore[arg-type]
+
+
+_TYPERS: dict[str, Any] = {"int64": int, "float64": _number, "string": _text, "object": program_id_or_none}
+"""Per dtype of :data:`COLUMNS`, a row's value as the typed frame holds it."""
 
 
 def table_from_rows(rows: list[dict[str, Any]]) -> pd.DataFrame:

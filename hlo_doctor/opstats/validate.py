@@ -20,7 +20,7 @@ import numpy as np
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.lazy import pd
-from hlo_doctor.opstats.schema import COLUMNS, PER_STEP_COLUMNS, OpStats
+from hlo_doctor.opstats.schema import COLUMNS, PER_STEP_COLUMNS, OpStats, TableLater
 
 INT_MAX = 2**63 - 1
 """Counts and byte sizes are stored as int64: anything wider is not a value this tool wrote."""
@@ -161,11 +161,17 @@ def check_opstats(stats: OpStats, origin: str) -> OpStats:
     for i, t in enumerate(stats.step_times_us):
         if type(t) is not float or not 0.0 <= t < math.inf:
             _number(origin, f"step_times_us[{i}]", t)
-    _check_frame(stats.table, origin, "rows", [c.name for c in COLUMNS if c.dtype != "string"],
-                 nullable={c.name for c in COLUMNS if c.nullable})
+    numeric = [c.name for c in COLUMNS if c.dtype != "string"]
+    nullable = {c.name for c in COLUMNS if c.nullable}
+    frames: list[tuple[pd.DataFrame, str]] = []
+    if isinstance(stats.table_data, TableLater):
+        # Rows not yet a frame are checked as rows, with the frame's rules: the check loads no pandas.
+        _check_records(stats.records(), origin, "rows", numeric, nullable=nullable)
+    else:
+        _check_frame(stats.table, origin, "rows", numeric, nullable=nullable)
+        frames.append((stats.table, "rows"))
     # (A per-step frame still to be built from a table's sums is checked by nothing: it is built from
     # numbers this checks, and building it here would be the cost its deferral saves.)
-    frames = [(stats.table, "rows")]
     if stats.per_step_built:
         _check_frame(stats.per_step, origin, "per_step.rows", ["step", "time_us"], nullable=set())
         frames.append((stats.per_step, "per_step.rows"))
@@ -177,6 +183,27 @@ def check_opstats(stats: OpStats, origin: str) -> OpStats:
                     row = int(np.flatnonzero(empty)[0])
                     raise _bad(origin, f"{where}[{row}].{column}", "missing")
     return stats
+
+
+def _check_records(records: list[dict[str, Any]], origin: str, where: str, columns: list[str], *,
+                   nullable: set[str]) -> None:
+    """:func:`_check_frame`'s rules (and the required text's) on rows as :meth:`OpStats.records`
+    gives them: each value typed as the frame's column would hold it."""
+    for name in columns:  # (column by column, then the text, as the frame's check finds the first)
+        for i, record in enumerate(records):
+            value = record.get(name)
+            if value is None:
+                if name in nullable or name == "program_id":
+                    continue
+                raise _bad(origin, f"{where}[{i}].{name}", f"{value} is not a finite number >= 0")
+            number = float(value)
+            known = not math.isnan(number) if name in nullable else True
+            if (known and not math.isfinite(number)) or number < 0:
+                raise _bad(origin, f"{where}[{i}].{name}", f"{value} is not a finite number >= 0")
+    for column in _REQUIRED_TEXT:
+        for i, record in enumerate(records):
+            if record.get(column) is None:
+                raise _bad(origin, f"{where}[{i}].{column}", "missing")
 
 
 def _check_frame(frame: pd.DataFrame, origin: str, where: str, columns: list[str], *,

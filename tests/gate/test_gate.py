@@ -74,7 +74,7 @@ def _stats(rows: list[dict[str, object]], *, step_us: float, seed: int, spread: 
     ) / step_us
     step_times = tuple(float(t) for t in rng.lognormal(math.log(step_us * step_factor), spread, STEPS))
     return OpStats(
-        table=table, step_time_us=float(np.mean(step_times)), step_times_us=step_times if samples else (),
+        table_data=table, step_time_us=float(np.mean(step_times)), step_times_us=step_times if samples else (),
         num_steps=STEPS, step_source="annotation", per_step_data=pd.DataFrame(per_step_rows, columns=list(PER_STEP_COLUMNS)),
         modules=(), compile_events=(), backend=backend, run=None, source_path="", device_kind=device_kind,
     )
@@ -274,7 +274,7 @@ def test_rows_sharing_a_key_are_summed() -> None:
 
 def test_missing_columns_are_an_input_error() -> None:
     s = _stats(FIXED, step_us=1.0, seed=1)
-    broken = OpStats(table=s.table.drop(columns=["canonical_key"]), step_time_us=1.0, step_times_us=(),
+    broken = OpStats(table_data=s.table.drop(columns=["canonical_key"]), step_time_us=1.0, step_times_us=(),
                      num_steps=1, step_source="", per_step_data=s.per_step, modules=(), compile_events=(),
                      backend="cpu", run=None, source_path="")
     with pytest.raises(InputError, match="lacks column.*canonical_key"):

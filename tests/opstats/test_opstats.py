@@ -215,7 +215,7 @@ def test_to_json_writes_a_missing_value_as_null_and_refuses_it_back(small_run: P
     stats = load_opstats(small_run)
     table = stats.table.copy()
     table.loc[0, "total_time_us"] = float("nan")
-    text = to_json(dataclasses.replace(stats, table=table))
+    text = to_json(dataclasses.replace(stats, table_data=table))
     doc = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     assert doc["rows"][0]["total_time_us"] is None
     with pytest.raises(InputError, match=r"rows\[0\]\.total_time_us"):
