@@ -21,5 +21,8 @@ XWIRE = Extension("hlo_doctor.trace._xwire", sources=["hlo_doctor/trace/_xwire.c
 XSEGMENTS = Extension("hlo_doctor.trace._xsegments", sources=["hlo_doctor/trace/_xsegments.c"], optional=True)
 """The compiled walk of a host thread's events (optional too: the walk runs in Python without it)."""
 
+XSUMS = Extension("hlo_doctor.opstats._xsums", sources=["hlo_doctor/opstats/_xsums.c"], optional=True)
+"""The compiled op sums of a host's events (optional too: the numpy loop gives the same floats without it)."""
+
 setup(packages=[*find_packages(include=["hlo_doctor", "hlo_doctor.*"]), *BUNDLED], package_dir=BUNDLED,
-      ext_modules=[XWIRE, XSEGMENTS])
+      ext_modules=[XWIRE, XSEGMENTS, XSUMS])

@@ -73,14 +73,19 @@ def _weighted_median(values: Sequence[float], weights: Sequence[float]) -> float
     return float(v[int(np.searchsorted(cum, cum[-1] / 2.0))])
 
 
+def _few(n: int) -> str:
+    """``no op`` / ``only 1 op`` / ``only 2 ops``: how many ops a note had to work with."""
+    return "no op" if n == 0 else f"only {n} op" + ("s" if n > 1 else "")
+
+
 def estimate_speed(pairs: list[tuple[float, float]], policy: GatePolicy) -> tuple[float, int, str | None]:
     """(speed factor, ops it came from, note): 1.0 and 0 ops when not normalized or too few ops."""
     if not policy.normalize_speed:
         return 1.0, 0, None
     if len(pairs) < MIN_OPS_FOR_SPEED:
         return 1.0, 0, (
-            f"only {len(pairs)} op(s) in common above the floor (need {MIN_OPS_FOR_SPEED}) to estimate the "
-            "machine speed: times compared as captured"
+            f"{_few(len(pairs))} in common above the {policy.op_floor_us:g} us/step floor (need "
+            f"{MIN_OPS_FOR_SPEED}) to estimate the machine speed: times compared as captured"
         )
     # The time-weighted median op ratio: how much faster or slower the candidate's machine ran the same
     # ops. Weighted by time because contention slows the big, memory-bound ops more than the small ones
@@ -99,8 +104,9 @@ def estimate_noise(pairs: list[tuple[float, float]], speed: float, policy: GateP
         return 0.0, None
     if len(pairs) < MIN_OPS_FOR_NOISE:
         return 0.0, (
-            f"only {len(pairs)} op(s) in common above the floor (need {MIN_OPS_FOR_NOISE}) to estimate the noise "
-            "between the captures: timing judged on the per-step samples alone, which do not see it"
+            f"{_few(len(pairs))} in common above the {policy.op_floor_us:g} us/step floor (need "
+            f"{MIN_OPS_FOR_NOISE}) to estimate the noise between the captures: timing judged on the per-step "
+            "samples alone, which do not see it"
         )
     # Spread around the speed the judgement assumes (1 when not normalized): ops that disagree with it,
     # in either direction, are what one capture-to-capture difference looks like.

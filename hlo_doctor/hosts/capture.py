@@ -164,8 +164,12 @@ def _read_pod(xplanes: list[Path], runner: InProcess | LocalPool | DaskCluster, 
     # The modules are parsed once, here; the workers are told the source paths their frames need
     # and parse nothing (nor import XLA); their parts come back without the modules. Local workers
     # start first and read their hosts meanwhile; they wait for the paths only if they need them.
+    # A worker, or this process reading its one host, builds a host's breakdown beside its sums; this
+    # process reading many hosts in turn does not (it holds the hosts' sums so far: the peak's margin).
+    overlap = not (isinstance(runner, InProcess) and len(xplanes) > 1)
     tasks = [HostTask(str(x), str(x.resolve()), dispatch=dispatch, keep_modules=False,
-                      frame_paths_follow=isinstance(runner, LocalPool), breakdown=options.breakdown) for x in xplanes]
+                      frame_paths_follow=isinstance(runner, LocalPool), breakdown=options.breakdown,
+                      overlap=overlap) for x in xplanes]
     if isinstance(runner, LocalPool):
         runner.begin(tasks)
     beside: list[Result] | None = None

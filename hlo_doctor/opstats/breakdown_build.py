@@ -43,18 +43,24 @@ class _Busy:
             del order
         else:
             s, e = starts, ends
-        if len(s):
+        if len(s) and bool(np.all(s[1:] > e[:-1])) and bool(np.all(e[1:] >= e[:-1])):
+            # Each op starts after the one before it ends (a TPU's ops, mostly): each is its own
+            # interval, and the running maximum of the ends is the ends themselves (no copy made).
+            self.start, end = s, e
+        elif len(s):
             # A new busy interval starts where an op starts after every earlier op has ended; it
             # ends at the running maximum of the ends just before the next one starts.
             reach = np.maximum.accumulate(e)
             new = np.empty(len(s), bool)
             new[0] = True
             np.greater(s[1:], reach[:-1], out=new[1:])
-            heads = np.flatnonzero(new)
-            del new
-            if len(heads) == len(s):  # no two ops overlap: each is its own interval
+            if int(np.count_nonzero(new)) == len(s):  # no two ops overlap: each is its own interval
+                # (no index per op made for it: a device's million ops would be 8 MB of them)
+                del new
                 self.start, end = s, reach
             else:
+                heads = np.flatnonzero(new)
+                del new
                 self.start = s[heads]
                 last = np.empty_like(heads)
                 last[:-1] = heads[1:] - 1
@@ -174,6 +180,7 @@ def breakdown_part(trace: Trace, step_source: str,
         steps = spans[(host, device)]
         windows.append(_window(host, device, busy, starts, ends, durations,
                                steps if step_source == "device-steps" else None))
+        del ends  # (not beside what the attribution makes)
         seg = segments[host]
         step_rows, piece_idle, piece_host = _attribute(host, device, busy, steps, seg, starts, durations)
         slices.append(step_rows)
@@ -186,7 +193,7 @@ def breakdown_part(trace: Trace, step_source: str,
         for thread, other in others.get(host, ()):
             rows, idle, spent = _attribute(host, device, busy, steps, other, starts, durations)
             per_thread.setdefault((host, thread.line_id), _ThreadSums()).add(rows, idle, spent, other)
-        del busy, ends  # (not beside the next device's)
+        del busy  # (not beside the next device's)
     paths = _label_paths(kinds, (*line_idle, *line_host))
     host_records = tuple(
         per_thread[(host, t.line_id)].record(t, i == 0, _entry(t, kinds), kinds)

@@ -52,16 +52,18 @@ def steps_from_marks(marks: Sequence[StepMark], ops: OpEvents, *, by_device: boo
         mark_ends = mark_starts + np.asarray([s.duration_ns for s in group])
         labels = np.asarray([s.step_num if s.step_num >= 0 else k for k, s in enumerate(group)], np.int64)
         # Only the group's own events are looked up (a device's marks among its events, not all).
-        where = np.flatnonzero(on)
-        del on
-        if len(where) and int(where[-1]) - int(where[0]) + 1 == len(where):
-            # The group's events are one run (a device's, read a plane at a time): views, not copies.
-            first, end = int(where[0]), int(where[-1]) + 1
-            del where
+        first = int(on.argmax())
+        end = len(on) - int(on[::-1].argmax())
+        if on[first] and bool(on[first:end].all()):
+            # The group's events are one run (a device's, read a plane at a time): views, not copies,
+            # and no index per event (an int64 per event is the largest temporary of the read's end).
+            del on
             for a in range(first, end, _CHUNK):
                 run = slice(a, min(a + _CHUNK, end))
                 _label(step_of[run], starts[run], mark_starts, mark_ends, labels)
             continue
+        where = np.flatnonzero(on)
+        del on
         for a in range(0, len(where), _CHUNK):
             some = where[a:a + _CHUNK]
             mine = step_of[some]

@@ -1,0 +1,189 @@
+/* The op sums of a host's events in one compiled pass (wrapped by hlo_doctor.opstats.totals._sums,
+   whose numpy loop it replaces, and which judges it: tests/opstats/test_sums_compiled.py).
+
+   Per op (a group of (module, program id, op)): its occurrences, time and self time; per (step, op):
+   its time; which devices ran it. The floats are the numpy loop's, bit for bit: the events are taken
+   a chunk at a time, each chunk's sums are made in event order from zero, and then added to the
+   totals, as np.bincount's per-chunk sums were. An index the numpy loop would read from the end of an
+   array (a negative code in a hostile file) or past it is no error here: the call returns None and
+   the numpy loop runs instead, with whatever it does. An extension of its own beside the trace's
+   (_xwire.c, _xsegments.c): optional as they are; where it is not built, the numpy loop runs. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* A signed integer of 1, 2, 4 or 8 bytes from a column of that width. */
+static inline int64_t at(const char *buf, Py_ssize_t width, Py_ssize_t i) {
+    switch (width) {
+    case 1: return ((const int8_t *)buf)[i];
+    case 2: return ((const int16_t *)buf)[i];
+    case 4: return ((const int32_t *)buf)[i];
+    default: return ((const int64_t *)buf)[i];
+    }
+}
+
+static int int_column(Py_buffer *b, const char *name, Py_ssize_t n) {
+    Py_ssize_t w = b->itemsize;
+    if ((w != 1 && w != 2 && w != 4 && w != 8) || b->len != n * w) {
+        PyErr_Format(PyExc_ValueError, "%s: a column of %zd integers of 1, 2, 4 or 8 bytes", name, n);
+        return -1;
+    }
+    return 0;
+}
+
+static int sized(Py_buffer *b, const char *name, Py_ssize_t count, Py_ssize_t width) {
+    if (b->len != count * width) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, expected %zd", name, b->len, count * width);
+        return -1;
+    }
+    return 0;
+}
+
+/* chunk_sums(module, program_id, op, n_p, n_o, lookup, occurrences, duration, self, host, device, width,
+              step_of, place, lo, steps, chunk, out_occurrences, out_total, out_self, out_on_device,
+              out_by_step) -> True, or None where the numpy loop must run.
+   Columns of n events: module/program_id/op/host/device codes, occurrences and step_of integers of any
+   width, duration and self float64. lookup: int64, the group of each dense key
+   ((module * n_p + program_id) * n_o + op). Steps: the label of each event (< 0: none) is placed by
+   place[label - lo] where place is not empty, else by its index in steps (sorted int64). Outputs:
+   float64 [g] x3, bool [g, cols] and float64 [s, g] (row-major), added into. */
+static PyObject *chunk_sums(PyObject *self, PyObject *args) {
+    Py_buffer mb = {0}, pb = {0}, ob = {0}, lb = {0}, cb = {0}, db = {0}, sb = {0}, hb = {0}, vb = {0};
+    Py_buffer stb = {0}, plb = {0}, spb = {0}, o1 = {0}, o2 = {0}, o3 = {0}, o4 = {0}, o5 = {0};
+    long long n_p, n_o, width, lo, chunk;
+    PyObject *result = NULL;
+    double *scratch = NULL, *cell = NULL;
+    int32_t *ks = NULL, *qs = NULL; /* a chunk's groups and step places, from pass 1 for pass 2 */
+    if (!PyArg_ParseTuple(args, "y*y*y*LLy*y*y*y*y*y*Ly*y*Ly*Lw*w*w*w*w*", &mb, &pb, &ob, &n_p, &n_o, &lb, &cb, &db,
+                          &sb, &hb, &vb, &width, &stb, &plb, &lo, &spb, &chunk, &o1, &o2, &o3, &o4, &o5))
+        return NULL;
+    Py_ssize_t n = db.len / (Py_ssize_t)sizeof(double);
+    Py_ssize_t space = lb.len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t g = o1.len / (Py_ssize_t)sizeof(double);
+    Py_ssize_t cols = g ? o4.len / g : 0;
+    Py_ssize_t s = g ? o5.len / ((Py_ssize_t)sizeof(double) * g) : 0;
+    Py_ssize_t places = plb.len / (Py_ssize_t)sizeof(int64_t), nsteps = spb.len / (Py_ssize_t)sizeof(int64_t);
+    if (int_column(&mb, "module", n) || int_column(&pb, "program_id", n) || int_column(&ob, "op", n) ||
+        int_column(&cb, "occurrences", n) || int_column(&hb, "host", n) || int_column(&vb, "device", n) ||
+        int_column(&stb, "step_of", n) || sized(&sb, "self", n, sizeof(double)) ||
+        sized(&o2, "total", g, sizeof(double)) || sized(&o3, "self_ns", g, sizeof(double)) ||
+        sized(&o4, "on_device", g, cols) || sized(&o5, "by_step", s * g, sizeof(double)))
+        goto done;
+    if (chunk <= 0 || n_p <= 0 || n_o <= 0 || width <= 0) {
+        PyErr_SetString(PyExc_ValueError, "chunk, n_p, n_o and width must be positive");
+        goto done;
+    }
+    if (g == 0 || n == 0) {
+        result = n == 0 ? Py_NewRef(Py_True) : Py_NewRef(Py_None);
+        goto done;
+    }
+    if (g > INT32_MAX || s > INT32_MAX) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    Py_ssize_t per = (Py_ssize_t)chunk < n ? (Py_ssize_t)chunk : n;
+    scratch = (double *)PyMem_RawCalloc((size_t)(3 * g), sizeof(double));
+    ks = (int32_t *)PyMem_RawMalloc((size_t)per * sizeof(int32_t));
+    qs = (int32_t *)PyMem_RawMalloc((size_t)per * sizeof(int32_t));
+    if (!scratch || !ks || !qs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        const char *m = mb.buf, *p = pb.buf, *o = ob.buf, *c = cb.buf, *h = hb.buf, *v = vb.buf, *st = stb.buf;
+        const int64_t *lookup = lb.buf, *place = plb.buf, *steps = spb.buf;
+        const double *dur = db.buf, *selfns = sb.buf;
+        double *occ_out = o1.buf, *total = o2.buf, *self_out = o3.buf, *by_step = o5.buf;
+        uint8_t *on_device = o4.buf;
+        double *c_occ = scratch, *c_total = scratch + g, *c_self = scratch + 2 * g;
+        Py_ssize_t cell_cap = 0;
+        int fallback = 0, nomem = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t a = 0; a < n && !fallback && !nomem; a += (Py_ssize_t)chunk) {
+            Py_ssize_t b = a + (Py_ssize_t)chunk < n ? a + (Py_ssize_t)chunk : n;
+            memset(scratch, 0, (size_t)(3 * g) * sizeof(double));
+            int64_t first = INT64_MAX, last = -1;
+            /* Pass 1: the op sums, the devices, and the steps this chunk spans. */
+            for (Py_ssize_t i = a; i < b; i++) {
+                int64_t key = (at(m, mb.itemsize, i) * n_p + at(p, pb.itemsize, i)) * n_o + at(o, ob.itemsize, i);
+                if (key < 0 || key >= space) { fallback = 1; break; }
+                int64_t k = lookup[key];
+                if (k < 0 || k >= g) { fallback = 1; break; }
+                c_occ[k] += (double)at(c, cb.itemsize, i);
+                c_total[k] += dur[i];
+                c_self[k] += selfns[i];
+                int64_t d = at(h, hb.itemsize, i) * width + at(v, vb.itemsize, i);
+                if (d < 0 || d >= cols) { fallback = 1; break; }
+                on_device[k * cols + d] = 1;
+                ks[i - a] = (int32_t)k;
+                qs[i - a] = -1;
+                int64_t label = at(st, stb.itemsize, i);
+                if (label >= 0) {
+                    int64_t q;
+                    if (places) {
+                        if (label - lo < 0 || label - lo >= places) { fallback = 1; break; }
+                        q = place[label - lo];
+                    } else {
+                        Py_ssize_t l = 0, r = nsteps; /* the first step >= label */
+                        while (l < r) {
+                            Py_ssize_t mid = l + (r - l) / 2;
+                            if (steps[mid] < label) l = mid + 1; else r = mid;
+                        }
+                        q = l;
+                    }
+                    if (q < 0 || q >= s) { fallback = 1; break; }
+                    qs[i - a] = (int32_t)q;
+                    if (q < first) first = q;
+                    if (q > last) last = q;
+                }
+            }
+            if (fallback) break;
+            for (Py_ssize_t k = 0; k < g; k++) {
+                occ_out[k] += c_occ[k];
+                total[k] += c_total[k];
+                self_out[k] += c_self[k];
+            }
+            if (last < 0) continue;
+            /* Pass 2: each (step, op) cell's sum over the chunk, from zero, then added to its total. */
+            Py_ssize_t cells = (Py_ssize_t)(last - first + 1) * g;
+            if (cells > cell_cap) {
+                double *grown = (double *)PyMem_RawRealloc(cell, (size_t)cells * sizeof(double));
+                if (!grown) { nomem = 1; break; }
+                cell = grown;
+                cell_cap = cells;
+            }
+            memset(cell, 0, (size_t)cells * sizeof(double));
+            for (Py_ssize_t i = 0; i < b - a; i++)
+                if (qs[i] >= 0) cell[(qs[i] - first) * g + ks[i]] += dur[a + i];
+            double *row = by_step + first * g;
+            for (Py_ssize_t x = 0; x < cells; x++) row[x] += cell[x];
+        }
+        Py_END_ALLOW_THREADS
+        if (nomem) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        result = Py_NewRef(fallback ? Py_None : Py_True);
+    }
+done:
+    PyMem_RawFree(scratch);
+    PyMem_RawFree(cell);
+    PyMem_RawFree(ks);
+    PyMem_RawFree(qs);
+    Py_buffer *all[] = {&mb, &pb, &ob, &lb, &cb, &db, &sb, &hb, &vb, &stb, &plb, &spb, &o1, &o2, &o3, &o4, &o5};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (all[i]->obj) PyBuffer_Release(all[i]);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"chunk_sums", chunk_sums, METH_VARARGS,
+     "chunk_sums(...): a host's op sums, per op and per (step, op), in the numpy loop's order (True), or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_xsums", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__xsums(void) { return PyModule_Create(&module); }
