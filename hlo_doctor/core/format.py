@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Any, NamedTuple
 
-from hlo_doctor.core.lazy import loaded
+from hlo_doctor.core.loaded import loaded
 
 __all__ = ["PathRoots", "fmt_bytes", "fmt_duration", "fmt_ms", "fmt_num", "fmt_parts", "fmt_path", "fmt_pct", "fmt_source",
            "fmt_us", "recoverable_sum", "round_parts",

@@ -15,6 +15,8 @@ import threading
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from hlo_doctor.core.loaded import loaded
+
 __all__ = ["lazy_module", "loaded", "pd"]
 
 _lock = threading.Lock()
@@ -35,14 +37,6 @@ def lazy_module(name: str) -> ModuleType:
         sys.modules[name] = module
         loader.exec_module(module)
         return module
-
-
-def loaded(name: str) -> ModuleType | None:
-    """The module ``name`` where it has been run, else None, importing nothing: a lazy module not
-    read yet is not loaded (reading any attribute of it, ``pandas.NA`` too, would load it)."""
-    module = sys.modules.get(name)
-    # (type(), not .__class__: an attribute read loads a lazy module; a loaded one is a plain module.)
-    return module if module is not None and type(module) is ModuleType else None
 
 
 if TYPE_CHECKING:

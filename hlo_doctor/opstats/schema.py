@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from hlo_doctor.core.lazy import loaded, pd
+from hlo_doctor.core.lazy import pd
+from hlo_doctor.core.loaded import loaded
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.opstats.breakdown import StepBreakdown
