@@ -20,7 +20,8 @@ the step's. Python threads that dispatch nothing are left out.
 
 A **window** per device is xprof's view: from the device's first op (or ``Steps`` event) to its last,
 busy over span; its idle share is what xprof's overview page reports as device idle time.
-Built by :func:`hlo_doctor.opstats.breakdown_build.build_breakdown`.
+Built by :func:`hlo_doctor.opstats.breakdown_build.breakdown_part` (one host's devices) and
+:func:`~hlo_doctor.opstats.breakdown_build.finish_breakdown` (the hosts' parts put together).
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-from hlo_doctor.hlo import HloModule
 from hlo_doctor.opstats.breakdown import HOST_KINDS, DeviceWindow, HostLine, HostThread, StepBreakdown
 from hlo_doctor.opstats.breakdown_steps import SliceColumns, SliceSums, StepTable
 from hlo_doctor.opstats.host_time import FrameKinds, Label, Segments, host_segments
@@ -102,13 +101,6 @@ def _definition(backend: str) -> str:
     return "busy = union of the device's op intervals (ops overlapping on several streams count once)"
 
 
-def build_breakdown(trace: Trace, step_source: str, modules: Sequence[HloModule] = ()) -> StepBreakdown:
-    """The step breakdown of ``trace``'s op events, ``step_source`` the table's; ``modules`` (their
-    HLO metadata) name the full paths of the Python tracer's files."""
-    return finish_breakdown([breakdown_part(trace, step_source, lambda: FrameKinds.from_modules(modules))],
-                            step_source, trace.backend)
-
-
 @dataclass(frozen=True, slots=True)
 class BreakdownPart:
     """The breakdown of some of a capture's devices (one host's, read on its own), before
@@ -135,8 +127,9 @@ class BreakdownPart:
 def breakdown_part(trace: Trace, step_source: str,
                    frame_kinds: Callable[[], FrameKinds], *, step_name: str | None = None,
                    main: tuple[str, int] | None = None) -> BreakdownPart:
-    """The breakdown of the devices of ``trace``'s op events (see :func:`build_breakdown`; pandas is
-    not needed where the steps are marks); ``frame_kinds`` (what
+    """The breakdown of the devices of ``trace``'s op events, one host's part of a capture's (the parts
+    are put together by :func:`finish_breakdown`; pandas is not needed where the steps are marks);
+    ``frame_kinds`` (what
     tells a framework's frame from the user's: from the HLO modules' stacks) is called only when the
     host has Python frames to classify. ``step_name`` and ``main`` fix the step
     annotation and the main module where other hosts decide them (:func:`~hlo_doctor.opstats.step_spans.step_spans`)."""
