@@ -54,8 +54,9 @@ def header_line(stats: OpStats) -> str:
     per_device = f" per device ({stats.num_devices} devices)" if stats.num_devices > 1 else ""
     left_out = (f" · {len(stats.hosts_left_out)} host file(s) LEFT OUT (see the notes)"
                 if stats.hosts_left_out else "")
+    records = stats.records()
     return (f"{stats.backend}{kind} · {stats.num_steps} steps{per_device} from {how} · mean step wall time "
-            f"{stats.step_time_us:,.1f} µs · {len(stats.table)} ops in {stats.table['module'].nunique()} "
+            f"{stats.step_time_us:,.1f} µs · {len(records)} ops in {len({r['module'] for r in records})} "
             f"modules · {_compiles(stats)}{left_out}")
 
 
@@ -99,8 +100,6 @@ def pct_note(backend: str) -> str:
 def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
     """The table people read, with its header lines and notes; ``wide`` adds n, program, bytes, the
     roofline (bandwidth, FLOP rate, intensity, bound-by, % of the device's peaks) and source."""
-    import pandas as pd
-
     from hlo_doctor.core.format import fmt_bytes, fmt_source
     from hlo_doctor.hlo.shape import fmt_shape
     from hlo_doctor.opstats import group_by_shape
@@ -136,19 +135,21 @@ def _table(stats: OpStats, top: int, group_by: str, *, wide: bool) -> Group:
     t = Table(show_lines=False, header_style="bold")
     for name, justify in columns:
         t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
-    for r in stats.table.head(top).itertuples(index=False):
-        pid = "" if pd.isna(r.program_id) else str(r.program_id)
-        cells = {"#": str(r.rank), "% step": f"{r.pct_of_step:.1f}", "µs/step": f"{r.time_per_step_us:,.1f}",
-                 "n": str(r.occurrences), "program": pid, "module": str(r.module), "op": str(r.op),
-                 "category": str(r.category), "shape": fmt_shape(str(r.shape)),
-                 "bytes": fmt_bytes(r.bytes_accessed), "source": fmt_source("" if pd.isna(r.source) else str(r.source)),  # relative to its package root; csv/json keep the path
+    # (The rows as the table holds them, read without building it: the table people read loads no pandas.)
+    records = stats.records()
+    for r in records[:top]:
+        pid = "" if r["program_id"] is None else str(r["program_id"])
+        cells = {"#": str(r["rank"]), "% step": f"{r['pct_of_step']:.1f}", "µs/step": f"{r['time_per_step_us']:,.1f}",
+                 "n": str(r["occurrences"]), "program": pid, "module": str(r["module"]), "op": str(r["op"]),
+                 "category": str(r["category"]), "shape": fmt_shape(str(r["shape"])),
+                 "bytes": fmt_bytes(r["bytes_accessed"]), "source": fmt_source(r["source"] if isinstance(r["source"], str) else ""),  # relative to its package root; csv/json keep the path
                  **(roofline_cells(r) if wide else {})}
         # Text, not str: names and paths come from the trace and are never markup.
         # term(): one line per cell whatever a name holds (a newline, an escape sequence).
         t.add_row(*(Text(term(cells[name])) for name, _ in columns))
     parts.append(t)
-    if len(stats.table) > top:
-        parts.append(Text(f"{len(stats.table) - top} more rows: --top N, or --format csv/json", style="dim"))
+    if len(records) > top:
+        parts.append(Text(f"{len(records) - top} more rows: --top N, or --format csv/json", style="dim"))
     parts.extend(Text.from_markup(f"[yellow]note:[/] {escape(w)}") for w in stats.warnings)
     return Group(*parts)
 

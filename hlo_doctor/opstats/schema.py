@@ -156,7 +156,7 @@ class OpStats:
     def records(self) -> list[dict[str, Any]]:
         """The table's rows as dicts in :data:`COLUMN_NAMES` order with the table's values
         (``table.to_dict(orient="records")``), read from the rows where the frame is not built yet:
-        an export of the table needs no pandas."""
+        an export of the table, or the table people read, needs no pandas (kept: not to be changed)."""
         data = self.table_data
         if isinstance(data, TableLater):
             return data.records()
@@ -206,10 +206,11 @@ class TableLater:
     frame is made when called (:func:`table_from_rows`); :meth:`records` gives the values the frame
     would hold without making it."""
 
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "_records")
 
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.rows = rows
+        self._records: list[dict[str, Any]] | None = None
 
     def __call__(self) -> pd.DataFrame:
         return table_from_rows(self.rows)
@@ -218,9 +219,11 @@ class TableLater:
         """Each row in :data:`COLUMN_NAMES` order, each value as :func:`with_column_dtypes` types it:
         ``int64`` an int, ``float64`` a float (missing: NaN), ``string`` a str (missing: empty where
         the column is nullable, else None), ``object`` a program id or None."""
-        typers = [(c.name, _TYPERS[c.dtype] if not (c.nullable and c.dtype == "string") else _nullable_text)
-                  for c in COLUMNS]
-        return [{name: typer(row.get(name)) for name, typer in typers} for row in self.rows]
+        if self._records is None:
+            typers = [(c.name, _TYPERS[c.dtype] if not (c.nullable and c.dtype == "string") else _nullable_text)
+                      for c in COLUMNS]
+            self._records = [{name: typer(row.get(name)) for name, typer in typers} for row in self.rows]
+        return self._records
 
 
 def _text(value: object) -> str | None:

@@ -48,24 +48,25 @@ def _cell(text: str) -> str:
 def to_markdown(stats: OpStats, top: int = 20) -> str:
     """The table's first ``top`` rows as a Markdown table, with its header and the peaks it uses."""
     kind = f" ({stats.device_kind})" if stats.device_kind and stats.device_kind != stats.backend else ""
+    records = stats.records()  # (the rows as the table holds them: no pandas for them)
     lines = [
         f"# op stats: `{stats.source_path}`", "",
         f"{stats.backend}{kind} · {stats.num_steps} steps ({stats.step_source}) · mean step wall time "
-        f"{stats.step_time_us:,.1f} µs · {len(stats.table)} ops", "",
+        f"{stats.step_time_us:,.1f} µs · {len(records)} ops", "",
         peaks_line(stats.peaks, stats.backend), "",
     ]
     headers = ("#", "% step", "µs/step", "module", "op", "category", "shape", *ROOFLINE_HEADERS, "source")
     lines.append("| " + " | ".join(headers) + " |")
     right = {"#", "% step", "µs/step", *ROOFLINE_HEADERS} - {"bound"}
     lines.append("|" + "|".join("---:" if h in right else "---" for h in headers) + "|")
-    for r in stats.table.head(top).itertuples(index=False):
-        source = "" if not isinstance(r.source, str) else fmt_source(r.source)
-        cells = {"#": str(r.rank), "% step": f"{r.pct_of_step:.1f}", "µs/step": f"{r.time_per_step_us:,.1f}",
-                 "module": str(r.module), "op": str(r.op), "category": str(r.category),
-                 "shape": fmt_shape(str(r.shape)), "source": source, **roofline_cells(r)}
+    for r in records[:top]:
+        source = "" if not isinstance(r["source"], str) else fmt_source(r["source"])
+        cells = {"#": str(r["rank"]), "% step": f"{r['pct_of_step']:.1f}", "µs/step": f"{r['time_per_step_us']:,.1f}",
+                 "module": str(r["module"]), "op": str(r["op"]), "category": str(r["category"]),
+                 "shape": fmt_shape(str(r["shape"])), "source": source, **roofline_cells(r)}
         lines.append("| " + " | ".join(_cell(cells[h]) for h in headers) + " |")
-    if len(stats.table) > top:
-        lines += ["", f"{len(stats.table) - top} more rows: `--top N`, or `--format csv/json`."]
+    if len(records) > top:
+        lines += ["", f"{len(records) - top} more rows: `--top N`, or `--format csv/json`."]
     if stats.warnings:
         lines += ["", *(f"- note: {_cell(w)}" for w in stats.warnings)]
     return "\n".join(lines).rstrip() + "\n"

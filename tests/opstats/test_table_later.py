@@ -72,20 +72,41 @@ def test_rows_are_checked_as_the_frame_is(changes: dict[str, object]) -> None:
     assert (got == "ok") == ("program_id" in changes)
 
 
+@pytest.mark.parametrize("capture", ["gpu_h200_original", "tpu_v5e_original", "engine_b64_original_a"])
+def test_the_tables_people_read_from_the_rows_are_the_frames(capture: str) -> None:
+    """The terminal table (every column) and the Markdown table of real captures, written from the
+    rows, are the ones written once the frame is built."""
+    from hlo_doctor.cli.common import plain_text
+    from hlo_doctor.cli.profile import _table
+    from hlo_doctor.render.opstats import to_markdown
+
+    stats, _ = read_capture(SAMPLES / capture, PodOptions())
+    assert isinstance(stats.table_data, TableLater)
+    from_rows = (plain_text(_table(stats, 5, "op", wide=True)), to_markdown(stats, 5))
+    assert isinstance(stats.table_data, TableLater)  # (neither built the frame)
+    assert len(stats.table) > 5
+    assert (plain_text(_table(stats, 5, "op", wide=True)), to_markdown(stats, 5)) == from_rows
+
+
 def test_stats_json_loads_no_pandas(tmp_path: Path) -> None:
-    """In a fresh process, ``hlo-doctor stats CAPTURE --format json`` of a real TPU capture writes its
-    document without loading pandas (0.25 s of its imports); ``--format csv`` loads it."""
+    """In a fresh process, ``hlo-doctor stats CAPTURE`` of a real TPU capture writes its JSON document,
+    its table for people and its Markdown table without loading pandas (0.25 s of its imports);
+    ``--format csv`` and ``--group-by shape`` load it."""
     code = f"""
 import sys
 from hlo_doctor.cli import main
-fmt = sys.argv[1]
+fmt, group = sys.argv[1:3]
 try:
-    main(["stats", {str(SAMPLES / 'tpu_v5e_original')!r}, "--format", fmt, "-o", {str(tmp_path)!r} + "/out." + fmt])
+    main(["stats", {str(SAMPLES / 'tpu_v5e_original')!r}, "--format", fmt, "--group-by", group,
+          "-o", {str(tmp_path)!r} + "/out-" + group + "." + fmt])
 except SystemExit as exc:
     assert not exc.code, exc.code
 print("pandas", "pandas.core.frame" in sys.modules)
 """
-    for fmt, pandas in (("json", False), ("csv", True)):
-        out = subprocess.run([sys.executable, "-c", code, fmt], capture_output=True, text=True, timeout=300, check=True)
-        assert out.stdout.strip().splitlines()[-1] == f"pandas {pandas}", out.stdout + out.stderr
-    assert '"rows":' in (tmp_path / "out.json").read_text()
+    for fmt, group, pandas in (("json", "op", False), ("table", "op", False), ("markdown", "op", False),
+                               ("csv", "op", True), ("table", "shape", True)):
+        out = subprocess.run([sys.executable, "-c", code, fmt, group], capture_output=True, text=True, timeout=300,
+                             check=True)
+        assert out.stdout.strip().splitlines()[-1] == f"pandas {pandas}", (fmt, group, out.stdout + out.stderr)
+    assert '"rows":' in (tmp_path / "out-op.json").read_text()
+    assert "convert_element_type" in (tmp_path / "out-op.table").read_text()
