@@ -29,13 +29,19 @@ from hlo_doctor.core.errors import HloDoctorError
 
 
 def _events_reader() -> str:
-    """Which reader decodes an xplane's events, said without importing it (``--version`` stays light)."""
-    folder = Path(__file__).resolve().parents[1] / "trace"
+    """Which reader decodes an xplane's events, and which other compiled passes the install has, said
+    without importing them (``--version`` stays light)."""
+    package = Path(__file__).resolve().parents[1]
+
+    def built(module: str) -> bool:
+        return any((package / f"{module}{suffix}").is_file() for suffix in EXTENSION_SUFFIXES)
     if os.environ.get("HLO_DOCTOR_NUMPY_READER"):
         return "xplane events: numpy reader (HLO_DOCTOR_NUMPY_READER is set)"
-    if any((folder / f"_xwire{suffix}").is_file() for suffix in EXTENSION_SUFFIXES):
-        return "xplane events: compiled reader"
-    return "xplane events: numpy reader (the compiled one was not built: no C compiler at install)"
+    if not built("trace/_xwire"):
+        return "xplane events: numpy reader (the compiled one was not built: no C compiler at install)"
+    also = [what for what, module in (("op sums", "opstats/_xsums"), ("host threads' walk", "trace/_xsegments"))
+            if built(module)]
+    return "xplane events: compiled reader" + (f" (compiled too: {', '.join(also)})" if also else "")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},

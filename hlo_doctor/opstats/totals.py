@@ -32,7 +32,7 @@ from hlo_doctor.opstats.breakdown_steps import SliceSums
 from hlo_doctor.opstats.host_time import FrameKinds
 from hlo_doctor.opstats.step_times import StepTimes
 from hlo_doctor.opstats.steps import steps_from_executions, steps_from_marks
-from hlo_doctor.trace import Trace
+from hlo_doctor.trace import OpEvents, Trace
 from hlo_doctor.trace.columns import unique_values
 from hlo_doctor.trace.cwire import NUMPY_READER_ENV
 
@@ -166,12 +166,11 @@ def event_totals(trace: Trace, frame_kinds: Callable[[], FrameKinds],
     other host's sums)."""
     evidence = step_evidence(trace)
     choice = choice or choose_steps(evidence)
-    # (Only beside the compiled sums: numpy's loop holds the interpreter's lock more, and its
-    # temporaries beside the breakdown's would put the peak past twice the file.)
+    # (Only beside the compiled sums, which leave the interpreter's lock free: numpy's loop holds it
+    # more, and its temporaries beside the breakdown's would put the peak past twice the file.)
     overlap = overlap and breakdown and _xsums is not None and not os.environ.get(NUMPY_READER_ENV)
     with ThreadPoolExecutor(1, thread_name_prefix="hlo-doctor-breakdown") if overlap \
             else contextlib.nullcontext() as pool:
-        # (Beside the sums, whose compiled pass and numpy's work leave the interpreter's lock free.)
         later = pool.submit(breakdown_part, trace, choice.source, frame_kinds, step_name=choice.name,
                             main=choice.main) if pool is not None else None
         totals = _step_sums(trace, choice)
@@ -285,7 +284,7 @@ def _sums(trace: Trace, step_of: np.ndarray) -> dict[str, Any]:
 
 
 def _compiled_sums(m: np.ndarray, p: np.ndarray, o: np.ndarray, n_p: int, n_o: int, lookup: np.ndarray,
-                   ops: Any, hosts: np.ndarray, devices: np.ndarray, width: int, step_of: np.ndarray,
+                   ops: OpEvents, hosts: np.ndarray, devices: np.ndarray, width: int, step_of: np.ndarray,
                    place: np.ndarray | None, lo: int, steps: np.ndarray,
                    out: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> bool:
     """:func:`_sums`'s loop by the compiled pass (``_xsums``) into ``out`` (zeros: occurrences, total,

@@ -147,7 +147,7 @@ def test_the_capture_commands_run_from_the_install(env: Installed, runs: list[tu
     work = env.work
     version = _run(env, runs, "--version")
     assert version.returncode == 0 and "0." in version.stdout + version.stderr
-    reader = "compiled reader" if compiled_modules(REPO) else "numpy reader"
+    reader = "compiled reader (compiled too: op sums, host threads' walk)" if compiled_modules(REPO) else "numpy reader"
     assert f"xplane events: {reader}" in version.stdout, version.stdout
     listed = _run(env, runs, "rules")
     assert listed.returncode == 0 and "HD001" in listed.stdout + listed.stderr
