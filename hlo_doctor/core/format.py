@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Any, NamedTuple
 
-from hlo_doctor.core.loaded import loaded
+from hlo_doctor.core.loaded import is_pandas_na
 
 __all__ = ["PathRoots", "fmt_bytes", "fmt_duration", "fmt_ms", "fmt_num", "fmt_parts", "fmt_path", "fmt_pct", "fmt_source",
            "fmt_us", "recoverable_sum", "round_parts",
@@ -219,8 +219,7 @@ def json_safe(value: Any) -> Any:
     Python numbers, mappings and sequences are walked, anything else becomes its ``str``."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    pandas = loaded("pandas")  # pd.NA exists only once pandas is loaded; no import just for it
-    if pandas is not None and value is pandas.NA:
+    if is_pandas_na(value):
         return None
     if isinstance(value, dict):
         return {str(k): json_safe(x) for k, x in value.items()}

@@ -15,9 +15,7 @@ import threading
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from hlo_doctor.core.loaded import loaded
-
-__all__ = ["lazy_module", "loaded", "pd"]
+__all__ = ["lazy_module", "pd"]
 
 _lock = threading.Lock()
 

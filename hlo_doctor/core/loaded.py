@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from types import ModuleType
 
-__all__ = ["loaded"]
+__all__ = ["is_pandas_na", "loaded"]
 
 
 def loaded(name: str) -> ModuleType | None:
@@ -15,3 +15,9 @@ def loaded(name: str) -> ModuleType | None:
     module = sys.modules.get(name)
     # (type(), not .__class__: an attribute read loads a lazy module; a loaded one is a plain module.)
     return module if module is not None and type(module) is ModuleType else None
+
+
+def is_pandas_na(value: object) -> bool:
+    """Whether ``value`` is pandas's ``NA``, which exists only once pandas is loaded: no import for it."""
+    pandas = loaded("pandas")
+    return pandas is not None and value is pandas.NA

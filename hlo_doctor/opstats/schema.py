@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from hlo_doctor.core.lazy import pd
-from hlo_doctor.core.loaded import loaded
+from hlo_doctor.core.loaded import is_pandas_na
 from hlo_doctor.core.model import RunInfo
 from hlo_doctor.hlo import HloModule
 from hlo_doctor.opstats.breakdown import StepBreakdown
@@ -190,15 +190,9 @@ def empty_table() -> pd.DataFrame:
 
 def program_id_or_none(value: object) -> int | None:
     """A program id as a Python int (exact for uint64), or None for a missing one (None, NaN, NA)."""
-    if value is None or _is_na(value) or (isinstance(value, float) and np.isnan(value)):
+    if value is None or is_pandas_na(value) or (isinstance(value, float) and np.isnan(value)):
         return None
     return int(value)  # type: ignore[call-overload]
-
-
-def _is_na(value: object) -> bool:
-    """Whether ``value`` is pandas' ``NA`` (which exists only once pandas is loaded: no import for it)."""
-    pandas = loaded("pandas")
-    return pandas is not None and value is pandas.NA
 
 
 class TableLater:
@@ -227,7 +221,7 @@ class TableLater:
 
 
 def _text(value: object) -> str | None:
-    if value is None or _is_na(value) or (isinstance(value, float) and math.isnan(value)):
+    if value is None or is_pandas_na(value) or (isinstance(value, float) and math.isnan(value)):
         return None
     return str(value)
 
@@ -237,7 +231,7 @@ def _nullable_text(value: object) -> str:
 
 
 def _number(value: object) -> float:
-    return math.nan if value is None or _is_na(value) else float(value)  # type: ignore[arg-type]
+    return math.nan if value is None or is_pandas_na(value) else float(value)  # type: ignore[arg-type]
 
 
 _TYPERS: dict[str, Any] = {"int64": int, "float64": _number, "string": _text, "object": program_id_or_none}
