@@ -5,6 +5,7 @@ Only this package prints. Exit codes: see :class:`hlo_doctor.core.errors.ExitCod
 
 from __future__ import annotations
 
+import importlib
 import os
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
@@ -12,17 +13,6 @@ from pathlib import Path
 import click
 
 from hlo_doctor import __version__
-from hlo_doctor.cli import apply_fix as _apply_fix
-from hlo_doctor.cli import diagnose as _diagnose
-from hlo_doctor.cli import doctor as _doctor
-from hlo_doctor.cli import engine as _engine
-from hlo_doctor.cli import gate as _gate
-from hlo_doctor.cli import mcp as _mcp
-from hlo_doctor.cli import memory as _memory
-from hlo_doctor.cli import profile as _profile
-from hlo_doctor.cli import report as _report
-from hlo_doctor.cli import rules as _rules
-from hlo_doctor.cli import verify as _verify
 from hlo_doctor.cli.common import examples, fail
 from hlo_doctor.cli.config import default_map
 from hlo_doctor.core.errors import HloDoctorError
@@ -44,7 +34,36 @@ def _events_reader() -> str:
     return "xplane events: compiled reader" + (f" (compiled too: {', '.join(also)})" if also else "")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+COMMAND_MODULES: dict[str, str] = {
+    "profile": "profile", "stats": "profile", "diagnose": "diagnose", "apply-fix": "apply_fix",
+    "verify": "verify", "gate": "gate", "rules": "rules", "engine": "engine", "doctor": "doctor",
+    "report": "report", "memory": "memory", "mcp": "mcp",
+}
+"""Each command's module under :mod:`hlo_doctor.cli` (its ``COMMANDS``): a command's module is imported when that command runs, not the others (``stats`` of a capture
+does not load what ``apply-fix`` or ``verify`` need)."""
+
+
+class Commands(click.Group):
+    """A group whose commands are imported from :data:`COMMAND_MODULES` when asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            module = importlib.import_module(f"hlo_doctor.cli.{COMMAND_MODULES[cmd_name]}")
+            for command in module.COMMANDS:
+                self.add_command(command)
+        return self.commands.get(cmd_name)
+
+    def load_all(self) -> dict[str, click.Command]:
+        """Every command, by name (what ``commands`` holds once each module is imported)."""
+        for name in COMMAND_MODULES:
+            self.get_command(click.Context(self), name)
+        return dict(self.commands)
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=examples(
                  "hlo-doctor profile --out runs/decode && hlo-doctor diagnose runs/decode",
                  "hlo-doctor gate baseline/ runs/decode --format junit -o gate.xml",
@@ -68,7 +87,3 @@ def main(ctx: click.Context) -> None:
     except HloDoctorError as exc:
         fail(exc)
 
-
-for _module in (_profile, _diagnose, _apply_fix, _verify, _gate, _rules, _engine, _doctor, _report, _memory, _mcp):
-    for _cmd in _module.COMMANDS:
-        main.add_command(_cmd)

@@ -21,7 +21,7 @@ from hlo_doctor.opstats.breakdown_steps import SliceColumns, SliceSums, StepTabl
 from hlo_doctor.opstats.host_time import FrameKinds, Label, Segments, host_segments
 from hlo_doctor.opstats.step_spans import StepSpans, device_index, step_spans
 from hlo_doctor.trace import Trace
-from hlo_doctor.trace.columns import counts
+from hlo_doctor.trace.columns import counts, unique_values
 from hlo_doctor.trace.compiles import Compile, group_compiles
 from hlo_doctor.trace.host_threads import read_host_threads
 from hlo_doctor.trace.python_frames import DriverThread, parse_frame
@@ -404,7 +404,7 @@ def _pieces(a: np.ndarray, b: np.ndarray, seg: Segments) -> Iterator[tuple[np.nd
         parts = [seg.start_ns[np.searchsorted(seg.start_ns, lo_t):np.searchsorted(seg.start_ns, hi_t, side="right")],
                  seg.end_ns[np.searchsorted(seg.end_ns, lo_t):np.searchsorted(seg.end_ns, hi_t, side="right")],
                  a[s0:s1 + 1], b[(b >= lo_t) & (b <= hi_t)], np.asarray([lo_t, hi_t])]
-        cuts = np.unique(np.concatenate(parts))
+        cuts = unique_values(np.concatenate(parts))
         cuts = cuts[(cuts >= lo_t) & (cuts <= hi_t)]
         lo, hi = cuts[:-1], cuts[1:]
         mid = (lo + hi) / 2

@@ -228,7 +228,7 @@ def _sums(trace: Trace, step_of: np.ndarray) -> dict[str, Any]:
         def group(a: int, b: int) -> np.ndarray:
             return inverse[a:b]
     labelled = [unique_values(step_of[a:b][step_of[a:b] >= 0]) for a, b in chunks]
-    steps = np.unique(np.concatenate(labelled)) if labelled else np.zeros(0, np.int64)
+    steps = unique_values(np.concatenate(labelled)) if labelled else np.zeros(0, np.int64)
     g, s = len(present), len(steps)
     width = max(len(ops.device.categories), 1)
     hosts, devices = np.asarray(ops.host.codes), np.asarray(ops.device.codes)
@@ -357,7 +357,7 @@ class TotalsSum:
             self._occurrences, self._devices = (np.r_[a, np.zeros(grow, np.int64)] for a in (self._occurrences, self._devices))
             self._total, self._self_ns = (np.r_[a, np.zeros(grow)] for a in (self._total, self._self_ns))
             self._step_ns = np.concatenate([self._step_ns, np.zeros((grow, self._step_ns.shape[1]))])
-        steps = np.union1d(self._steps, p.steps).astype(np.int64)
+        steps = unique_values(np.concatenate((self._steps, p.steps))).astype(np.int64)
         if len(steps) > len(self._steps):  # new steps: columns of zeros
             grid = np.zeros((g, len(steps)))
             grid[:, np.searchsorted(steps, self._steps)] = self._step_ns

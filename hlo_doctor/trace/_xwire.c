@@ -43,9 +43,21 @@ static PyObject *vec_bytes(vec *v) {
     return PyBytes_FromStringAndSize((const char *)v->data, v->len * (Py_ssize_t)sizeof(int64_t));
 }
 
+/* The decoder's small readers are inlined into its loops (a call per field was half its time). */
+#if defined(__GNUC__)
+#define HOT_INLINE static inline __attribute__((always_inline))
+#else
+#define HOT_INLINE static inline
+#endif
+
 /* A varint at p (before end): 0 and *out, *p moved past it; -1: runs past end; -2: over ten bytes. */
-static int varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+HOT_INLINE int varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
     const uint8_t *q = *p;
+    if (q < end && *q < 0x80) { /* one byte: field tags, ids, lengths */
+        *out = *q;
+        *p = q + 1;
+        return 0;
+    }
     uint64_t value = 0;
     for (int k = 0; k < 10; k++) {
         if (q >= end) return -1;
@@ -63,8 +75,8 @@ static int varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
 /* One field's head at p (before end): number, wire type, its value (a varint) or payload start,
    and its end. Returns NULL or why it cannot be read. A field past end is an error here: the
    caller, where a field may continue in the next chunk, checks that first. */
-static const char *field(const uint8_t **p, const uint8_t *end, uint64_t *number, int *wire,
-                         uint64_t *value, const uint8_t **stop) {
+HOT_INLINE const char *field(const uint8_t **p, const uint8_t *end, uint64_t *number, int *wire,
+                             uint64_t *value, const uint8_t **stop) {
     uint64_t tag;
     int r = varint(p, end, &tag);
     if (r) return r == -1 ? "a field reaches past its message" : "a varint longer than ten bytes";
@@ -144,9 +156,13 @@ static int wanted_has(const int64_t *wanted, Py_ssize_t n, int64_t sid) {
 static const int EVENT_WIRES[6] = {-1, 0, 0, 0, 2, 0};
 static const int STAT_WIRES[8] = {-1, 0, 1, 0, 0, 2, 2, 0};
 
+typedef struct {
+    int64_t mid, off, dur, occ;
+} event_t;
+
 static const char *decode_event(const uint8_t *p, const uint8_t *end, const uint8_t *base, int64_t index,
                                 int64_t off_id, int64_t dur_id, const int64_t *wanted, Py_ssize_t nwanted,
-                                out_t *out) {
+                                out_t *out, event_t *ev) {
     uint64_t mid = 0, off = 0, dur = 0, occ = 0;
     int have_off = 0, have_dur = 0; /* a device clock stat seen: its value replaces the event's */
     uint64_t dev_off = 0, dev_dur = 0;
@@ -209,9 +225,42 @@ static const char *decode_event(const uint8_t *p, const uint8_t *end, const uint
     }
     if (have_off) off = dev_off;
     if (have_dur) dur = dev_dur;
-    if (vec_push(&out->mids, (int64_t)mid) || vec_push(&out->offs, (int64_t)off) ||
-        vec_push(&out->durs, (int64_t)dur) || vec_push(&out->occs, (int64_t)occ))
-        return "";
+    ev->mid = (int64_t)mid;
+    ev->off = (int64_t)off;
+    ev->dur = (int64_t)dur;
+    ev->occ = (int64_t)occ;
+    return NULL;
+}
+
+/* Where decode_line's events go: growing columns of int64 as written (cols == NULL), or the
+   caller's arrays (cols: int32 metadata ids, float64 start and duration in ns, int32 occurrences,
+   each of cap entries, written from at), the times as the reader's numpy path makes them
+   (``offset / 1000 + timestamp``, ``duration / 1000``) and an unset occurrence count as 1. */
+typedef struct {
+    int32_t *mids, *occs;
+    double *starts, *durs;
+    Py_ssize_t at, cap;
+    double ts;
+    int full, wide;
+} cols_t;
+
+static const char *put_event(out_t *out, cols_t *cols, const event_t *ev) {
+    if (!cols) {
+        if (vec_push(&out->mids, ev->mid) || vec_push(&out->offs, ev->off) ||
+            vec_push(&out->durs, ev->dur) || vec_push(&out->occs, ev->occ))
+            return "";
+        return NULL;
+    }
+    int64_t occ = ev->occ ? ev->occ : 1;
+    if (ev->mid < INT32_MIN || ev->mid > INT32_MAX || occ < INT32_MIN || occ > INT32_MAX) {
+        cols->wide = 1; /* int64 columns: the caller reads the line the other way */
+        return NULL;
+    }
+    Py_ssize_t i = cols->at++;
+    cols->mids[i] = (int32_t)ev->mid;
+    cols->occs[i] = (int32_t)occ;
+    cols->starts[i] = (double)ev->off / 1000.0 + cols->ts;
+    cols->durs[i] = (double)ev->dur / 1000.0;
     return NULL;
 }
 
@@ -220,22 +269,20 @@ static void out_free(out_t *o) {
     PyMem_RawFree(o->occs.data); PyMem_RawFree(o->stats.data); PyMem_RawFree(o->others.data);
 }
 
-static PyObject *decode_line(PyObject *self, PyObject *args) {
-    Py_buffer buf, wanted_buf;
-    long long off_id, dur_id, first_index;
-    int at_end;
-    if (!PyArg_ParseTuple(args, "y*LLy*pL", &buf, &off_id, &dur_id, &wanted_buf, &at_end, &first_index))
-        return NULL;
-    const uint8_t *base = (const uint8_t *)buf.buf, *end = base + buf.len, *p = base;
-    const int64_t *wanted = (const int64_t *)wanted_buf.buf;
-    Py_ssize_t nwanted = wanted_buf.len / (Py_ssize_t)sizeof(int64_t);
-    out_t out;
-    memset(&out, 0, sizeof out);
+/* The XLine fields of buf: events decoded into out's stats and columns (or cols), other fields'
+   places into out's others. Returns NULL or why the runtime must read the line; *consumed, *need as
+   decode_line returns them. Runs without the GIL. */
+static const char *walk_line(const uint8_t *base, const uint8_t *end, int at_end, int64_t off_id, int64_t dur_id,
+                             const int64_t *wanted, Py_ssize_t nwanted, int64_t index, out_t *out, cols_t *cols,
+                             Py_ssize_t *consumed, Py_ssize_t *need) {
+    const uint8_t *p = base;
     const char *why = NULL;
-    Py_ssize_t need = 0;
-    int64_t index = first_index;
-    Py_BEGIN_ALLOW_THREADS
+    *need = 0;
     while (p < end) {
+        if (cols && (cols->at == cols->cap || cols->wide)) {
+            cols->full = cols->at == cols->cap;
+            break;
+        }
         const uint8_t *at = p;
         uint64_t number, value = 0;
         int wire;
@@ -251,7 +298,7 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
                 if (r == -1) break;
                 if (r == 0 && length > (uint64_t)(end - q)) {
                     uint64_t total = (uint64_t)(q - at) + length;
-                    need = total > (uint64_t)PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : (Py_ssize_t)total;
+                    *need = total > (uint64_t)PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : (Py_ssize_t)total;
                     break;
                 }
             } else if (r == 0 && ((tag & 7) == 0 || (tag & 7) == 1 || (tag & 7) == 5)) {
@@ -263,16 +310,43 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
         why = field(&p, end, &number, &wire, &value, &stop);
         if (why) break;
         if (number == 4) {
+            event_t ev;
+            Py_ssize_t stats_before = out->stats.len;
             if (wire != 2) { why = "a known field of another wire type"; break; }
-            why = decode_event(p, stop, base, index, (int64_t)off_id, (int64_t)dur_id, wanted, nwanted, &out);
+            why = decode_event(p, stop, base, index, off_id, dur_id, wanted, nwanted, out, &ev);
             if (why) break;
+            why = put_event(out, cols, &ev);
+            if (why) break;
+            if (cols && cols->wide) {
+                out->stats.len = stats_before; /* (the caller drops this chunk's columns anyway) */
+                p = at;
+                break;
+            }
             index++;
-        } else if (vec_push(&out.others, (int64_t)(at - base)) || vec_push(&out.others, (int64_t)(stop - base))) {
+        } else if (vec_push(&out->others, (int64_t)(at - base)) || vec_push(&out->others, (int64_t)(stop - base))) {
             why = "";
             break;
         }
         p = stop;
     }
+    *consumed = (Py_ssize_t)(p - base);
+    return why;
+}
+
+static PyObject *decode_line(PyObject *self, PyObject *args) {
+    Py_buffer buf, wanted_buf;
+    long long off_id, dur_id, first_index;
+    int at_end;
+    if (!PyArg_ParseTuple(args, "y*LLy*pL", &buf, &off_id, &dur_id, &wanted_buf, &at_end, &first_index))
+        return NULL;
+    const uint8_t *base = (const uint8_t *)buf.buf;
+    out_t out;
+    memset(&out, 0, sizeof out);
+    const char *why;
+    Py_ssize_t consumed, need;
+    Py_BEGIN_ALLOW_THREADS
+    why = walk_line(base, base + buf.len, at_end, (int64_t)off_id, (int64_t)dur_id, (const int64_t *)wanted_buf.buf,
+                    wanted_buf.len / (Py_ssize_t)sizeof(int64_t), (int64_t)first_index, &out, NULL, &consumed, &need);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
     PyBuffer_Release(&wanted_buf);
@@ -281,10 +355,63 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
         if (!*why) return PyErr_NoMemory();
         return PyUnicode_FromString(why);
     }
-    PyObject *result = Py_BuildValue("(nnNNNNNN)", (Py_ssize_t)(p - base), need, vec_bytes(&out.mids),
+    PyObject *result = Py_BuildValue("(nnNNNNNN)", consumed, need, vec_bytes(&out.mids),
                                      vec_bytes(&out.offs), vec_bytes(&out.durs), vec_bytes(&out.occs),
                                      vec_bytes(&out.stats), vec_bytes(&out.others));
     out_free(&out);
+    return result;
+}
+
+/* decode_into(buf, off_id, dur_id, wanted, at_end, first_index, ts, mids, starts, durations,
+   occurrences, at): decode_line's walk, the columns written into the caller's arrays from entry
+   ``at`` on (int32, float64, float64, int32; writable, of one length) as described at cols_t.
+   Returns (consumed, need, written, full, wide, stats, others): written, the entries written; full,
+   it stopped because the arrays are full (the caller grows them and reads on from consumed); wide,
+   an id or count does not fit int32 (the caller reads the line with decode_line). A str: why the
+   runtime must read the line. */
+static PyObject *decode_into(PyObject *self, PyObject *args) {
+    Py_buffer buf, wanted_buf, mb, sb, db, ob;
+    long long off_id, dur_id, first_index, ts;
+    Py_ssize_t at;
+    int at_end;
+    if (!PyArg_ParseTuple(args, "y*LLy*pLLw*w*w*w*n", &buf, &off_id, &dur_id, &wanted_buf, &at_end, &first_index,
+                          &ts, &mb, &sb, &db, &ob, &at))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t cap = mb.len / (Py_ssize_t)sizeof(int32_t);
+    if (ob.len != mb.len || sb.len != cap * (Py_ssize_t)sizeof(double) || db.len != sb.len || at < 0 || at > cap) {
+        PyErr_SetString(PyExc_ValueError, "decode_into: the columns differ in length or at is outside them");
+        goto done;
+    }
+    {
+        const uint8_t *base = (const uint8_t *)buf.buf;
+        out_t out;
+        memset(&out, 0, sizeof out);
+        cols_t cols = {(int32_t *)mb.buf, (int32_t *)ob.buf, (double *)sb.buf, (double *)db.buf, at, cap,
+                       (double)ts, 0, 0};
+        const char *why;
+        Py_ssize_t consumed, need;
+        Py_BEGIN_ALLOW_THREADS
+        why = walk_line(base, base + buf.len, at_end, (int64_t)off_id, (int64_t)dur_id,
+                        (const int64_t *)wanted_buf.buf, wanted_buf.len / (Py_ssize_t)sizeof(int64_t),
+                        (int64_t)first_index, &out, &cols, &consumed, &need);
+        Py_END_ALLOW_THREADS
+        if (why) {
+            out_free(&out);
+            result = *why ? PyUnicode_FromString(why) : PyErr_NoMemory();
+        } else {
+            result = Py_BuildValue("(nnniiNN)", consumed, need, cols.at - at, cols.full, cols.wide,
+                                   vec_bytes(&out.stats), vec_bytes(&out.others));
+            out_free(&out);
+        }
+    }
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&wanted_buf);
+    PyBuffer_Release(&mb);
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&ob);
     return result;
 }
 
@@ -365,6 +492,9 @@ static PyMethodDef methods[] = {
      "walk_fields(buf, base, end): a message's fields from buf on, as (number, start, value, stop) rows."},
     {"decode_line", decode_line, METH_VARARGS,
      "decode_line(buf, off_id, dur_id, wanted, at_end, first_index): a line's events as columns."},
+    {"decode_into", decode_into, METH_VARARGS,
+     "decode_into(buf, off_id, dur_id, wanted, at_end, first_index, ts, mids, starts, durations, occurrences, "
+     "at): decode_line's walk into the caller's columns."},
     {NULL, NULL, 0, NULL},
 };
 

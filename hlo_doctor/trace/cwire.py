@@ -24,10 +24,11 @@ from types import ModuleType
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from hlo_doctor.trace.columns import unique_values
 from hlo_doctor.trace.wire import EventColumns, OwnStats, Unread, stat_value_at
 from hlo_doctor.trace.xspace import XLINE_SPLIT
 
-__all__ = ["COMPILED", "NUMPY_READER_ENV", "SEGMENTS_COMPILED", "line_columns", "segments", "walk_fields"]
+__all__ = ["COMPILED", "NUMPY_READER_ENV", "SEGMENTS_COMPILED", "line_columns", "line_events", "segments", "walk_fields"]
 
 NUMPY_READER_ENV = "HLO_DOCTOR_NUMPY_READER"
 """Set (to anything but empty): the numpy reader even where the compiled one is built (to compare them)."""
@@ -90,6 +91,67 @@ def line_columns(read_at: Callable[[int, int], bytes], start: int, end: int, off
             raise Unread("the line's other fields are not readable") from None
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def line_events(read_at: Callable[[int, int], bytes], start: int, end: int, off_id: int, dur_id: int,
+                op_ids: dict[int, str], snames: dict[int, str], chunk: int,
+                timestamp_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, OwnStats] | None:
+    """:func:`line_columns` of a whole line, joined as the reader uses them, in one pass written into
+    the line's arrays: metadata ids (int32), starts in ns (``offset / 1000 + timestamp_ns``),
+    durations in ns (float64), occurrences (int32, an unset count 1) and the op stats. None where an
+    id or a count does not fit int32 (a hostile file: :func:`line_columns` reads it); raises
+    :class:`Unread` as it does."""
+    assert _xwire is not None
+    if not _INT64[0] <= timestamp_ns <= _INT64[1]:
+        return None
+    wanted = np.array(sorted(op_ids), np.int64).tobytes()
+    # A first guess of the line's events (30 bytes an event, the size of a device op event): arrays
+    # grow by half when it is short; pages never written are never resident.
+    cap = max((end - start) // 30, 1024)
+    mids, starts = np.empty(cap, np.int32), np.empty(cap, np.float64)
+    durations, occurrences = np.empty(cap, np.float64), np.empty(cap, np.int32)
+    owns: list[OwnStats] = []
+    others: list[bytes] = []
+    pos, at, size = start, 0, chunk
+    while pos < end:
+        n = min(size, end - pos)
+        data = read_at(pos, n)
+        got = _xwire.decode_into(data, off_id, dur_id, wanted, pos + n == end, at, timestamp_ns,
+                                 mids, starts, durations, occurrences, at)
+        if isinstance(got, str):
+            raise Unread(got)
+        consumed, need, written, full, wide, stats, other = got
+        if wide:
+            return None
+        if not consumed and not full:  # the next field does not fit in this chunk: read it whole
+            size = max(need, 2 * n)
+            continue
+        size = chunk
+        bounds = np.frombuffer(other, np.int64).tolist()
+        others.extend(data[a:b] for a, b in zip(bounds[::2], bounds[1::2], strict=True))
+        if len(stats):
+            owns.append(_own(data, np.frombuffer(stats, np.int64), op_ids, snames))
+        at += written
+        pos += consumed
+        if full:
+            cap += cap // 2
+            mids, starts, durations, occurrences = (_grown(a, at, cap) for a in (mids, starts, durations, occurrences))
+    if others:
+        try:
+            XLINE_SPLIT.FromString(b"".join(others))
+        except (DecodeError, ValueError):
+            raise Unread("the line's other fields are not readable") from None
+    return mids[:at], starts[:at], durations[:at], occurrences[:at], OwnStats.joined(owns)
+
+
+def _grown(values: np.ndarray, used: int, cap: int) -> np.ndarray:
+    """``values[:used]`` in an array of ``cap`` entries (the rest not written, so not resident)."""
+    out = np.empty(cap, values.dtype)
+    out[:used] = values[:used]
+    return out
+
+
 def walk_fields(data: bytes, base: int, end: int) -> tuple[np.ndarray, int]:
     """The fields of a message from ``data`` (at file offset ``base``; the message ends at ``end``)
     as rows (number, start, value, stop) of file offsets, and the offset the walk reached: it stops
@@ -124,7 +186,7 @@ def _own(data: bytes, rows: np.ndarray, op_ids: dict[int, str], snames: dict[int
         # Integers only (step and module lines: group_id, program_id, run_id): kept as rows, their
         # values as they are; a dict only if one is asked for.
         return OwnStats(rows=(table[:, 0].copy(), table[:, 1].copy(), table[:, 3].copy()),
-                        names={sid: op_ids[sid] for sid in np.unique(table[:, 1]).tolist()})
+                        names={sid: op_ids[sid] for sid in unique_values(table[:, 1]).tolist()})
     sids, inverse = np.unique(table[:, 1], return_inverse=True)
     names = np.asarray([op_ids[sid] for sid in sids.tolist()] + [""], object)[inverse.reshape(-1)].tolist()
     values = _values(buf, table, snames)
@@ -152,7 +214,7 @@ def _values(buf: np.ndarray, table: np.ndarray, snames: dict[int, str]) -> list[
     kinds, raw = table[:, 2], table[:, 3]
     out = np.full(len(table), None, object)
     unsigned = raw.astype(np.uint64)
-    for kind in np.unique(kinds).tolist():
+    for kind in unique_values(kinds).tolist():
         at = np.flatnonzero(kinds == kind)
         if kind == 0:
             continue

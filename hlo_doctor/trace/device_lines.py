@@ -47,6 +47,10 @@ def scan(line: object, off_id: int, dur_id: int, op_ids: dict[int, str], snames:
         raise Unread("not on disk")
     if columns is not None and getattr(line, "wire_bytes", 0) >= WIRE_MIN_BYTES:
         try:
+            whole = getattr(line, "event_arrays", None)
+            arrays = whole(off_id, dur_id, op_ids, snames) if whole is not None else None
+            if arrays is not None:  # the compiled reader's one pass
+                return Line(*arrays)
             parts = list(columns(off_id, dur_id, op_ids, snames))
         except Unread:
             if wire_only:

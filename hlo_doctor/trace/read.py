@@ -15,10 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from hlo_doctor.core.errors import InputError, NoOpsError
-from hlo_doctor.trace.columns import OpColumns, return_freed_memory, trim_freed_memory
+from hlo_doctor.trace.columns import OpColumns, return_freed_memory, trim_freed_memory, unique_values
 from hlo_doctor.trace.compiles import annotate_compiles
 from hlo_doctor.trace.conventions import device_plane_backend, read_host_plane
 from hlo_doctor.trace.cwire import COMPILED
@@ -165,7 +163,7 @@ def read_host(source: Path | bytes, cols: OpColumns, origin: str = "") -> HostRe
     out.ops = len(cols) - start
     values = cols.program_ids.values
     for chunk in cols.chunks[3][pid_chunks:]:
-        out.program_ids.update(values[c] for c in np.unique(chunk).tolist())
+        out.program_ids.update(values[c] for c in unique_values(chunk).tolist())
     trim_freed_memory()
     return out
 

@@ -29,7 +29,8 @@ from google.protobuf.message import DecodeError
 
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.regular import open_regular
-from hlo_doctor.trace.cwire import COMPILED, line_columns, walk_fields
+from hlo_doctor.trace.columns import unique_values
+from hlo_doctor.trace.cwire import COMPILED, line_columns, line_events, walk_fields
 from hlo_doctor.trace.wire import (
     EventColumns,
     Unread,
@@ -263,6 +264,16 @@ class LineRef:
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
             yield _parse(XLINE, source.read_at(self._offset + a, b - a), source, where).events
 
+    def event_arrays(self, off_id: int, dur_id: int, op_ids: dict[int, str],
+                     snames: dict[int, str]) -> tuple[Any, ...] | None:
+        """The line's events as the columns a device line is read into (:func:`~hlo_doctor.trace.cwire.line_events`:
+        ids, starts and durations in ns, occurrences, op stats), decoded in one pass by the compiled
+        reader; None where it is not built or leaves the line to :meth:`event_columns`."""
+        if not COMPILED:
+            return None
+        return line_events(self._source.read_at, self._offset + self._events_at, self._offset + self._length,
+                           off_id, dur_id, op_ids, snames, CHUNK_BYTES, self.timestamp_ns)
+
     def event_columns(self, off_id: int, dur_id: int, op_ids: dict[int, str],
                       snames: dict[int, str]) -> Iterator[EventColumns]:
         """The line's events as columns, a chunk of about :data:`CHUNK_BYTES` at a time, decoded from
@@ -304,7 +315,7 @@ class LineRef:
             return [self._events_at, self._events_at]
         ends = self._events_at + np.cumsum(sizes + 1 + varint_sizes(sizes))
         starts = np.r_[self._events_at, ends[:-1]]
-        picks = np.unique(np.searchsorted(ends, np.arange(self._events_at + CHUNK_BYTES, int(ends[-1]),
+        picks = unique_values(np.searchsorted(ends, np.arange(self._events_at + CHUNK_BYTES, int(ends[-1]),
                                                           CHUNK_BYTES)))
         picked = [k for k in picks.tolist() if 0 < k < len(sizes)]
         cuts = [int(starts[k]) for k in picked]

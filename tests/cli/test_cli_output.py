@@ -14,7 +14,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from hlo_doctor.cli import main
+from hlo_doctor.cli import Commands, main
 from hlo_doctor.cli.progress import plain_progress
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,7 +111,7 @@ def test_pyproject_unknown_key_exits_2_with_a_suggestion(tmp_path: Path, monkeyp
 
 def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     out = []
-    for name, cmd in group.commands.items():
+    for name, cmd in (group.load_all() if isinstance(group, Commands) else group.commands).items():
         out.append((*prefix, name))
         if isinstance(cmd, click.Group):
             out.extend(_commands(cmd, (*prefix, name)))

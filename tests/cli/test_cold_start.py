@@ -79,7 +79,7 @@ def _loaded(record: dict[str, object], names: frozenset[str]) -> set[str]:
 def test_version_help_and_completion_load_click_and_rich_only(tmp_path: Path) -> None:
     from hlo_doctor.cli import main
 
-    commands = sorted(main.commands)
+    commands = sorted(main.load_all())
     completion = {"_HLO_DOCTOR_COMPLETE": "bash_complete", "COMP_WORDS": "hlo-doctor st", "COMP_CWORD": "1"}
     records = _run(tmp_path, ["--version"], ["--help"], *([name, "--help"] for name in commands),
                    (["--help"], {}), ([], completion))
@@ -95,7 +95,7 @@ def test_the_group_help_lists_every_command_with_its_short_help() -> None:
     from hlo_doctor.cli import main
 
     text = CliRunner().invoke(main, ["--help"], terminal_width=200).output
-    for name, command in main.commands.items():
+    for name, command in main.load_all().items():
         assert f"  {name}  " in text and command.get_short_help_str(150)[:40] in text, name
 
 
@@ -148,3 +148,28 @@ def test_shell_completion_still_names_the_commands() -> None:
     done = subprocess.run([sys.executable, "-m", "hlo_doctor.cli"], capture_output=True, text=True, env=env,
                           timeout=60, check=False)
     assert done.returncode == 0 and done.stdout.split() == ["plain,stats"]
+
+
+def test_the_commands_table_names_every_command_of_every_module() -> None:
+    """``stats`` imports only its own module (cli.COMMAND_MODULES): the table must name each module's
+    commands, or a command would be missing from the CLI."""
+    import importlib
+
+    from hlo_doctor.cli import COMMAND_MODULES
+
+    package = Path(__file__).resolve().parents[2] / "hlo_doctor" / "cli"
+    found: dict[str, str] = {}
+    for path in sorted(package.glob("*.py")):
+        if "\nCOMMANDS = " in path.read_text():
+            module = importlib.import_module(f"hlo_doctor.cli.{path.stem}")
+            found.update({command.name: path.stem for command in module.COMMANDS})
+    assert found == COMMAND_MODULES
+
+
+def test_stats_imports_no_other_command(tmp_path: Path) -> None:
+    records = _run(tmp_path, ["stats", str(SEED / "opstats.json"), "--format", "json"])
+    assert records[0]["code"] == 0
+    modules = set(records[0]["modules"])  # type: ignore[call-overload]
+    others = {"hlo_doctor.cli.apply_fix", "hlo_doctor.cli.verify", "hlo_doctor.cli.diagnose", "hlo_doctor.cli.mcp",
+              "hlo_doctor.cli.doctor", "hlo_doctor.cli.gate"}
+    assert not modules & others, modules & others

@@ -77,12 +77,44 @@ def _line(n: int, seed: int) -> bytes:
     return b"".join(field(4, e) for e in _serialized_events(n, seed)) + field(11, "XLA Ops")
 
 
-def _same_or_left(data: bytes) -> str:
-    """'read' where both read ``data`` alike, 'left' where the compiled reader leaves it to the runtime."""
-    got = _compiled(data)
+TS = 1_700_000_000_123_456_789  # a line's timestamp_ns (above 2**53: its float is rounded)
+
+
+def _one_pass(data: bytes, chunk: int = 1 << 22) -> tuple[list[tuple[int, float, float, int]], dict] | str | None:
+    """The same through the compiled reader's one pass (``cwire.line_events``): (id, start ns,
+    duration ns, occurrences) per event and the op stats; None where it leaves the bytes to the
+    runtime, "wide" where it leaves them to ``line_columns`` (an id or count past int32)."""
+    try:
+        got = cwire.line_events(lambda at, n: data[at:at + n], 0, len(data), 1, 2, OP_STATS, STATS, chunk, TS)
+    except Unread:
+        return None
     if got is None:
+        return "wide"
+    mids, starts, durations, occurrences, own = got
+    assert (mids.dtype, starts.dtype, durations.dtype, occurrences.dtype) == (np.int32, np.float64, np.float64, np.int32)
+    return list(zip(mids.tolist(), starts.tolist(), durations.tolist(), occurrences.tolist(), strict=True)), dict(own)
+
+
+def _as_read(rows: list[tuple[int, int, int, int]], own: dict) -> tuple[list[tuple[int, float, float, int]], dict] | str:
+    """The runtime's rows as the reader's numpy path makes a device line of them (device_lines.scan):
+    starts ``offset / 1000 + TS``, durations ``/ 1000``; "wide" where an id or a count needs int64."""
+    if any(not -(1 << 31) <= v < (1 << 31) for mid, _, _, occ in rows for v in (mid, occ)):
+        return "wide"
+    starts = np.asarray([r[1] for r in rows], np.int64) / 1000
+    starts += TS
+    durations = np.asarray([r[2] for r in rows], np.int64) / 1000
+    return list(zip([r[0] for r in rows], starts.tolist(), durations.tolist(), [r[3] for r in rows], strict=True)), own
+
+
+def _same_or_left(data: bytes) -> str:
+    """'read' where both read ``data`` alike, 'left' where the compiled reader leaves it to the runtime
+    (its one pass too, the same bytes: both walk a line alike)."""
+    got, one = _compiled(data), _one_pass(data)
+    if got is None:
+        assert one is None
         return "left"
     assert repr(got) == repr(_runtime(data))  # repr: a NaN double reads equal to itself
+    assert repr(one) == repr(_as_read(*got))
     return "read"
 
 
@@ -128,6 +160,23 @@ def test_oversized_lengths_are_left_to_the_runtime() -> None:
 def test_chunked_reads_give_the_whole_read(chunk: int) -> None:
     data = _line(200, 4)
     assert _compiled(data, chunk) == _compiled(data) == _runtime(data)
+    assert _one_pass(data, chunk) == _one_pass(data) == _as_read(*_runtime(data))  # type: ignore[misc]
+
+
+def test_the_one_pass_grows_its_columns_past_its_first_guess() -> None:
+    # 5,000 events of 4 bytes: the first guess (a 30-byte event, at least 1,024) is short 4 times over.
+    data = b"".join(field(4, field(1, k % 100 + 1) + field(3, k)) for k in range(5000)) + field(11, "XLA Ops")
+    for chunk in (1 << 22, 333):
+        got = _one_pass(data, chunk)
+        assert got == _as_read(*_runtime(data))  # type: ignore[misc]
+        assert len(got[0]) == 5000  # type: ignore[index]
+
+
+@pytest.mark.parametrize("event", [field(1, 1 << 31), field(1, -(1 << 31) - 1), field(1, 3) + field(5, 1 << 31)])
+def test_ids_and_counts_past_int32_are_left_to_the_columns_reader(event: bytes) -> None:
+    data = field(4, field(1, 2)) + field(4, event) + field(4, field(1, 4))
+    assert _one_pass(data) == "wide"
+    assert _compiled(data) == _runtime(data)
 
 
 def test_a_ten_byte_varint_limit() -> None:
