@@ -208,9 +208,66 @@ done:
     return result;
 }
 
+/* enclosing(starts, span_starts, span_ends, out): for each event start, the last span whose start is
+   at or before it (span_starts sorted) where that span's end is at or after it, else -1, into out
+   (int64): numpy's ``searchsorted(span_starts, starts, side="right") - 1``, kept where
+   ``span_ends[run] >= start``. Events mostly come by start, so the spans are walked alongside them;
+   an event before the one ahead of it is searched for. Returns False, out unwritten, where a value is
+   NaN (numpy orders NaN last; the caller does it numpy's way). */
+static PyObject *enclosing(PyObject *self, PyObject *args) {
+    Py_buffer sb, hb, eb, ob;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*", &sb, &hb, &eb, &ob)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = sb.len / (Py_ssize_t)sizeof(double), m = hb.len / (Py_ssize_t)sizeof(double);
+    if (eb.len != hb.len || ob.len != n * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "enclosing: the spans' starts and ends, or the events and out, differ in length");
+        goto done;
+    }
+    {
+        const double *x = (const double *)sb.buf, *hay = (const double *)hb.buf, *ends = (const double *)eb.buf;
+        int64_t *out = (int64_t *)ob.buf;
+        int nan = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t j = 0; j < m && !nan; j++)
+            nan = hay[j] != hay[j] || ends[j] != ends[j];
+        for (Py_ssize_t i = 0; i < n && !nan; i++)
+            nan = x[i] != x[i];
+        if (!nan) {
+            Py_ssize_t j = 0; /* spans with a start at or before x[i-1] */
+            double last = 0.0;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                double v = x[i];
+                if (i == 0 || v < last) { /* a binary search: the first span starting after v */
+                    Py_ssize_t lo = 0, hi = m;
+                    while (lo < hi) {
+                        Py_ssize_t mid = lo + (hi - lo) / 2;
+                        if (hay[mid] <= v) lo = mid + 1;
+                        else hi = mid;
+                    }
+                    j = lo;
+                } else {
+                    while (j < m && hay[j] <= v) j++;
+                }
+                last = v;
+                out[i] = (j > 0 && ends[j - 1] >= v) ? (int64_t)(j - 1) : -1;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        result = PyBool_FromLong(!nan);
+    }
+done:
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&hb);
+    PyBuffer_Release(&eb);
+    PyBuffer_Release(&ob);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"segments", segments, METH_VARARGS,
      "segments(starts, ends, names, untraced, label_of): a thread's nested events as labelled segments."},
+    {"enclosing", enclosing, METH_VARARGS,
+     "enclosing(starts, span_starts, span_ends, out): each start's enclosing span (its index, else -1)."},
     {NULL, NULL, 0, NULL},
 };
 

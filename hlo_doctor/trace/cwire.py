@@ -28,7 +28,7 @@ from hlo_doctor.trace.columns import unique_values
 from hlo_doctor.trace.wire import EventColumns, OwnStats, Unread, stat_value_at
 from hlo_doctor.trace.xspace import XLINE_SPLIT
 
-__all__ = ["COMPILED", "NUMPY_READER_ENV", "SEGMENTS_COMPILED", "line_columns", "line_events", "segments", "walk_fields"]
+__all__ = ["COMPILED", "NUMPY_READER_ENV", "SEGMENTS_COMPILED", "enclosing_runs", "line_columns", "line_events", "segments", "walk_fields"]
 
 NUMPY_READER_ENV = "HLO_DOCTOR_NUMPY_READER"
 """Set (to anything but empty): the numpy reader even where the compiled one is built (to compare them)."""
@@ -172,6 +172,18 @@ def segments(starts: np.ndarray, ends: np.ndarray, names: np.ndarray, untraced: 
     s, e, k = _xsegments.segments(np.ascontiguousarray(starts, np.float64), np.ascontiguousarray(ends, np.float64),
                                   np.ascontiguousarray(names, np.int64), untraced, label_of)
     return np.frombuffer(s, np.float64), np.frombuffer(e, np.float64), np.frombuffer(k, np.int64)
+
+
+def enclosing_runs(span_starts: np.ndarray, span_ends: np.ndarray, starts: np.ndarray) -> np.ndarray | None:
+    """For each of ``starts``, the index of the last span (``span_starts`` sorted) starting at or before
+    it, where that span ends at or after it, else -1 (int64), in one compiled walk; None where the
+    compiled walk is not built or a value is NaN (the caller then does it with numpy)."""
+    if _xsegments is None:
+        return None
+    out = np.empty(len(starts), np.int64)
+    ok = _xsegments.enclosing(np.ascontiguousarray(starts, np.float64), np.ascontiguousarray(span_starts, np.float64),
+                              np.ascontiguousarray(span_ends, np.float64), out)
+    return out if ok else None
 
 
 def _own(data: bytes, rows: np.ndarray, op_ids: dict[int, str], snames: dict[int, str]) -> OwnStats:

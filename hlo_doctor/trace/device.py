@@ -28,7 +28,7 @@ import numpy as np
 
 from hlo_doctor.trace.columns import OpColumns, narrowest, searchsorted, unique_inverse
 from hlo_doctor.trace.conventions import split_module, split_op_text
-from hlo_doctor.trace.cwire import COMPILED
+from hlo_doctor.trace.cwire import COMPILED, enclosing_runs
 from hlo_doctor.trace.device_lines import Line as _Line
 from hlo_doctor.trace.device_lines import scan as _scan
 from hlo_doctor.trace.model import StepMark
@@ -314,7 +314,10 @@ class DevicePlaneReader:
         keep = np.fromiter((infos[k] is not None for k in range(len(infos))), bool, len(infos))[which]
         span_starts, span_ends, span_what = spans
         # Each event's module run (-1: none), made in one array: millions of events, so no temporaries.
-        if len(span_starts):
+        compiled = enclosing_runs(span_starts, span_ends, ev.start_ns) if len(span_starts) else None
+        if compiled is not None:
+            run = compiled
+        elif len(span_starts):
             run = searchsorted(span_starts, ev.start_ns, side="right")
             run -= 1
             inside = run >= 0

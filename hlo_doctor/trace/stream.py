@@ -49,6 +49,12 @@ _PLANES, _LINES, _EVENTS, _NAME = 1, 3, 4, 2
 _EVENT_TAG = _EVENTS << 3 | 2
 _HINT = "the file may be truncated or corrupt; capture again"
 
+LINE_CHUNK_BYTES = 1 << 20
+"""The compiled reader's reads of a line's events (:meth:`LineRef.event_arrays`): below the size
+from which the C allocator maps a block fresh (``columns.RELEASE_FROM_BYTES``), so each read reuses
+the memory the last one freed instead of faulting in new pages (on the 118 MiB TPU file, 16,000 page
+faults and 0.035 s of CPU fewer than 4 MiB reads)."""
+
 
 MAX_LINES = 1 << 16
 """The most lines one plane may hold (real ones: a line per thread on a host, a few per device)."""
@@ -272,7 +278,7 @@ class LineRef:
         if not COMPILED:
             return None
         return line_events(self._source.read_at, self._offset + self._events_at, self._offset + self._length,
-                           off_id, dur_id, op_ids, snames, CHUNK_BYTES, self.timestamp_ns)
+                           off_id, dur_id, op_ids, snames, LINE_CHUNK_BYTES, self.timestamp_ns)
 
     def event_columns(self, off_id: int, dur_id: int, op_ids: dict[int, str],
                       snames: dict[int, str]) -> Iterator[EventColumns]:
