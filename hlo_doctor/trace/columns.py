@@ -25,6 +25,14 @@ def unique_inverse(values: np.ndarray, *, scratch: bool = False) -> tuple[np.nda
     copied: one array an event fewer)."""
     if values.ndim == 1 and values.size and values.dtype.kind in "iu":
         lo, hi = int(values.min()), int(values.max())
+        if 0 <= lo and hi < max(1 << 16, 4 * values.size):
+            # Small non-negative values (ids, codes): the table over [0, hi], no shifted copy.
+            present = np.zeros(hi + 1, bool)
+            present[values] = True
+            uniq = np.flatnonzero(present)
+            table = np.zeros(hi + 1, np.int32)
+            table[uniq] = np.arange(len(uniq))
+            return uniq.astype(values.dtype), table[values]
         if hi - lo < max(1 << 16, 4 * values.size):
             if scratch:
                 shifted = values

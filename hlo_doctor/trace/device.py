@@ -311,7 +311,8 @@ class DevicePlaneReader:
                 k = index[key] = len(infos)
                 infos.append(self._op(key[0], own, op_line))
             which[i] = k
-        keep = np.fromiter((infos[k] is not None for k in range(len(infos))), bool, len(infos))[which]
+        kept = np.fromiter((info is not None for info in infos), bool, len(infos))
+        keep = None if bool(kept.all()) else kept[which]  # None: every event (the usual case, no mask)
         span_starts, span_ends, span_what = spans
         # Each event's module run (-1: none), made in one array: millions of events, so no temporaries.
         compiled = enclosing_runs(span_starts, span_ends, ev.start_ns) if len(span_starts) else None
@@ -329,13 +330,25 @@ class DevicePlaneReader:
             run = np.full(n, -1, np.int64)
         # Module and program id codes per event: from the op, else from the enclosing module run: the
         # pair (op, run + 1) where the op needs its run, else (op, 0), as one integer.
-        need_span = np.fromiter(
-            ((o is not None and (not o.module or o.program_id == _NO_ID)) for o in infos), bool, len(infos))[which]
-        pairs = which.astype(np.int64)
-        pairs *= np.int64(len(span_what) + 1)
-        np.add(pairs, run, out=pairs, where=need_span)
-        np.add(pairs, 1, out=pairs, where=need_span)
-        uniq, inverse = unique_inverse(pairs, scratch=True)
+        needs = np.fromiter(
+            ((o is not None and (not o.module or o.program_id == _NO_ID)) for o in infos), bool, len(infos))
+        width = len(span_what) + 1
+        if not needs.any():  # every op names its module and program: (op, 0), in the order of the ops
+            uniq, inverse = unique_inverse(which)
+            uniq = uniq.astype(np.int64) * width
+        else:
+            pairs = which.astype(np.int64)
+            pairs *= np.int64(width)
+            if needs.all():
+                pairs += run
+                pairs += 1
+            else:
+                need_span = needs[which]
+                np.add(pairs, run, out=pairs, where=need_span)
+                np.add(pairs, 1, out=pairs, where=need_span)
+                del need_span
+            uniq, inverse = unique_inverse(pairs, scratch=True)
+            del pairs
         codes = np.empty((len(uniq), 3), np.int32)
         no_pid = np.zeros(len(uniq), bool)
         for u, pair in enumerate(uniq.tolist()):
@@ -343,17 +356,19 @@ class DevicePlaneReader:
             info, span = infos[k], span_what[s - 1] if s > 0 else None
             codes[u] = self._codes(info, span)
             no_pid[u] = info is not None and info.program_id == _NO_ID and (span is None or span[1] == _NO_ID)
-        unkeyed = no_pid[inverse] & keep
-        if unkeyed.any():
+        unkeyed = no_pid[inverse] if no_pid.any() else None
+        if unkeyed is not None and keep is not None:
+            unkeyed &= keep
+        if unkeyed is not None and unkeyed.any():
             # xprof keys ops by program id and leaves these out of hlo_stats; they are kept, and said.
             self._warn(("no pid", line.name), f"{int(ev.occurrences[unkeyed].sum())} op events on "  # type: ignore[attr-defined]
                                                f"{line.name} have no program id (xprof's hlo_stats "  # type: ignore[attr-defined]
                                                "leaves them out): counted without one")
-        del which, need_span, pairs
+        del which
         # The codes in their column's type already (int16 where they fit): each column below is then
         # one gather, not a gather and a narrowing copy.
         codes = narrowest(codes, np.int16)
-        if bool(keep.all()):  # the usual case: no copy of the columns
+        if keep is None or bool(keep.all()):  # the usual case: no copy of the columns
             inverse_kept, start_ns, duration_ns, occurrences = inverse, ev.start_ns, ev.duration_ns, ev.occurrences
         else:
             inverse_kept, start_ns, duration_ns, occurrences = (
