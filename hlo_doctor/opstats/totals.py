@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from hlo_doctor.core.handoff import quick_handoffs
 from hlo_doctor.opstats.breakdown_build import BreakdownPart, breakdown_part
 from hlo_doctor.opstats.breakdown_steps import SliceSums
 from hlo_doctor.opstats.host_time import FrameKinds
@@ -170,7 +171,7 @@ def event_totals(trace: Trace, frame_kinds: Callable[[], FrameKinds],
     # more, and its temporaries beside the breakdown's would put the peak past twice the file.)
     overlap = overlap and breakdown and _xsums is not None and not os.environ.get(NUMPY_READER_ENV)
     with ThreadPoolExecutor(1, thread_name_prefix="hlo-doctor-breakdown") if overlap \
-            else contextlib.nullcontext() as pool:
+            else contextlib.nullcontext() as pool, quick_handoffs() if overlap else contextlib.nullcontext():
         later = pool.submit(breakdown_part, trace, choice.source, frame_kinds, step_name=choice.name,
                             main=choice.main) if pool is not None else None
         totals = _step_sums(trace, choice)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hlo_doctor.core.errors import InputError, NoOpsError
+from hlo_doctor.core.handoff import quick_handoffs
 from hlo_doctor.trace.columns import OpColumns, return_freed_memory, trim_freed_memory, unique_values
 from hlo_doctor.trace.compiles import annotate_compiles
 from hlo_doctor.trace.conventions import device_plane_backend, read_host_plane
@@ -131,7 +132,7 @@ def read_host(source: Path | bytes, cols: OpColumns, origin: str = "") -> HostRe
 
         # The next device plane's op events are decoded in the background while this one is read
         # into the columns (one plane ahead: the peak holds one more plane's events at most).
-        with ThreadPoolExecutor(1, thread_name_prefix="hlo-doctor-decode") as background:
+        with quick_handoffs(), ThreadPoolExecutor(1, thread_name_prefix="hlo-doctor-decode") as background:
             ahead = [prepare(device_refs[0])] if device_refs else []
             for k in range(len(device_refs)):
                 ref, plane, reader = ahead.pop()
