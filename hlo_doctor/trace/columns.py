@@ -133,15 +133,12 @@ def self_times(starts: np.ndarray, durations: np.ndarray) -> np.ndarray:
     return out
 
 
-_MMAP_THRESHOLD, _TRIM_THRESHOLD = -3, -1  # glibc's mallopt parameters
+_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 _released: list[bool] = []
 
 
 RELEASE_FROM_BYTES = 4 << 20
 """Freed arrays from this size go back to the system at once (:func:`return_freed_memory`)."""
-
-KEEP_FREED_BYTES = 16 << 20
-"""The free memory the heap keeps at its top before giving it back (:func:`return_freed_memory`)."""
 
 
 def return_freed_memory() -> None:
@@ -153,20 +150,15 @@ def return_freed_memory() -> None:
     process then keeps: its resident memory stays at its high-water mark while the columns of a
     large trace are joined, summed and dropped. Smaller blocks stay on the heap: a fresh mapping
     per array costs a page fault per page (with the numpy decoder's many passes over each chunk,
-    seconds of system time on a 100 MiB trace; it is not used there). Fixing that threshold also
-    fixes the heap's trim threshold at glibc's 128 KiB, so the heap's top went back to the system
-    and was faulted in again line after line: it keeps :data:`KEEP_FREED_BYTES` (on the 118 MiB TPU
-    file 20,000 page faults fewer, ~0.02 s; :func:`trim_freed_memory` returns them at the read's
-    end). Called once per process, before the first read."""
+    seconds of system time on a 100 MiB trace; it is not used there). Called once per process,
+    before the first read."""
     if _released:
         return
     _released.append(True)
     try:
         import ctypes
 
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(_MMAP_THRESHOLD, RELEASE_FROM_BYTES)
-        libc.mallopt(_TRIM_THRESHOLD, KEEP_FREED_BYTES)
+        ctypes.CDLL("libc.so.6").mallopt(_MMAP_THRESHOLD, RELEASE_FROM_BYTES)
     except (OSError, AttributeError):  # not glibc
         pass
 

@@ -18,6 +18,7 @@ protobuf runtime, which rejects what it would reject in a parsed line.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
@@ -94,7 +95,19 @@ def line_columns(read_at: Callable[[int, int], bytes], start: int, end: int, off
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def line_events(read_at: Callable[[int, int], bytes], start: int, end: int, off_id: int, dur_id: int,
+_buffers = threading.local()
+
+
+def _buffer(n: int) -> bytearray:
+    """This thread's buffer for a line's reads, of ``n`` bytes at least (kept for the next line:
+    no block allocated, nor pages faulted in, per read)."""
+    buf: bytearray | None = getattr(_buffers, "buf", None)
+    if buf is None or len(buf) < n:
+        buf = _buffers.buf = bytearray(n)
+    return buf
+
+
+def line_events(read_into: Callable[[int, int, bytearray], memoryview], start: int, end: int, off_id: int, dur_id: int,
                 op_ids: dict[int, str], snames: dict[int, str], chunk: int,
                 timestamp_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, OwnStats] | None:
     """:func:`line_columns` of a whole line, joined as the reader uses them, in one pass written into
@@ -116,7 +129,7 @@ def line_events(read_at: Callable[[int, int], bytes], start: int, end: int, off_
     pos, at, size = start, 0, chunk
     while pos < end:
         n = min(size, end - pos)
-        data = read_at(pos, n)
+        data = read_into(pos, n, _buffer(n))
         got = _xwire.decode_into(data, off_id, dur_id, wanted, pos + n == end, at, timestamp_ns,
                                  mids, starts, durations, occurrences, at)
         if isinstance(got, str):
@@ -129,7 +142,7 @@ def line_events(read_at: Callable[[int, int], bytes], start: int, end: int, off_
             continue
         size = chunk
         bounds = np.frombuffer(other, np.int64).tolist()
-        others.extend(data[a:b] for a, b in zip(bounds[::2], bounds[1::2], strict=True))
+        others.extend(bytes(data[a:b]) for a, b in zip(bounds[::2], bounds[1::2], strict=True))  # (copied: the buffer is reused)
         if len(stats):
             owns.append(_own(data, np.frombuffer(stats, np.int64), op_ids, snames))
         at += written
@@ -186,7 +199,7 @@ def enclosing_runs(span_starts: np.ndarray, span_ends: np.ndarray, starts: np.nd
     return out if ok else None
 
 
-def _own(data: bytes, rows: np.ndarray, op_ids: dict[int, str], snames: dict[int, str]) -> OwnStats:
+def _own(data: bytes | memoryview, rows: np.ndarray, op_ids: dict[int, str], snames: dict[int, str]) -> OwnStats:
     """Event index -> its stats named in ``op_ids``, in order, from the rows (event, stat id, kind,
     value or payload start, end) the compiled reader wrote."""
     if not rows.size:

@@ -85,7 +85,11 @@ def _one_pass(data: bytes, chunk: int = 1 << 22) -> tuple[list[tuple[int, float,
     duration ns, occurrences) per event and the op stats; None where it leaves the bytes to the
     runtime, "wide" where it leaves them to ``line_columns`` (an id or count past int32)."""
     try:
-        got = cwire.line_events(lambda at, n: data[at:at + n], 0, len(data), 1, 2, OP_STATS, STATS, chunk, TS)
+        def read_into(at: int, n: int, buf: bytearray) -> memoryview:
+            buf[:n] = data[at:at + n]  # as the reader's source does: into the reused buffer
+            return memoryview(buf)[:n]
+
+        got = cwire.line_events(read_into, 0, len(data), 1, 2, OP_STATS, STATS, chunk, TS)
     except Unread:
         return None
     if got is None:
