@@ -96,11 +96,16 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 _buffers = threading.local()
+_KEEP_BUFFER_BYTES = 8 << 20
+"""The largest read buffer a thread keeps; a read larger (one event of more, in a hostile file) gets
+a buffer of its own, dropped after it."""
 
 
 def _buffer(n: int) -> bytearray:
     """This thread's buffer for a line's reads, of ``n`` bytes at least (kept for the next line:
     no block allocated, nor pages faulted in, per read)."""
+    if n > _KEEP_BUFFER_BYTES:
+        return bytearray(n)
     buf: bytearray | None = getattr(_buffers, "buf", None)
     if buf is None or len(buf) < n:
         buf = _buffers.buf = bytearray(n)

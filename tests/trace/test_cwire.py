@@ -188,3 +188,13 @@ def test_a_ten_byte_varint_limit() -> None:
     data = field(4, bytes([1 << 3]) + long_varint)
     assert _compiled(data) is None
     assert np.array_equal(np.array(_compiled(field(4, field(1, -1)))[0]), np.array([(-1, 0, 0, 1)]))
+
+
+def test_a_read_larger_than_the_kept_buffer_is_not_kept() -> None:
+    # One event larger than what a thread keeps for its reads (8 MiB): read, and the buffer not kept.
+    big = field(4, field(1, 5) + field(4, field(1, 3) + field(5, "x" * (9 << 20))))
+    data = big + field(4, field(1, 6)) + field(11, "XLA Ops")
+    before = getattr(cwire._buffers, "buf", None)
+    assert _one_pass(data, 1 << 20) == _as_read(*_runtime(data))  # type: ignore[misc]
+    kept = getattr(cwire._buffers, "buf", None)
+    assert kept is before or len(kept) <= cwire._KEEP_BUFFER_BYTES
