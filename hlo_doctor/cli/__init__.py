@@ -56,6 +56,11 @@ class Commands(click.Group):
                 self.add_command(command)
         return self.commands.get(cmd_name)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in COMMAND_MODULES and not ctx.resilient_parsing:
+            self.load_all()  # an unknown name: every command loaded, so that click's error names the closest
+        return super().resolve_command(ctx, args)
+
     def load_all(self) -> dict[str, click.Command]:
         """Every command, by name (what ``commands`` holds once each module is imported)."""
         for name in COMMAND_MODULES:

@@ -173,3 +173,15 @@ def test_stats_imports_no_other_command(tmp_path: Path) -> None:
     others = {"hlo_doctor.cli.apply_fix", "hlo_doctor.cli.verify", "hlo_doctor.cli.diagnose", "hlo_doctor.cli.mcp",
               "hlo_doctor.cli.doctor", "hlo_doctor.cli.gate"}
     assert not modules & others, modules & others
+
+
+def test_an_unknown_command_is_said_with_the_closest_one() -> None:
+    import click
+    from click.testing import CliRunner
+
+    from hlo_doctor.cli import main
+
+    result = CliRunner().invoke(main, ["stat", "x.xplane.pb"])
+    assert result.exit_code == 2 and "No such command 'stat'" in result.output
+    if hasattr(click.exceptions, "NoSuchCommand"):  # (click 8.4 names the closest commands)
+        assert "Did you mean 'stats'?" in result.output
