@@ -30,7 +30,8 @@ from google.protobuf.message import DecodeError
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.core.regular import open_regular
 from hlo_doctor.trace.columns import unique_values
-from hlo_doctor.trace.cwire import COMPILED, line_columns, line_events, walk_fields
+from hlo_doctor.trace.cwire import COMPILED, line_columns, line_events
+from hlo_doctor.trace.source import Source, varint
 from hlo_doctor.trace.wire import (
     EventColumns,
     Unread,
@@ -44,14 +45,12 @@ from hlo_doctor.trace.xspace import XLINE, XLINE_SPLIT, XPLANE_HEAD
 
 CHUNK_BYTES = 4 << 20
 """Events parsed at a time (wire bytes): a parsed chunk takes about 30 MiB."""
-_WINDOW = 1 << 20
 _PLANES, _LINES, _EVENTS, _NAME = 1, 3, 4, 2
 _EVENT_TAG = _EVENTS << 3 | 2
-_HINT = "the file may be truncated or corrupt; capture again"
 
 LINE_CHUNK_BYTES = 4 << 20
 """The compiled reader's reads of a line's events (:meth:`LineRef.event_arrays`), each into one
-buffer its thread keeps (:meth:`_Source.read_into`): no block is allocated, nor page faulted in,
+buffer its thread keeps (:meth:`~hlo_doctor.trace.source.Source.read_into`): no block is allocated, nor page faulted in,
 per read (a fresh ``bytes`` of 4 MiB is a fresh mapping, 1,024 page faults, each read)."""
 
 
@@ -61,140 +60,7 @@ MAX_PLANES = 1 << 16
 """The most planes one file may hold (real ones: one per device, a few for the host)."""
 
 
-def _varint(buf: bytes | memoryview, i: int) -> tuple[int, int]:
-    """A base-128 varint at ``buf[i]``: its value and the index after it (IndexError past the end)."""
-    value = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 64 bits")
-
-
-@dataclass(frozen=True, slots=True)
-class _Field:
-    number: int
-    start: int
-    """Offset of the field's tag."""
-    value: int
-    """Offset of a length-delimited field's payload (its varint value otherwise)."""
-    end: int
-
-
-class _Source:
-    """A seekable binary file (a path opened for reading, or bytes) read at offsets.
-
-    Small reads (field heads, metadata entries) come from a window of up to :data:`_WINDOW` bytes
-    kept from the last read; a line's events are read straight from the file.
-    """
-
-    def __init__(self, f: IO[bytes], size: int, origin: str) -> None:
-        self.f, self.size, self.origin = f, size, origin
-        self._lo, self._buf = 0, b""
-        # Reads at an offset share no file position (os.pread, or a slice of the bytes in memory),
-        # so a line's events may be read in another thread (DevicePlaneReader.prefetch).
-        self._fd = f.fileno() if not isinstance(f, io.BytesIO) else -1
-        self._mem = f.getbuffer() if isinstance(f, io.BytesIO) else None
-
-    def corrupt(self, what: str) -> InputError:
-        return InputError(f"{self.origin}: not a readable xplane (truncated or corrupt: {what})", _HINT)
-
-    def read_at(self, offset: int, n: int) -> bytes:
-        """``n`` bytes at ``offset`` (any thread may call it)."""
-        if self._mem is not None:
-            data = bytes(self._mem[offset:offset + n]) if offset >= 0 else b""
-        else:
-            parts, got = [], 0
-            while got < n:
-                part = os.pread(self._fd, n - got, offset + got) if offset >= 0 else b""
-                if not part:
-                    break
-                parts.append(part)
-                got += len(part)
-            data = parts[0] if len(parts) == 1 else b"".join(parts)
-        if len(data) != n:
-            raise self.corrupt(f"{n} bytes at offset {offset} reach past the end of the file")
-        return data
-
-    def read_into(self, offset: int, n: int, buf: bytearray) -> memoryview:
-        """:meth:`read_at` into ``buf`` (at least ``n`` bytes; any thread may call it): a view of
-        the ``n`` bytes, valid until ``buf`` is written again. No block is allocated per read."""
-        view = memoryview(buf)[:n]
-        got = 0
-        if offset >= 0 and self._mem is not None:
-            part = self._mem[offset:offset + n]
-            got = len(part)
-            view[:got] = part
-        elif offset >= 0:
-            while got < n:
-                k = os.preadv(self._fd, [view[got:]], offset + got)
-                if not k:
-                    break
-                got += k
-        if got != n:
-            raise self.corrupt(f"{n} bytes at offset {offset} reach past the end of the file")
-        return view
-
-    def release(self) -> None:
-        """Drop the view of the bytes in memory (the file object can then be closed)."""
-        if self._mem is not None:
-            self._mem.release()
-            self._mem = None
-
-    def piece(self, offset: int, n: int) -> bytes:
-        """``n`` bytes at ``offset``, through the window when they fit in one."""
-        if n > _WINDOW:
-            return self.read_at(offset, n)
-        if not (self._lo <= offset and offset + n <= self._lo + len(self._buf)):
-            self._lo, self._buf = offset, self.read_at(offset, max(n, min(_WINDOW, self.size - offset)))
-        start = offset - self._lo
-        return self._buf[start:start + n]
-
-    def field_at(self, pos: int, end: int) -> _Field:
-        """The protobuf field whose tag is at ``pos`` (it must end by ``end``)."""
-        head = self.piece(pos, min(20, end - pos))
-        try:
-            tag, i = _varint(head, 0)
-            number, wire = tag >> 3, tag & 7
-            if number == 0:
-                raise ValueError("field number 0")
-            if wire == 0:
-                value, i = _varint(head, i)
-                stop = pos + i
-            elif wire == 2:
-                length, i = _varint(head, i)
-                value, stop = pos + i, pos + i + length
-            elif wire in (1, 5):
-                value, stop = pos + i, pos + i + (8 if wire == 1 else 4)
-            else:
-                raise ValueError(f"wire type {wire}")
-        except (IndexError, ValueError) as exc:
-            raise self.corrupt(f"bad field at offset {pos}: {exc}") from None
-        if stop > end:
-            raise self.corrupt(f"field {number} at offset {pos} reaches past its message")
-        return _Field(number, pos, value, stop)
-
-    def fields(self, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-        """The fields (number, start, value, stop) of the message at ``[pos, end)``, in order, as
-        :meth:`field_at` reads them (a field it refuses raises there). The compiled reader walks a
-        window of them at a time (a plane's metadata is tens of thousands of small fields)."""
-        while pos < end:
-            if COMPILED:
-                rows, stopped = walk_fields(self.piece(pos, min(_WINDOW, end - pos)), pos, end)
-                if len(rows):
-                    yield from map(tuple, rows.tolist())  # type: ignore[misc]
-                    pos = stopped
-                    continue
-            f = self.field_at(pos, end)
-            yield f.number, f.start, f.value, f.end
-            pos = f.end
-
-
-def _parse(cls: Any, data: bytes | memoryview, source: _Source, what: str) -> Any:
+def _parse(cls: Any, data: bytes | memoryview, source: Source, what: str) -> Any:
     try:
         return cls.FromString(data)
     except (DecodeError, ValueError) as exc:
@@ -206,7 +72,7 @@ class LineRef:
 
     __slots__ = ("_source", "_offset", "_length", "_head", "_events_at", "_tail")
 
-    def __init__(self, source: _Source, offset: int, length: int) -> None:
+    def __init__(self, source: Source, offset: int, length: int) -> None:
         self._source, self._offset, self._length = source, offset, length
         self._tail: Any = None
         end = offset + length
@@ -345,7 +211,7 @@ class LineRef:
         cuts = [int(starts[k]) for k in picked]
         for k, at in zip(picked, cuts, strict=True):
             try:
-                if data[at] != _EVENT_TAG or _varint(data, at + 1)[0] != int(sizes[k]):
+                if data[at] != _EVENT_TAG or varint(data, at + 1)[0] != int(sizes[k]):
                     return None
             except (IndexError, ValueError):
                 return None
@@ -405,7 +271,7 @@ class XSpaceFile:
             except OSError as exc:
                 raise InputError(f"{self.origin}: cannot read ({exc.strerror})",
                                  "check the path and permissions") from exc
-        self._source = _Source(f, size, self.origin)
+        self._source = Source(f, size, self.origin)
         try:
             self.planes = self._planes()
         except BaseException:

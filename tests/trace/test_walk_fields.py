@@ -16,7 +16,7 @@ import random
 import pytest
 
 from hlo_doctor.core.errors import InputError
-from hlo_doctor.trace import cwire, stream
+from hlo_doctor.trace import cwire, source
 from hlo_doctor.trace import xplane_pb2 as xp
 
 pytestmark = pytest.mark.skipif(not cwire.COMPILED, reason="the compiled reader is not built in this install")
@@ -48,7 +48,7 @@ def _plane(seed: int, entries: int = 300) -> bytes:
 
 
 def _python_walk(data: bytes) -> list[tuple[int, int, int, int]] | str:
-    src = stream._Source(io.BytesIO(data), len(data), "x.xplane.pb")
+    src = source.Source(io.BytesIO(data), len(data), "x.xplane.pb")
     out, pos = [], 0
     try:
         while pos < len(data):
@@ -61,7 +61,7 @@ def _python_walk(data: bytes) -> list[tuple[int, int, int, int]] | str:
 
 
 def _compiled_walk(data: bytes) -> list[tuple[int, int, int, int]] | str:
-    src = stream._Source(io.BytesIO(data), len(data), "x.xplane.pb")
+    src = source.Source(io.BytesIO(data), len(data), "x.xplane.pb")
     try:
         return list(src.fields(0, len(data)))
     except InputError as exc:
@@ -70,7 +70,7 @@ def _compiled_walk(data: bytes) -> list[tuple[int, int, int, int]] | str:
 
 @pytest.mark.parametrize("window", [16, 100, 4096, 1 << 20])
 def test_serialized_planes_walk_alike(monkeypatch: pytest.MonkeyPatch, window: int) -> None:
-    monkeypatch.setattr(stream, "_WINDOW", window)
+    monkeypatch.setattr(source, "WINDOW", window)
     for seed in range(4):
         data = _plane(seed)
         got = _compiled_walk(data)
@@ -81,7 +81,7 @@ def test_serialized_planes_walk_alike(monkeypatch: pytest.MonkeyPatch, window: i
 
 @pytest.mark.parametrize("seed", range(6))
 def test_cut_and_corrupted_planes_walk_alike_or_are_refused_alike(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
-    monkeypatch.setattr(stream, "_WINDOW", 257)
+    monkeypatch.setattr(source, "WINDOW", 257)
     rng = random.Random(seed)
     data = _plane(100 + seed, entries=120)
     for _ in range(150):
