@@ -39,8 +39,8 @@ COMMAND_MODULES: dict[str, str] = {
     "verify": "verify", "gate": "gate", "rules": "rules", "engine": "engine", "doctor": "doctor",
     "report": "report", "memory": "memory", "mcp": "mcp",
 }
-"""Each command's module under :mod:`hlo_doctor.cli` (its ``COMMANDS``): a command's module is imported when that command runs, not the others (``stats`` of a capture
-does not load what ``apply-fix`` or ``verify`` need)."""
+"""Each command's module under :mod:`hlo_doctor.cli` (its ``COMMANDS``), imported when that command
+runs, not the others: ``stats`` of a capture does not load what ``apply-fix`` or ``verify`` need."""
 
 
 class Commands(click.Group):

@@ -9,8 +9,7 @@ import numpy as np
 
 from hlo_doctor.core.lazy import pd
 from hlo_doctor.trace import OpEvents, StepMark
-from hlo_doctor.trace.columns import searchsorted
-from hlo_doctor.trace.cwire import enclosing_runs
+from hlo_doctor.trace.cwire import enclosing_spans
 
 
 def steps_from_marks(marks: Sequence[StepMark], ops: OpEvents, *, by_device: bool,
@@ -82,12 +81,8 @@ def _label(out: np.ndarray, mine: np.ndarray, mark_starts: np.ndarray, mark_ends
            labels: np.ndarray) -> None:
     """Set ``out`` (the labels of events starting at ``mine``, sorted or not) to the label of the mark
     each event starts in; events in no mark keep theirs."""
-    idx = enclosing_runs(mark_starts, mark_ends, mine) if len(mark_starts) else None  # (compiled, where built)
-    if idx is not None:
-        inside = idx >= 0
-    else:
-        idx = searchsorted(mark_starts, mine, side="right") - 1
-        inside = (idx >= 0) & (mine <= mark_ends[np.maximum(idx, 0)])
+    idx = enclosing_spans(mark_starts, mark_ends, mine)
+    inside = idx >= 0
     out[inside] = labels[idx[inside]]
 
 

@@ -53,11 +53,6 @@ static PyObject *vec_bytes(vec *v) {
 /* A varint at p (before end): 0 and *out, *p moved past it; -1: runs past end; -2: over ten bytes. */
 HOT_INLINE int varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
     const uint8_t *q = *p;
-    if (q < end && *q < 0x80) { /* one byte: field tags, ids, lengths */
-        *out = *q;
-        *p = q + 1;
-        return 0;
-    }
     uint64_t value = 0;
     for (int k = 0; k < 10; k++) {
         if (q >= end) return -1;
@@ -279,8 +274,8 @@ static const char *walk_line(const uint8_t *base, const uint8_t *end, int at_end
     const char *why = NULL;
     *need = 0;
     while (p < end) {
-        if (cols && (cols->at == cols->cap || cols->wide)) {
-            cols->full = cols->at == cols->cap;
+        if (cols && cols->at == cols->cap) {
+            cols->full = 1;
             break;
         }
         const uint8_t *at = p;
@@ -362,20 +357,21 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* decode_into(buf, off_id, dur_id, wanted, at_end, first_index, ts, mids, starts, durations,
-   occurrences, at): decode_line's walk, the columns written into the caller's arrays from entry
-   ``at`` on (int32, float64, float64, int32; writable, of one length) as described at cols_t.
+/* decode_into(buf, off_id, dur_id, wanted, at_end, ts, mids, starts, durations, occurrences, at):
+   decode_line's walk, the columns written into the caller's arrays from entry ``at`` on (int32,
+   float64, float64, int32; writable, of one length) as described at cols_t; ``at`` is also the line's
+   index of the first event (decode_line's first_index: the stats' rows are numbered from it).
    Returns (consumed, need, written, full, wide, stats, others): written, the entries written; full,
    it stopped because the arrays are full (the caller grows them and reads on from consumed); wide,
    an id or count does not fit int32 (the caller reads the line with decode_line). A str: why the
    runtime must read the line. */
 static PyObject *decode_into(PyObject *self, PyObject *args) {
     Py_buffer buf, wanted_buf, mb, sb, db, ob;
-    long long off_id, dur_id, first_index, ts;
+    long long off_id, dur_id, ts;
     Py_ssize_t at;
     int at_end;
-    if (!PyArg_ParseTuple(args, "y*LLy*pLLw*w*w*w*n", &buf, &off_id, &dur_id, &wanted_buf, &at_end, &first_index,
-                          &ts, &mb, &sb, &db, &ob, &at))
+    if (!PyArg_ParseTuple(args, "y*LLy*pLw*w*w*w*n", &buf, &off_id, &dur_id, &wanted_buf, &at_end, &ts,
+                          &mb, &sb, &db, &ob, &at))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t cap = mb.len / (Py_ssize_t)sizeof(int32_t);
@@ -394,7 +390,7 @@ static PyObject *decode_into(PyObject *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         why = walk_line(base, base + buf.len, at_end, (int64_t)off_id, (int64_t)dur_id,
                         (const int64_t *)wanted_buf.buf, wanted_buf.len / (Py_ssize_t)sizeof(int64_t),
-                        (int64_t)first_index, &out, &cols, &consumed, &need);
+                        (int64_t)at, &out, &cols, &consumed, &need);
         Py_END_ALLOW_THREADS
         if (why) {
             out_free(&out);
@@ -493,8 +489,8 @@ static PyMethodDef methods[] = {
     {"decode_line", decode_line, METH_VARARGS,
      "decode_line(buf, off_id, dur_id, wanted, at_end, first_index): a line's events as columns."},
     {"decode_into", decode_into, METH_VARARGS,
-     "decode_into(buf, off_id, dur_id, wanted, at_end, first_index, ts, mids, starts, durations, occurrences, "
-     "at): decode_line's walk into the caller's columns."},
+     "decode_into(buf, off_id, dur_id, wanted, at_end, ts, mids, starts, durations, occurrences, at): "
+     "decode_line's walk into the caller's columns."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,26 +25,23 @@ def unique_inverse(values: np.ndarray, *, scratch: bool = False) -> tuple[np.nda
     copied: one array an event fewer)."""
     if values.ndim == 1 and values.size and values.dtype.kind in "iu":
         lo, hi = int(values.min()), int(values.max())
-        if 0 <= lo and hi < max(1 << 16, 4 * values.size):
-            # Small non-negative values (ids, codes): the table over [0, hi], no shifted copy.
-            present = np.zeros(hi + 1, bool)
-            present[values] = True
-            uniq = np.flatnonzero(present)
-            table = np.zeros(hi + 1, np.int32)
-            table[uniq] = np.arange(len(uniq))
-            return uniq.astype(values.dtype), table[values]
-        if hi - lo < max(1 << 16, 4 * values.size):
-            if scratch:
+        limit = max(1 << 16, 4 * values.size)
+        if hi - lo < limit:
+            # Small non-negative values (ids, codes) index the table as they are: no shifted copy.
+            base = 0 if 0 <= lo and hi < limit else lo
+            if not base:
                 shifted = values
-                shifted -= values.dtype.type(lo)
+            elif scratch:
+                shifted = values
+                shifted -= values.dtype.type(base)
             else:
-                shifted = values - values.dtype.type(lo)
-            present = np.zeros(hi - lo + 1, bool)
+                shifted = values - values.dtype.type(base)
+            present = np.zeros(hi - base + 1, bool)
             present[shifted] = True
             uniq = np.flatnonzero(present)
-            table = np.zeros(hi - lo + 1, np.int32)  # (the inverse: 4 bytes an event, not 8)
+            table = np.zeros(hi - base + 1, np.int32)  # (the inverse: 4 bytes an event, not 8)
             table[uniq] = np.arange(len(uniq))
-            return (uniq + lo).astype(values.dtype), table[shifted]
+            return (uniq + base).astype(values.dtype), table[shifted]
     return np.unique(values, return_inverse=True)
 
 

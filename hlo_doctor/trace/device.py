@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hlo_doctor.trace.columns import OpColumns, narrowest, searchsorted, unique_inverse
+from hlo_doctor.trace.columns import OpColumns, narrowest, unique_inverse
 from hlo_doctor.trace.conventions import split_module, split_op_text
-from hlo_doctor.trace.cwire import COMPILED, enclosing_runs
+from hlo_doctor.trace.cwire import COMPILED, enclosing_spans
 from hlo_doctor.trace.device_lines import Line as _Line
 from hlo_doctor.trace.device_lines import scan as _scan
 from hlo_doctor.trace.model import StepMark
@@ -315,19 +315,7 @@ class DevicePlaneReader:
         keep = None if bool(kept.all()) else kept[which]  # None: every event (the usual case, no mask)
         span_starts, span_ends, span_what = spans
         # Each event's module run (-1: none), made in one array: millions of events, so no temporaries.
-        compiled = enclosing_runs(span_starts, span_ends, ev.start_ns) if len(span_starts) else None
-        if compiled is not None:
-            run = compiled
-        elif len(span_starts):
-            run = searchsorted(span_starts, ev.start_ns, side="right")
-            run -= 1
-            inside = run >= 0
-            inside &= span_ends[np.maximum(run, 0)] >= ev.start_ns
-            np.logical_not(inside, out=inside)
-            run[inside] = -1
-            del inside
-        else:
-            run = np.full(n, -1, np.int64)
+        run = enclosing_spans(span_starts, span_ends, ev.start_ns)
         # Module and program id codes per event: from the op, else from the enclosing module run: the
         # pair (op, run + 1) where the op needs its run, else (op, 0), as one integer.
         needs = np.fromiter(
