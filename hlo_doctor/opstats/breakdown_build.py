@@ -150,6 +150,12 @@ def breakdown_part(trace: Trace, step_source: str,
     # compile on another thread is among that thread's own events).
     others = {host: [(t, host_segments(t, kinds, execution_waits=trace.backend == "cpu")) for t in ts[1:]]
               for host, ts in host_threads.items() if host in segments}
+    # The threads' events are their segments now: each thread's entry read, its columns let go (a
+    # driver thread's millions of events are not held beside what the attribution makes).
+    entries = {(host, t.line_id): _entry(t, kinds) for host, ts in host_threads.items() for t in ts}
+    host_threads = {host: [t.without_events() for t in ts] for host, ts in host_threads.items()}
+    threads = {host: ts[0] for host, ts in host_threads.items()}
+    others = {host: [(t.without_events(), seg) for t, seg in pairs] for host, pairs in others.items()}
     per_thread: dict[tuple[str, int], _ThreadSums] = {}
     starts_all = ev.start_ns.astype(np.float64, copy=False)
     durations_all = ev.duration_ns.astype(np.float64, copy=False)
@@ -189,7 +195,7 @@ def breakdown_part(trace: Trace, step_source: str,
         del busy  # (not beside the next device's)
     paths = _label_paths(kinds, (*line_idle, *line_host))
     host_records = tuple(
-        per_thread[(host, t.line_id)].record(t, i == 0, _entry(t, kinds), kinds)
+        per_thread[(host, t.line_id)].record(t, i == 0, entries[(host, t.line_id)], kinds)
         for host in sorted(host_threads) for i, t in enumerate(host_threads[host]) if (host, t.line_id) in per_thread)
     return BreakdownPart(
         slices=tuple(slices), windows=tuple(windows), line_idle=line_idle, line_host=line_host, paths=paths,

@@ -66,7 +66,7 @@ class Segments:
     start_ns: np.ndarray
     end_ns: np.ndarray
     label: np.ndarray
-    """Index into :attr:`labels`."""
+    """Index into :attr:`labels` (int32)."""
     labels: tuple[Label, ...]
 
 
@@ -287,7 +287,7 @@ def host_segments(thread: DriverThread | None, kinds: FrameKinds, compiles: Sequ
     code = _LabelCodes()
     labels = code.labels
     untraced = code(Label("untraced"))
-    starts, ends, which = array("d"), array("d"), array("q")
+    starts, ends, which = array("d"), array("d"), array("i")
 
     def emit(a: float, b: float, k: int) -> None:
         if b > a:
@@ -319,7 +319,7 @@ def host_segments(thread: DriverThread | None, kinds: FrameKinds, compiles: Sequ
         emit(t, top_end, k)
         t = max(t, top_end)
     return Segments(np.frombuffer(starts, np.float64), np.frombuffer(ends, np.float64),
-                    np.frombuffer(which, np.int64), tuple(labels))
+                    np.frombuffer(which, np.int32), tuple(labels))
 
 
 class _LabelCodes:
@@ -352,18 +352,18 @@ def _compiled_segments(thread: DriverThread | None, spans: list[tuple[float, flo
     span_starts = np.asarray([s[0] for s in spans], np.float64)
     span_ends = np.asarray([s[1] for s in spans], np.float64)
     if thread is None:
-        starts, ends, codes = span_starts, span_ends, np.asarray(span_codes, np.int64)
+        starts, ends, codes = span_starts, span_ends, np.asarray(span_codes, np.int32)
     else:
         # heapq.merge of the two sorted runs (by start, longest first; the thread's event first where
         # both tie): the few compiles put in their places, not the thread's millions of events sorted.
-        starts, ends, codes = thread.start_ns, thread.end_ns, thread.name_code.astype(np.int64)
+        starts, ends, codes = thread.start_ns, thread.end_ns, thread.name_code  # (int32: no copy)
         if spans:
             lo = np.searchsorted(starts, span_starts, side="left")
             hi = np.searchsorted(starts, span_starts, side="right")
             at = lo + np.asarray([int((ends[a:b] >= end).sum()) for a, b, end in
                                   zip(lo.tolist(), hi.tolist(), span_ends.tolist(), strict=True)], np.int64)
             starts, ends = np.insert(starts, at, span_starts), np.insert(ends, at, span_ends)
-            codes = np.insert(codes, at, np.asarray(span_codes, np.int64))
+            codes = np.insert(codes, at, np.asarray(span_codes, np.int32))
     code = _LabelCodes()
     labels = code.labels
     untraced, root = code(Label("untraced")), Label("python")

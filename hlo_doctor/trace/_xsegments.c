@@ -87,11 +87,13 @@ static int table_put(table_t *t, uint64_t key, int64_t value) {
 }
 
 /* segments(starts, ends, names, untraced, label_of): a thread's nested events (float64 starts and
-   ends, int64 name codes, sorted by start, longest first) cut into labelled segments that do not
+   ends, int32 name codes, sorted by start, longest first) cut into labelled segments that do not
    overlap, as hlo_doctor.opstats.host_time.host_segments walks them: a stack of open events, each
    event's label from its parent's label and its name. label_of(parent, name) gives that label's
-   code (parent -1: the thread's root) and is called once per pair. Returns (starts, ends, labels)
-   as bytes (float64, float64, int64). */
+   code (parent -1: the thread's root) and is called once per pair. The segments tile the time they
+   cover (each one starts where the one before it ends: the walk emits from where it stands), so they
+   are returned as their n + 1 bounds and n labels, as bytes (float64, int32): a third less than
+   starts and ends apart, for a thread's millions of segments. */
 static PyObject *segments(PyObject *self, PyObject *args) {
     Py_buffer sb, eb, nb;
     long long untraced;
@@ -100,20 +102,22 @@ static PyObject *segments(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     Py_ssize_t n = sb.len / (Py_ssize_t)sizeof(double);
     const double *starts = (const double *)sb.buf, *ends = (const double *)eb.buf;
-    const int64_t *names = (const int64_t *)nb.buf;
-    vec os = {0}, oe = {0}, ol = {0};
+    const int32_t *names = (const int32_t *)nb.buf;
+    vec os = {0}, ol = {0}; /* the bounds (float64 bits) and the labels (two int32 to an element) */
+    Py_ssize_t nl = 0;       /* labels written */
+    double last_end = 0.0;   /* the end of the last segment */
     table_t children = {0};
     double *stack_end = NULL;
     int64_t *stack_label = NULL;
     Py_ssize_t depth = 0;
-    if (eb.len != sb.len || nb.len != n * (Py_ssize_t)sizeof(int64_t)) {
+    if (eb.len != sb.len || nb.len != n * (Py_ssize_t)sizeof(int32_t)) {
         PyErr_SetString(PyExc_ValueError, "starts, ends and names differ in length");
         goto done;
     }
     /* Each event cuts at most two segments (one as it opens, one as it closes): the columns are
        sized for that at once, and only the pages written become resident (no copy as they grow).
        Where the system will not reserve that much, they grow as they fill instead. */
-    (void)(vec_reserve(&os, 2 * n + 1) || vec_reserve(&oe, 2 * n + 1) || vec_reserve(&ol, 2 * n + 1));
+    (void)(vec_reserve(&os, 2 * n + 2) || vec_reserve(&ol, n + 1));
     stack_end = (double *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof(double));
     stack_label = (int64_t *)PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
     if (!stack_end || !stack_label) {
@@ -124,13 +128,14 @@ static PyObject *segments(PyObject *self, PyObject *args) {
     do {                                                                                        \
         double a_ = (a), b_ = (b);                                                              \
         if (b_ > a_) {                                                                          \
-            int64_t ai, bi;                                                                     \
+            int64_t ai;                                                                         \
             memcpy(&ai, &a_, 8);                                                                \
-            memcpy(&bi, &b_, 8);                                                                \
-            if (vec_push(&os, ai) || vec_push(&oe, bi) || vec_push(&ol, (k))) {                 \
+            if (vec_push(&os, ai) || (nl % 2 == 0 && vec_push(&ol, 0))) {                       \
                 PyErr_NoMemory();                                                               \
                 goto done;                                                                      \
             }                                                                                   \
+            ((int32_t *)ol.data)[nl++] = (int32_t)(k);                                          \
+            last_end = b_;                                                                      \
         }                                                                                       \
     } while (0)
     double t = n ? starts[0] : 0.0;
@@ -147,7 +152,7 @@ static PyObject *segments(PyObject *self, PyObject *args) {
         t = start > t ? start : t;
         int64_t parent = depth ? stack_label[depth - 1] : -1;
         if (depth && stack_end[depth - 1] < end) end = stack_end[depth - 1];
-        if (names[i] < 0 || names[i] >= 0xFFFFFFFFll || parent >= 0x7FFFFFFFll) {
+        if (names[i] < 0 || parent >= 0x7FFFFFFFll) {
             PyErr_SetString(PyExc_ValueError, "a name or label code out of range");
             goto done;
         }
@@ -161,6 +166,10 @@ static PyObject *segments(PyObject *self, PyObject *args) {
             label = PyLong_AsLongLong(got);
             Py_DECREF(got);
             if (label == -1 && PyErr_Occurred()) goto done;
+            if (label < 0 || label >= 0x7FFFFFFFll) {
+                PyErr_SetString(PyExc_ValueError, "a label code out of range");
+                goto done;
+            }
             if (table_put(&children, key, label)) {
                 PyErr_NoMemory();
                 goto done;
@@ -178,25 +187,29 @@ static PyObject *segments(PyObject *self, PyObject *args) {
         t = top_end > t ? top_end : t;
     }
 #undef EMIT
-    {
-        /* Each column copied out and freed before the next: the three are not held twice at once. */
-        PyObject *cols[3] = {NULL, NULL, NULL};
-        vec *vs[3] = {&os, &oe, &ol};
-        for (int c = 0; c < 3; c++) {
-            cols[c] = vec_bytes(vs[c]);
-            PyMem_RawFree(vs[c]->data);
-            vs[c]->data = NULL;
-            if (!cols[c]) {
-                Py_XDECREF(cols[0]);
-                Py_XDECREF(cols[1]);
-                goto done;
-            }
+    if (nl) { /* the last bound: the last segment's end */
+        int64_t bi;
+        memcpy(&bi, &last_end, 8);
+        if (vec_push(&os, bi)) {
+            PyErr_NoMemory();
+            goto done;
         }
-        result = Py_BuildValue("(NNN)", cols[0], cols[1], cols[2]);
+    }
+    {
+        /* Each column copied out and freed before the next: the two are not held twice at once. */
+        PyObject *bounds = vec_bytes(&os), *labels = NULL;
+        PyMem_RawFree(os.data);
+        os.data = NULL;
+        if (!bounds) goto done;
+        labels = PyBytes_FromStringAndSize((const char *)ol.data, nl * (Py_ssize_t)sizeof(int32_t));
+        if (!labels) {
+            Py_DECREF(bounds);
+            goto done;
+        }
+        result = Py_BuildValue("(NN)", bounds, labels);
     }
 done:
     PyMem_RawFree(os.data);
-    PyMem_RawFree(oe.data);
     PyMem_RawFree(ol.data);
     PyMem_Free(children.keys);
     PyMem_Free(children.values);
@@ -263,11 +276,71 @@ done:
     return result;
 }
 
+/* self_times(starts, durations, out): each event's duration less its children's (events of one line,
+   sorted by start, longest first: properly nested or disjoint), into out (float64, a copy of the
+   durations on entry), as hlo_doctor.trace.columns.self_times walks them in Python: a stack of open
+   events' (end, index); a child's time is taken from its innermost enclosing event, in event order,
+   so the floats are the loop's to the bit (NaN compares as it does there). */
+static PyObject *self_times(PyObject *self, PyObject *args) {
+    Py_buffer sb, db, ob;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &sb, &db, &ob)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = sb.len / (Py_ssize_t)sizeof(double);
+    double *stack_end = NULL;
+    Py_ssize_t *stack_at = NULL;
+    if (db.len != sb.len || ob.len != sb.len) {
+        PyErr_SetString(PyExc_ValueError, "self_times: starts, durations and out differ in length");
+        goto done;
+    }
+    {
+        const double *starts = (const double *)sb.buf, *durs = (const double *)db.buf;
+        double *out = (double *)ob.buf;
+        Py_ssize_t depth = 0, cap = 0;
+        int failed = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double start = starts[i], dur = durs[i], end = start + dur;
+            while (depth && stack_end[depth - 1] <= start) depth--;
+            if (depth && end <= stack_end[depth - 1]) out[stack_at[depth - 1]] -= dur;
+            if (depth == cap) { /* the stack grows with the nesting's depth, not the line's length */
+                Py_ssize_t grown = cap ? cap * 2 : 64;
+                double *e = (double *)PyMem_RawRealloc(stack_end, (size_t)grown * sizeof(double));
+                if (e) stack_end = e;
+                Py_ssize_t *a = e ? (Py_ssize_t *)PyMem_RawRealloc(stack_at, (size_t)grown * sizeof(Py_ssize_t)) : NULL;
+                if (a) stack_at = a;
+                if (!e || !a) {
+                    failed = 1;
+                    break;
+                }
+                cap = grown;
+            }
+            stack_end[depth] = end;
+            stack_at[depth] = i;
+            depth++;
+        }
+        Py_END_ALLOW_THREADS
+        if (failed) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        result = Py_NewRef(Py_None);
+    }
+done:
+    PyMem_RawFree(stack_end);
+    PyMem_RawFree(stack_at);
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&ob);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"segments", segments, METH_VARARGS,
      "segments(starts, ends, names, untraced, label_of): a thread's nested events as labelled segments."},
     {"enclosing", enclosing, METH_VARARGS,
      "enclosing(starts, span_starts, span_ends, out): each start's enclosing span (its index, else -1)."},
+    {"self_times", self_times, METH_VARARGS,
+     "self_times(starts, durations, out): each nested event's duration less its children's, into out."},
     {NULL, NULL, 0, NULL},
 };
 

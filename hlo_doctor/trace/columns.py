@@ -118,6 +118,11 @@ def self_times(starts: np.ndarray, durations: np.ndarray) -> np.ndarray:
     """
     if len(starts) < 2 or bool(np.all(starts[:-1] + durations[:-1] <= starts[1:])):
         return durations  # nothing nested: the same array, not a copy
+    from hlo_doctor.trace.cwire import nested_self_times  # (cwire imports this module)
+
+    walked = nested_self_times(starts, durations)
+    if walked is not None:
+        return walked
     out = durations.astype(np.float64, copy=True)
     stack: list[tuple[float, int]] = []  # (end, index into the line)
     for i, (start, dur) in enumerate(zip(starts.tolist(), durations.tolist(), strict=True)):

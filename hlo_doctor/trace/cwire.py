@@ -29,7 +29,7 @@ from hlo_doctor.trace.columns import searchsorted, unique_values
 from hlo_doctor.trace.wire import EventColumns, OwnStats, Unread, stat_value_at
 from hlo_doctor.trace.xspace import XLINE_SPLIT
 
-__all__ = ["COMPILED", "NUMPY_READER_ENV", "SEGMENTS_COMPILED", "enclosing_runs", "enclosing_spans", "line_columns", "line_events", "segments", "walk_fields"]
+__all__ = ["COMPILED", "NUMPY_READER_ENV", "SEGMENTS_COMPILED", "enclosing_runs", "enclosing_spans", "line_columns", "nested_self_times", "line_events", "segments", "walk_fields"]
 
 NUMPY_READER_ENV = "HLO_DOCTOR_NUMPY_READER"
 """Set (to anything but empty): the numpy reader even where the compiled one is built (to compare them)."""
@@ -184,12 +184,15 @@ def segments(starts: np.ndarray, ends: np.ndarray, names: np.ndarray, untraced: 
              label_of: Callable[[int, int], int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A thread's nested events (sorted by start, longest first) as labelled segments that do not
     overlap: :func:`hlo_doctor.opstats.host_time.host_segments`'s walk, compiled. ``label_of(parent,
-    name)`` is the code of an event's label from its parent's (-1: none) and its name's codes."""
+    name)`` is the code of an event's label from its parent's (-1: none) and its name's codes.
+    Returns the starts, ends (float64) and labels (int32); the segments tile the time they cover, so
+    the starts and ends are two views of one array of bounds."""
     assert _xsegments is not None
     # (The arrays are read in place through the buffer protocol: no copy of a thread's millions of events.)
-    s, e, k = _xsegments.segments(np.ascontiguousarray(starts, np.float64), np.ascontiguousarray(ends, np.float64),
-                                  np.ascontiguousarray(names, np.int64), untraced, label_of)
-    return np.frombuffer(s, np.float64), np.frombuffer(e, np.float64), np.frombuffer(k, np.int64)
+    b, k = _xsegments.segments(np.ascontiguousarray(starts, np.float64), np.ascontiguousarray(ends, np.float64),
+                               np.ascontiguousarray(names, np.int32), untraced, label_of)
+    bounds = np.frombuffer(b, np.float64)
+    return bounds[:-1], bounds[1:], np.frombuffer(k, np.int32)
 
 
 def enclosing_runs(span_starts: np.ndarray, span_ends: np.ndarray, starts: np.ndarray) -> np.ndarray | None:
@@ -219,6 +222,16 @@ def enclosing_spans(span_starts: np.ndarray, span_ends: np.ndarray, starts: np.n
     np.logical_not(inside, out=inside)
     run[inside] = -1
     return run
+
+
+def nested_self_times(starts: np.ndarray, durations: np.ndarray) -> np.ndarray | None:
+    """Each event's duration less its children's (one line's float64 events, sorted by start, longest
+    first), in one compiled walk; None where it is not built (the caller then walks in Python)."""
+    if _xsegments is None or starts.dtype != np.float64 or durations.dtype != np.float64:
+        return None
+    out = np.array(durations, np.float64, copy=True, order="C")
+    _xsegments.self_times(np.ascontiguousarray(starts), np.ascontiguousarray(durations), out)
+    return out
 
 
 def _own(data: bytes | memoryview, rows: np.ndarray, op_ids: dict[int, str], snames: dict[int, str]) -> OwnStats:

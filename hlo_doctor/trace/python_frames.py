@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,8 @@ from hlo_doctor.trace.xspace import event_names
 
 _COMPILE = re.compile("|".join(re.escape(m) for m in BACKEND_COMPILE_MARKERS))
 XPLANE_SUFFIX = ".xplane.pb"
+_NO_TIMES = np.zeros(0)
+_NO_CODES = np.zeros(0, np.int32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,10 @@ class DriverThread:
     def __len__(self) -> int:
         return len(self.start_ns)
 
+    def without_events(self) -> DriverThread:
+        """The thread's name, counts and vocabulary, its event columns let go (empty)."""
+        return replace(self, start_ns=_NO_TIMES, end_ns=_NO_TIMES, name_code=_NO_CODES)
+
 
 def is_host_event(name: str) -> bool:
     """True for an event a host thread's time is read from: a frame of a ``.py`` file, a dispatch span,
@@ -104,6 +110,33 @@ def is_host_event(name: str) -> bool:
 def host_of(path: Path) -> str:
     name = path.name
     return name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else path.stem
+
+
+_EXACT = 1 << 53
+"""Integers up to this size (either sign) are exact as float64."""
+
+
+def exact_times(base_ps: int, offsets_ps: np.ndarray, durations_ps: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Starts ``(base_ps + offset) / 1000`` and ends ``start + duration / 1000`` (ns, float64) of a
+    line's events, each the float that Python's exact integer division gives, computed by numpy
+    where it gives the same: every ``base_ps + offset`` and duration exact as a float64 (a float
+    division of exact operands is correctly rounded, as Python's of integers is). None where one is
+    not (a hostile or an absolute clock in picoseconds): the caller works those out in Python."""
+    if not len(offsets_ps):
+        return np.zeros(0), np.zeros(0)
+    lo, hi = int(offsets_ps.min()), int(offsets_ps.max())
+    if not (abs(base_ps) < _EXACT and -_EXACT <= lo + base_ps and hi + base_ps <= _EXACT and abs(lo) <= _EXACT
+            and abs(hi) <= _EXACT and -_EXACT <= int(durations_ps.min()) and int(durations_ps.max()) <= _EXACT):
+        return None
+    starts = offsets_ps.astype(np.int64)  # (in range: no wrap)
+    starts += np.int64(base_ps)
+    start_ns = starts.astype(np.float64)
+    del starts
+    start_ns /= 1000.0
+    end_ns = durations_ps.astype(np.float64)
+    end_ns /= 1000.0
+    end_ns += start_ns
+    return start_ns, end_ns
 
 
 def _columns(line: object, codes: dict[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -123,12 +156,17 @@ def _columns(line: object, codes: dict[int, int]) -> tuple[np.ndarray, np.ndarra
             code_of = np.fromiter((codes.get(m, -1) for m in uniq.tolist()), np.int32, len(uniq))[which]
             keep = np.flatnonzero(code_of >= 0)
             kept.append(code_of[keep])
-            # A chunk's times as floats at once (8 bytes an event, not a Python float's 32).
-            chunk = [(base + off) / 1000 for off in part.offsets_ps[keep].tolist()]
-            starts.append(np.array(chunk, np.float64))
-            ends.append(np.array([start + dur / 1000 for start, dur in
-                                  zip(chunk, part.durations_ps[keep].tolist(), strict=True)], np.float64))
-            del chunk
+            offsets, durations = part.offsets_ps[keep], part.durations_ps[keep]
+            exact = exact_times(base, offsets, durations)
+            if exact is None:
+                # Integers past float64's exact range: a chunk's times worked out in Python's integers,
+                # then held as floats at once (8 bytes an event, not a Python float's 32).
+                chunk = [(base + off) / 1000 for off in offsets.tolist()]
+                exact = (np.array(chunk, np.float64), np.array(
+                    [start + dur / 1000 for start, dur in zip(chunk, durations.tolist(), strict=True)], np.float64))
+                del chunk
+            starts.append(exact[0])
+            ends.append(exact[1])
     except Unread:
         return None
     return (np.concatenate(starts) if starts else np.zeros(0), np.concatenate(ends) if ends else np.zeros(0),
