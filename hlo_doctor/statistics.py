@@ -181,15 +181,34 @@ def _as_samples(values: Sequence[float] | np.ndarray, side: str) -> np.ndarray:
     return arr
 
 
+_MEDIANS_AT_ONCE = 1 << 20
+"""Resampled values drawn and gathered at a time for their medians (a few MiB)."""
+
+
+def _resampled_medians(rng: np.random.Generator, values: np.ndarray, n_bootstrap: int) -> np.ndarray:
+    """The medians of ``n_bootstrap`` resamples (with replacement) of ``values``, drawn from ``rng``.
+
+    Bounded in memory: a block of resamples at a time, from int32 indices. numpy's generator draws a
+    bounded integer under 2**32 from one 32-bit word of its stream, which it keeps across calls, for
+    int32 and int64 alike: these are the resamples of one int64 draw of them all, without its 8 bytes
+    an index and the gathered copy beside them (hundreds of MiB for the thousands of steps of a long
+    capture)."""
+    n = values.size
+    rows = max(1, _MEDIANS_AT_ONCE // max(n, 1))
+    out = np.empty(n_bootstrap)
+    for a in range(0, n_bootstrap, rows):
+        block = rng.integers(0, n, size=(min(rows, n_bootstrap - a), n), dtype=np.int32)
+        out[a:a + len(block)] = np.median(values[block], axis=1)
+    return out
+
+
 def _bootstrap_ratio_ci(
     baseline: np.ndarray, candidate: np.ndarray, *, alpha: float, n_bootstrap: int, seed: int
 ) -> tuple[float, float]:
     rng = np.random.default_rng(seed)
-    # Resample each side independently (the runs are independent), all at once.
-    b_idx = rng.integers(0, baseline.size, size=(n_bootstrap, baseline.size))
-    c_idx = rng.integers(0, candidate.size, size=(n_bootstrap, candidate.size))
-    b_med = np.median(baseline[b_idx], axis=1)
-    c_med = np.median(candidate[c_idx], axis=1)
+    # Resample each side independently (the runs are independent), the baseline's first.
+    b_med = _resampled_medians(rng, baseline, n_bootstrap)
+    c_med = _resampled_medians(rng, candidate, n_bootstrap)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(b_med == 0.0, np.where(c_med == 0.0, 1.0, np.inf), c_med / b_med)
     # No interpolation between order statistics: it would turn inf (zero baseline medians) into NaN.

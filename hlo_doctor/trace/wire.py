@@ -45,13 +45,18 @@ class OwnStats(Mapping[int, Own]):
     id, value)`` in the events' order, and no dict is made unless one is asked for: :meth:`last` reads
     one stat of every event from the rows at once. Otherwise it is the dict the decoders build."""
 
-    __slots__ = ("_map", "_names", "_rows")
+    __slots__ = ("_coded", "_map", "_names", "_rows")
 
     def __init__(self, mapping: dict[int, Own] | None = None, rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                 names: Mapping[int, str] | None = None) -> None:
-        self._map = mapping if mapping is not None or rows is not None else {}
+                 names: Mapping[int, str] | None = None,
+                 coded: tuple[np.ndarray, np.ndarray, list[Own]] | None = None) -> None:
+        self._map = mapping if mapping is not None or rows is not None or coded is not None else {}
         self._rows = rows
         self._names = names or {}
+        self._coded = coded
+        """(events, codes, kinds): each event's stats as an index into the distinct ones (a GPU's
+        kernels carry their op's name, module and program: a few dozen kinds over 10^5 events), so
+        no tuple is made per event unless a dict of them is asked for."""
 
     @classmethod
     def joined(cls, parts: Sequence[Mapping[int, Own]]) -> OwnStats:
@@ -63,12 +68,37 @@ class OwnStats(Mapping[int, Own]):
             names = {k: v for p in parts if isinstance(p, OwnStats) for k, v in p._names.items()}
             return cls(rows=tuple(np.concatenate([r[k] for r in rowed]) for k in range(3)),  # type: ignore[arg-type]
                        names=names)
+        coded = [p._coded for p in parts if isinstance(p, OwnStats) and p._map is None and p._coded is not None]
+        if len(coded) == len(parts) and coded:
+            # The parts' kinds put in one list (each kind once), their codes mapped to it.
+            index: dict[Own, int] = {}
+            kinds: list[Own] = []
+            codes: list[np.ndarray] = []
+            for _, part_codes, part_kinds in coded:
+                to = np.empty(len(part_kinds), np.int32)
+                for j, kind in enumerate(part_kinds):
+                    at = index.get(kind)
+                    if at is None:
+                        at = index[kind] = len(kinds)
+                        kinds.append(kind)
+                    to[j] = at
+                codes.append(to[part_codes])
+            return cls(coded=(np.concatenate([c[0] for c in coded]), np.concatenate(codes), kinds))
         merged: dict[int, Own] = {}
         for part in parts:
             merged.update(part)
         return cls(merged)
 
+    def items(self) -> Iterator[tuple[int, Own]]:  # type: ignore[override]
+        """(event, its stats), in the events' order; from the codes where no dict was made."""
+        if self._map is None and self._coded is not None:
+            events, codes, kinds = self._coded
+            return zip(events.tolist(), [kinds[c] for c in codes.tolist()], strict=True)
+        return iter(self._mapping().items())
+
     def _mapping(self) -> dict[int, Own]:
+        if self._map is None and self._coded is not None:
+            self._map = dict(self.items())
         if self._map is None:
             assert self._rows is not None
             events, sids, values = self._rows
@@ -87,9 +117,13 @@ class OwnStats(Mapping[int, Own]):
         return self._mapping()[event]
 
     def __iter__(self) -> Iterator[int]:
+        if self._map is None and self._coded is not None:
+            return iter(self._coded[0].tolist())
         return iter(self._mapping())
 
     def __len__(self) -> int:
+        if self._map is None and self._coded is not None:
+            return len(self._coded[0])
         return len(self._mapping())
 
     def last(self, name: str, n: int) -> tuple[np.ndarray, np.ndarray] | None:

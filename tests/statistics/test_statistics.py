@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from hlo_doctor import statistics
 from hlo_doctor.statistics import Outcome, compare_point_estimates, compare_samples
 
 
@@ -120,3 +121,39 @@ def test_bad_input_raises_value_error(base, cand, kw, message) -> None:
     kwargs = {"min_effect": 0.05, **kw}
     with pytest.raises(ValueError, match=message):
         compare_samples(base, cand, **kwargs)
+
+
+def _whole_draw_ci(baseline: np.ndarray, candidate: np.ndarray, alpha: float, n_bootstrap: int,
+                   seed: int) -> tuple[float, float]:
+    """The bootstrap interval as numpy's whole draws give it: every resample's int64 indices at once."""
+    rng = np.random.default_rng(seed)
+    b_med = np.median(baseline[rng.integers(0, baseline.size, size=(n_bootstrap, baseline.size))], axis=1)
+    c_med = np.median(candidate[rng.integers(0, candidate.size, size=(n_bootstrap, candidate.size))], axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(b_med == 0.0, np.where(c_med == 0.0, 1.0, np.inf), c_med / b_med)
+    low, high = np.quantile(ratios, [alpha / 2.0, 1.0 - alpha / 2.0], method="inverted_cdf")
+    return float(low), float(high)
+
+
+@pytest.mark.parametrize(("nb", "nc"), [(1, 1), (5, 5), (7, 3), (2, 9), (131, 100), (4999, 3001)])
+def test_the_bounded_bootstrap_draws_the_whole_draws_resamples(nb: int, nc: int) -> None:
+    """The interval, taken a block of resamples at a time from int32 indices (a few MiB, not hundreds
+    for thousands of steps), is the one numpy's whole int64 draw gives: the same resamples."""
+    rng = np.random.default_rng(nb * 1000 + nc)
+    b, c = rng.gamma(2.0, 100.0, nb), rng.gamma(2.0, 100.0, nc)
+    if nb == 2:
+        b[:] = 0.0
+    for seed in (0, 3):
+        got = statistics._bootstrap_ratio_ci(b, c, alpha=0.05, n_bootstrap=2000, seed=seed)
+        assert got == _whole_draw_ci(b, c, 0.05, 2000, seed)
+
+
+def test_the_bootstrap_in_many_blocks_is_the_whole_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 1, 3 or 7 resamples of odd sizes (the generator's stream carried across its calls):
+    the whole draw's interval still."""
+    rng = np.random.default_rng(5)
+    b, c = rng.gamma(2.0, 100.0, 999), rng.gamma(2.0, 110.0, 1001)
+    whole = _whole_draw_ci(b, c, 0.05, 300, 0)
+    for rows in (1, 3, 7):
+        monkeypatch.setattr(statistics, "_MEDIANS_AT_ONCE", rows * 999)
+        assert statistics._bootstrap_ratio_ci(b, c, alpha=0.05, n_bootstrap=300, seed=0) == whole
