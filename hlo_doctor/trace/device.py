@@ -213,6 +213,7 @@ class DevicePlaneReader:
         names: list[str] = []
         nums: list[int] = []
         snames, meta_of, step_num = self.snames, self.meta.get, self._step_num
+        group_ids = {sid for sid, name in snames.items() if name == "group_id"}
         for mid in mids:
             meta = meta_of(mid)
             if meta is None:
@@ -221,7 +222,7 @@ class DevicePlaneReader:
                 continue
             group: object = None
             for st in meta.stats:
-                if snames.get(st.metadata_id) == "group_id":
+                if st.metadata_id in group_ids:
                     group = stat_value(st, snames)  # the last one wins, as in the dict of them
             names.append(meta.name)
             nums.append(step_num(group, meta.name))
@@ -322,7 +323,11 @@ class DevicePlaneReader:
             ((o is not None and (not o.module or o.program_id == _NO_ID)) for o in infos), bool, len(infos))
         width = len(span_what) + 1
         if not needs.any():  # every op names its module and program: (op, 0), in the order of the ops
-            uniq, inverse = unique_inverse(which)
+            if len(infos) == len(uniq):
+                # No event's own stats made an op of their own: every op code is some event's already.
+                uniq, inverse = np.arange(len(infos), dtype=np.int64), which
+            else:
+                uniq, inverse = unique_inverse(which)
             uniq = uniq.astype(np.int64) * width
         else:
             pairs = which.astype(np.int64)
