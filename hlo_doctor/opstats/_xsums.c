@@ -178,9 +178,138 @@ done:
     return result;
 }
 
+/* survey(module, program_id, op, n_p, n_o, seen, step_of) -> (lo, hi) or None.
+   What _sums finds before its sums, in one pass: seen[key] = 1 for each event's dense key
+   ((module * n_p + program_id) * n_o + op; seen: uint8 [space]), and the least and greatest step
+   label at or above 0 ((0, -1) where none is). None, seen unfinished, where a key falls outside
+   [0, space) (a negative code in a hostile file): the numpy loop then does it, as it would. */
+static PyObject *survey(PyObject *self, PyObject *args) {
+    Py_buffer mb = {0}, pb = {0}, ob = {0}, sb = {0}, stb = {0};
+    long long n_p, n_o;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*LLw*y*", &mb, &pb, &ob, &n_p, &n_o, &sb, &stb)) return NULL;
+    Py_ssize_t n = mb.itemsize ? mb.len / mb.itemsize : 0, space = sb.len;
+    if (int_column(&mb, "module", n) || int_column(&pb, "program_id", n) || int_column(&ob, "op", n) ||
+        int_column(&stb, "step_of", n))
+        goto done;
+    {
+        uint8_t *seen = (uint8_t *)sb.buf;
+        int64_t lo = 0, hi = -1;
+        int outside = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t key = (at(mb.buf, mb.itemsize, i) * n_p + at(pb.buf, pb.itemsize, i)) * n_o + at(ob.buf, ob.itemsize, i);
+            if (key < 0 || key >= space) {
+                outside = 1;
+                break;
+            }
+            seen[key] = 1;
+            int64_t label = at(stb.buf, stb.itemsize, i);
+            if (label >= 0) {
+                if (hi < lo) lo = hi = label;
+                else if (label < lo) lo = label;
+                else if (label > hi) hi = label;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        result = outside ? Py_NewRef(Py_None) : Py_BuildValue("(LL)", (long long)lo, (long long)hi);
+    }
+done:
+    Py_buffer *all[] = {&mb, &pb, &ob, &sb, &stb};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (all[i]->obj) PyBuffer_Release(all[i]);
+    return result;
+}
+
+/* mark_labels(step_of, lo, present): present[label - lo] = 1 for each label at or above 0 (present:
+   uint8, spanning the labels survey found). */
+static PyObject *mark_labels(PyObject *self, PyObject *args) {
+    Py_buffer stb = {0}, pb = {0};
+    long long lo;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*Lw*", &stb, &lo, &pb)) return NULL;
+    Py_ssize_t n = stb.itemsize ? stb.len / stb.itemsize : 0;
+    if (int_column(&stb, "step_of", n)) goto done;
+    {
+        uint8_t *present = (uint8_t *)pb.buf;
+        int outside = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t label = at(stb.buf, stb.itemsize, i);
+            if (label < 0) continue;
+            if (label - lo < 0 || label - lo >= pb.len) {
+                outside = 1;
+                break;
+            }
+            present[label - lo] = 1;
+        }
+        Py_END_ALLOW_THREADS
+        if (outside) PyErr_SetString(PyExc_ValueError, "mark_labels: a label outside the table");
+        else result = Py_NewRef(Py_None);
+    }
+done:
+    if (stb.obj) PyBuffer_Release(&stb);
+    if (pb.obj) PyBuffer_Release(&pb);
+    return result;
+}
+
+/* device_index(host, device, width, counts, which) -> True, or None.
+   Each event's device as an index into the devices present: key = host * width + device; counts
+   (int64 [space]) gets each key's events, and which (int32 or int64 [n]) each event's place among
+   the keys present, in key order (what step_spans.device_index's numpy passes make). None, the
+   outputs unfinished, where a key falls outside [0, space) (a negative code in a hostile file). */
+static PyObject *device_index(PyObject *self, PyObject *args) {
+    Py_buffer hb = {0}, db = {0}, cb = {0}, wb = {0};
+    long long width;
+    PyObject *result = NULL;
+    int64_t *lookup = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*Lw*w*", &hb, &db, &width, &cb, &wb)) return NULL;
+    Py_ssize_t n = hb.itemsize ? hb.len / hb.itemsize : 0, space = cb.len / (Py_ssize_t)sizeof(int64_t);
+    if (int_column(&hb, "host", n) || int_column(&db, "device", n) || int_column(&wb, "which", n) ||
+        sized(&cb, "counts", space, sizeof(int64_t)) || (wb.itemsize != 4 && wb.itemsize != 8))
+        goto done;
+    lookup = (int64_t *)PyMem_RawMalloc((size_t)(space ? space : 1) * sizeof(int64_t));
+    if (!lookup) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        int64_t *count = (int64_t *)cb.buf;
+        int outside = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n && !outside; i++) {
+            int64_t key = at(hb.buf, hb.itemsize, i) * width + at(db.buf, db.itemsize, i);
+            if (key < 0 || key >= space) outside = 1;
+            else count[key]++;
+        }
+        if (!outside) {
+            int64_t k = 0;
+            for (Py_ssize_t j = 0; j < space; j++) lookup[j] = count[j] ? k++ : -1;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t v = lookup[at(hb.buf, hb.itemsize, i) * width + at(db.buf, db.itemsize, i)];
+                if (wb.itemsize == 4) ((int32_t *)wb.buf)[i] = (int32_t)v;
+                else ((int64_t *)wb.buf)[i] = v;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(outside ? Py_None : Py_True);
+    }
+done:
+    PyMem_RawFree(lookup);
+    Py_buffer *all[] = {&hb, &db, &cb, &wb};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (all[i]->obj) PyBuffer_Release(all[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"chunk_sums", chunk_sums, METH_VARARGS,
      "chunk_sums(...): a host's op sums, per op and per (step, op), in the numpy loop's order (True), or None."},
+    {"survey", survey, METH_VARARGS,
+     "survey(module, program_id, op, n_p, n_o, seen, step_of): the keys seen and the step labels' range, or None."},
+    {"mark_labels", mark_labels, METH_VARARGS, "mark_labels(step_of, lo, present): the step labels present."},
+    {"device_index", device_index, METH_VARARGS,
+     "device_index(host, device, width, counts, which): each event's device among those present, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -21,7 +21,7 @@ from hlo_doctor.opstats.breakdown_steps import SliceColumns, SliceSums, StepTabl
 from hlo_doctor.opstats.host_time import FrameKinds, Label, Segments, host_segments
 from hlo_doctor.opstats.step_spans import StepSpans, device_index, step_spans
 from hlo_doctor.trace import Trace
-from hlo_doctor.trace.columns import counts, unique_values
+from hlo_doctor.trace.columns import unique_values
 from hlo_doctor.trace.compiles import Compile, group_compiles
 from hlo_doctor.trace.host_threads import read_host_threads
 from hlo_doctor.trace.python_frames import DriverThread, parse_frame
@@ -135,7 +135,7 @@ def breakdown_part(trace: Trace, step_source: str,
     annotation and the main module where other hosts decide them (:func:`~hlo_doctor.opstats.step_spans.step_spans`)."""
     ev = trace.ops
     aggregated = int((ev.occurrences > 1).sum())
-    which, devices = device_index(ev)
+    which, devices, per_device = device_index(ev)
     spans = step_spans(trace, step_source, which, devices, name=step_name, main=main)
     host_threads = read_host_threads([Path(p) for p in trace.paths])
     threads = {host: ts[0] for host, ts in host_threads.items()}
@@ -165,7 +165,7 @@ def breakdown_part(trace: Trace, step_source: str,
         order = np.argsort(which, kind="stable")
         starts_all, durations_all, timed_all = starts_all[order], durations_all[order], timed_all[order]
         del order
-    bounds = np.r_[0, np.cumsum(counts(which, len(devices)))]
+    bounds = np.r_[0, np.cumsum(per_device)]
     del which
     slices: list[SliceColumns] = []
     windows: list[DeviceWindow] = []

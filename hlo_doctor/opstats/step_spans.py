@@ -8,6 +8,7 @@ of the main module per step, start to next start, on each device; else the whole
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,13 @@ from hlo_doctor.core.lazy import pd
 from hlo_doctor.opstats.steps import execution_starts
 from hlo_doctor.trace import OpEvents, Trace
 from hlo_doctor.trace.columns import counts
+from hlo_doctor.trace.cwire import NUMPY_READER_ENV
+from hlo_doctor.trace.model import Coded
+
+try:
+    import hlo_doctor.opstats._xsums as _xsums  # type: ignore[import-not-found]
+except ImportError:  # (built by setup.py where a compiler is: optional)
+    _xsums = None
 
 Device = tuple[str, str]
 """(host, device plane): one device as the op events name it (``("vm", "/host:CPU")`` on XLA:CPU)."""
@@ -38,28 +46,41 @@ def _spans(starts: list[float], ends: list[float], nums: list[int]) -> StepSpans
                      np.asarray(nums, np.int64)[order])
 
 
-def device_index(ops: OpEvents) -> tuple[np.ndarray, list[Device]]:
-    """The devices the op events ran on (sorted by code) and each event's index into them.
+def device_index(ops: OpEvents) -> tuple[np.ndarray, list[Device], np.ndarray]:
+    """The devices the op events ran on (sorted by code), each event's index into them, and each
+    device's events (int64).
 
     From the codes of ``host`` and ``device``: no string is built per event (a device trace holds
-    millions).
+    millions). In one compiled pass where it is built (``_xsums.device_index``; these numpy passes
+    judge it), else in place: one int32 array per event at a time.
     """
     host, dev = ops.host, ops.device
     width = len(dev.categories) + 1
-    # In place: one int32 array per event at a time (a device trace holds millions of events).
-    wide = np.int32 if (len(host.categories) + 1) * width < np.iinfo(np.int32).max else np.int64
+    space = (len(host.categories) + 1) * width
+    wide = np.int32 if space < np.iinfo(np.int32).max else np.int64
+    if not len(ops):
+        return np.zeros(0, np.int32), [], np.zeros(0, np.int64)
+    if _xsums is not None and not os.environ.get(NUMPY_READER_ENV):
+        per_key = np.zeros(space, np.int64)
+        which = np.empty(len(ops), wide)
+        c = np.ascontiguousarray
+        if _xsums.device_index(c(host.codes), c(dev.codes), width, per_key, which):
+            present = np.flatnonzero(per_key)
+            return which, _devices(host, dev, width, present), per_key[present]
     key: np.ndarray[Any, np.dtype[np.signedinteger[Any]]] = np.array(host.codes, dtype=wide, copy=True)
     key *= width
     key += np.asarray(dev.codes)
-    if not len(key):
-        return np.zeros(0, np.int32), []
-    present = np.flatnonzero(counts(key))
+    per_key = counts(key)
+    present = np.flatnonzero(per_key)
     lookup = np.full(int(present[-1]) + 1, -1, key.dtype)
     lookup[present] = np.arange(len(present))
-    devices = [(str(host.categories[k // width]), str(dev.categories[k % width])) for k in present.tolist()]
     for a in range(0, len(key), 1 << 18):  # in place, a chunk at a time: no second array per event
         key[a:a + (1 << 18)] = lookup[key[a:a + (1 << 18)]]
-    return key, devices
+    return key, _devices(host, dev, width, present), per_key[present]
+
+
+def _devices(host: Coded, dev: Coded, width: int, present: np.ndarray) -> list[Device]:
+    return [(str(host.categories[k // width]), str(dev.categories[k % width])) for k in present.tolist()]
 
 
 def step_spans(trace: Trace, source: str, which: np.ndarray,

@@ -212,10 +212,14 @@ def _sums(trace: Trace, step_of: np.ndarray) -> dict[str, Any]:
         return (m[a:b].astype(np.int64) * n_p + p[a:b]) * n_o + o[a:b]
 
     chunks = [(a, min(a + _CHUNK, n)) for a in range(0, n, _CHUNK)]
+    surveyed = _survey(m, p, o, n_p, n_o, space, step_of) if space <= _DENSE_KEYS else None
     if space <= _DENSE_KEYS:
-        seen = np.zeros(space, bool)
-        for a, b in chunks:
-            seen[key(a, b)] = True
+        if surveyed is not None:
+            seen = surveyed[0]
+        else:
+            seen = np.zeros(space, bool)
+            for a, b in chunks:
+                seen[key(a, b)] = True
         present = np.flatnonzero(seen)
         lookup = np.full(space, -1, np.int64)
         lookup[present] = np.arange(len(present))
@@ -228,8 +232,11 @@ def _sums(trace: Trace, step_of: np.ndarray) -> dict[str, Any]:
 
         def group(a: int, b: int) -> np.ndarray:
             return inverse[a:b]
-    labelled = [unique_values(step_of[a:b][step_of[a:b] >= 0]) for a, b in chunks]
-    steps = unique_values(np.concatenate(labelled)) if labelled else np.zeros(0, np.int64)
+    if surveyed is not None and surveyed[1] is not None:
+        steps = surveyed[1]
+    else:
+        labelled = [unique_values(step_of[a:b][step_of[a:b] >= 0]) for a, b in chunks]
+        steps = unique_values(np.concatenate(labelled)) if labelled else np.zeros(0, np.int64)
     g, s = len(present), len(steps)
     width = max(len(ops.device.categories), 1)
     hosts, devices = np.asarray(ops.host.codes), np.asarray(ops.device.codes)
@@ -282,6 +289,28 @@ def _sums(trace: Trace, step_of: np.ndarray) -> dict[str, Any]:
     return {"keys": keys, "occurrences": np.rint(occurrences).astype(np.int64), "total_ns": total,
             "self_ns": self_ns, "devices": on_device.sum(axis=1).astype(np.int64), "steps": steps.astype(np.int64),
             "step_ns": np.ascontiguousarray(by_step.T)}
+
+
+def _survey(m: np.ndarray, p: np.ndarray, o: np.ndarray, n_p: int, n_o: int, space: int,
+            step_of: np.ndarray) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """The dense keys seen (bool [space]) and the distinct step labels at or above 0 (sorted, of
+    ``step_of``'s type; None where they span too wide a range for a table: the numpy way then), in
+    the compiled passes (``_xsums.survey``); None where they are not built or leave it to numpy."""
+    if _xsums is None or os.environ.get(NUMPY_READER_ENV) or not len(m):
+        return None
+    c = np.ascontiguousarray
+    seen = np.zeros(space, np.uint8)
+    got = _xsums.survey(c(m), c(p), c(o), n_p, n_o, seen, c(step_of))
+    if got is None:
+        return None
+    lo, hi = got
+    if hi < lo:
+        return seen.view(bool), np.zeros(0, step_of.dtype)
+    if hi - lo >= max(1 << 16, 4 * len(step_of)):
+        return seen.view(bool), None
+    present = np.zeros(hi - lo + 1, np.uint8)
+    _xsums.mark_labels(c(step_of), lo, present)
+    return seen.view(bool), (np.flatnonzero(present) + lo).astype(step_of.dtype)
 
 
 def _compiled_sums(m: np.ndarray, p: np.ndarray, o: np.ndarray, n_p: int, n_o: int, lookup: np.ndarray,

@@ -126,3 +126,28 @@ def test_the_breakdown_built_beside_the_sums_is_the_same(capture: str) -> None:
     assert isinstance(beside, HostPart) and isinstance(after, HostPart) and beside.totals is not None
     assert beside.totals.breakdown
     assert pickle.dumps(beside.totals) == pickle.dumps(after.totals)
+
+
+@pytest.mark.parametrize("capture", ["tpu_v5e_original", "gpu_h200_original", "engine_b64_original_a"])
+def test_the_devices_index_is_the_numpy_passes(capture: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each event's device (``_xsums.device_index``) against the numpy passes it replaces: a real
+    host's events, those events with their hosts and devices drawn at random, and a code of -1 (a
+    hostile file's) left to numpy."""
+    from hlo_doctor.opstats import step_spans
+
+    ops = _trace(capture).ops
+    rng = np.random.default_rng(len(ops))
+    drawn = dataclasses.replace(
+        ops, host=Coded(rng.integers(0, 3, len(ops)).astype(np.int16), ["a", "b", "c"]),
+        device=Coded(rng.integers(0, 5, len(ops)).astype(np.int32), [f"/device:{k}" for k in range(5)]))
+    hostile = dataclasses.replace(ops, device=Coded(np.full(len(ops), -1, np.int16), ops.device.categories))
+    for events in (ops, drawn):
+        got = step_spans.device_index(events)
+        with monkeypatch.context() as m:
+            m.setattr(step_spans, "_xsums", None)
+            want = step_spans.device_index(events)
+        assert got[1] == want[1] and len(got[1]) > (events is drawn) * 10
+        for a, b in ((got[0], want[0]), (got[2], want[2])):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    with pytest.raises(ValueError):  # numpy's bincount of a negative key, as before
+        step_spans.device_index(hostile)
