@@ -173,7 +173,25 @@ def _calls(thread: DriverThread, parent: np.ndarray, module: str, kinds: FrameKi
     return calls
 
 
-def _repeats(thread: DriverThread, parent: np.ndarray, calls: list[tuple[int, int]]) -> list[int]:
+class _Siblings:
+    """A thread's events grouped by (enclosing event, name): each group's events in the thread's
+    order, found by a search (a driver thread holds 10^6 events; a pass over them per call of a
+    program that runs every step is quadratic)."""
+
+    def __init__(self, thread: DriverThread, parent: np.ndarray) -> None:
+        self._width = len(thread.names) + 1
+        key = (parent + 1) * self._width + thread.name_code
+        self._order = np.argsort(key, kind="stable")
+        self._keys = key[self._order]
+
+    def of(self, p: int, code: int) -> np.ndarray:
+        """The events directly under event ``p`` (-1: the top) named by ``code``, in order: what
+        ``np.flatnonzero((parent == p) & (thread.name_code == code))`` gives."""
+        k = (p + 1) * self._width + code
+        return self._order[np.searchsorted(self._keys, k, "left"):np.searchsorted(self._keys, k, "right")]
+
+
+def _repeats(thread: DriverThread, parent: np.ndarray, calls: list[tuple[int, int]], siblings: _Siblings) -> list[int]:
     """Frames that repeat a call in the same caller's frame and issue no program and no compile.
 
     An eager ``x.astype(f32)`` issued twice in one function (the second to the dtype the first
@@ -193,7 +211,7 @@ def _repeats(thread: DriverThread, parent: np.ndarray, calls: list[tuple[int, in
         p = int(parent[c])
         if c == d or p < 0:
             continue  # a bare dispatch has no frame to repeat; a top-level frame no caller
-        for r in np.flatnonzero((parent == p) & (thread.name_code == thread.name_code[c])).tolist():
+        for r in siblings.of(p, int(thread.name_code[c])).tolist():
             a, b = thread.start_ns[r], thread.end_ns[r]
             if r in taken or np.searchsorted(busy_starts, b) - np.searchsorted(busy_starts, a):
                 continue
@@ -234,6 +252,8 @@ def _call_cost(ctx: Context, name: str) -> CallCost | None:
     callers: dict[str, None] = {}
     caller_frames: dict[tuple[str, int, str], None] = {}
     by_line: dict[tuple[str, str], float] = {}
+    found: dict[tuple[str, int, str, str, int], int] = {}
+    paths: dict[PyFrame, str] = {}
     for host, thread in sorted(cap.threads.items()):
         step_lo, step_hi = step_spans_ns(ctx, host)
         steps = union(step_lo, step_hi) if len(step_lo) else None
@@ -243,7 +263,8 @@ def _call_cost(ctx: Context, name: str) -> CallCost | None:
                                       strict=True) if keep]
         lo = np.asarray([thread.start_ns[c] for c, _ in calls], np.float64)
         hi = np.asarray([thread.end_ns[c] for c, _ in calls], np.float64)
-        again = _repeats(thread, parent, calls)
+        siblings = _Siblings(thread, parent)
+        again = _repeats(thread, parent, calls, siblings)
         r_lo = np.asarray([thread.start_ns[r] for r in again], np.float64)
         r_hi = np.asarray([thread.end_ns[r] for r in again], np.float64)
         dlo = np.asarray([thread.start_ns[d] for _, d in calls], np.float64)
@@ -272,8 +293,10 @@ def _call_cost(ctx: Context, name: str) -> CallCost | None:
             if (p := int(parent[c])) >= 0:
                 callers[_text(thread, p)] = None
                 if (f := parse_frame(thread.names[thread.name_code[p]])) is not None and f.is_python_file:
-                    path = kinds.path_of(f.file, f.function, f.line)
-                    caller_frames[(path, _call_line(thread, parent, c, path, f), f.function)] = None
+                    path = paths.get(f)
+                    if path is None:  # (once per caller frame: the file system is searched for it)
+                        path = paths[f] = kinds.path_of(f.file, f.function, f.line)
+                    caller_frames[(path, _call_line(thread, parent, c, path, f, siblings, found), f.function)] = None
         for (kind, where), us in _idle_by_label(thread, kinds, busy, np.r_[lo, r_lo], np.r_[hi, r_hi],
                                                 cap.backend == "cpu").items():
             by_line[(kind, where)] = by_line.get((kind, where), 0.0) + us
@@ -287,7 +310,8 @@ def _call_cost(ctx: Context, name: str) -> CallCost | None:
         callers=tuple(callers), caller_frames=tuple(caller_frames), idle_by_line=tuple((k, w, us) for (k, w), us in sorted(by_line.items())))
 
 
-def _call_line(thread: DriverThread, parent: np.ndarray, c: int, path: str, caller: PyFrame) -> int:
+def _call_line(thread: DriverThread, parent: np.ndarray, c: int, path: str, caller: PyFrame, siblings: _Siblings,
+               found: dict[tuple[str, int, str, str, int], int]) -> int:
     """The line in the caller that makes call ``c``: the tracer names only the line the caller's
     function starts at, so the call is looked up in its source (:func:`hlo_doctor.hlo.call_sites.call_line`),
     the ``ordinal``-th call of that name among the caller's frames; the function's line when it
@@ -295,9 +319,15 @@ def _call_line(thread: DriverThread, parent: np.ndarray, c: int, path: str, call
     callee = parse_frame(thread.names[thread.name_code[c]])
     if callee is None:
         return caller.line
-    same = np.flatnonzero((parent == parent[c]) & (thread.name_code == thread.name_code[c]))
+    same = siblings.of(int(parent[c]), int(thread.name_code[c]))
     ordinal = int(np.searchsorted(thread.start_ns[same], thread.start_ns[c], side="left"))
-    return call_line(path, caller.line, caller.function, callee.function, ordinal) or caller.line
+    # (Looked up once per caller, callee and ordinal: a program called every step is one lookup, not
+    # a search of the file system per call.)
+    key = (path, caller.line, caller.function, callee.function, ordinal)
+    line = found.get(key)
+    if line is None:
+        line = found[key] = call_line(path, caller.line, caller.function, callee.function, ordinal) or caller.line
+    return line
 
 
 def _text(thread: DriverThread, i: int) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hlo_doctor.trace.cwire import nested_parents, under_flagged
 from hlo_doctor.trace.python_frames import DriverThread
 
 
@@ -46,7 +47,11 @@ def in_steps(steps: tuple[np.ndarray, np.ndarray] | None, lo: np.ndarray) -> np.
 
 
 def parents(thread: DriverThread) -> np.ndarray:
-    """Index of each event's enclosing event on the thread (-1 at the top)."""
+    """Index of each event's enclosing event on the thread (-1 at the top): a compiled walk where
+    it is built (``cwire.nested_parents``), which this loop judges."""
+    walked = nested_parents(thread.start_ns, thread.end_ns)
+    if walked is not None:
+        return walked
     parent = np.full(len(thread), -1, np.int64)
     stack: list[int] = []
     ends = thread.end_ns
@@ -60,7 +65,11 @@ def parents(thread: DriverThread) -> np.ndarray:
 
 
 def inside(parent: np.ndarray, flag: np.ndarray) -> np.ndarray:
-    """True for events with an ancestor for which ``flag`` holds."""
+    """True for events with an ancestor for which ``flag`` holds (a compiled walk where it is built,
+    ``cwire.under_flagged``, which this loop judges)."""
+    walked = under_flagged(parent, flag)
+    if walked is not None:
+        return walked
     out = np.zeros(len(parent), bool)
     for i in range(len(parent)):
         p = parent[i]

@@ -334,11 +334,88 @@ done:
     return result;
 }
 
+/* parents(starts, ends, out): each event's enclosing event (its index; -1 at the top) on one thread
+   (float64 events sorted by start), into out (int64), as hlo_doctor.lint.intervals.parents walks
+   them: a stack of open events, popped while the top ends at or before the event starts. */
+static PyObject *parents(PyObject *self, PyObject *args) {
+    Py_buffer sb, eb, ob;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &sb, &eb, &ob)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = sb.len / (Py_ssize_t)sizeof(double);
+    int64_t *stack = NULL;
+    if (eb.len != sb.len || ob.len != n * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "parents: starts, ends and out differ in length");
+        goto done;
+    }
+    stack = (int64_t *)PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (!stack) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        const double *starts = (const double *)sb.buf, *ends = (const double *)eb.buf;
+        int64_t *out = (int64_t *)ob.buf;
+        Py_ssize_t depth = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double start = starts[i];
+            while (depth && ends[stack[depth - 1]] <= start) depth--;
+            out[i] = depth ? stack[depth - 1] : -1;
+            stack[depth++] = (int64_t)i;
+        }
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
+    }
+done:
+    PyMem_RawFree(stack);
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&eb);
+    PyBuffer_Release(&ob);
+    return result;
+}
+
+/* inside(parent, flag, out): out[i] = parent[i] >= 0 and (flag[parent[i]] or out[parent[i]]), in
+   event order (int64 parents, uint8 flags and out), as hlo_doctor.lint.intervals.inside does;
+   IndexError for a parent past the end, as there. */
+static PyObject *inside(PyObject *self, PyObject *args) {
+    Py_buffer pb, fb, ob;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &pb, &fb, &ob)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = pb.len / (Py_ssize_t)sizeof(int64_t);
+    if (fb.len != n || ob.len != n) {
+        PyErr_SetString(PyExc_ValueError, "inside: parent, flag and out differ in length");
+        goto done;
+    }
+    {
+        const int64_t *parent = (const int64_t *)pb.buf;
+        const uint8_t *flag = (const uint8_t *)fb.buf;
+        uint8_t *out = (uint8_t *)ob.buf;
+        int past = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t p = parent[i];
+            if (p >= n) {
+                past = 1;
+                break;
+            }
+            out[i] = p >= 0 && (flag[p] || out[p]);
+        }
+        if (past) PyErr_SetString(PyExc_IndexError, "inside: a parent past the end");
+        else result = Py_NewRef(Py_None);
+    }
+done:
+    PyBuffer_Release(&pb);
+    PyBuffer_Release(&fb);
+    PyBuffer_Release(&ob);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"segments", segments, METH_VARARGS,
      "segments(starts, ends, names, untraced, label_of): a thread's nested events as labelled segments."},
     {"enclosing", enclosing, METH_VARARGS,
      "enclosing(starts, span_starts, span_ends, out): each start's enclosing span (its index, else -1)."},
+    {"parents", parents, METH_VARARGS, "parents(starts, ends, out): each nested event's enclosing event, into out."},
+    {"inside", inside, METH_VARARGS, "inside(parent, flag, out): whether an ancestor of each event is flagged."},
     {"self_times", self_times, METH_VARARGS,
      "self_times(starts, durations, out): each nested event's duration less its children's, into out."},
     {NULL, NULL, 0, NULL},

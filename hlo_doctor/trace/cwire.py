@@ -29,7 +29,7 @@ from hlo_doctor.trace.columns import searchsorted, unique_values
 from hlo_doctor.trace.wire import EventColumns, OwnStats, Unread, stat_value_at
 from hlo_doctor.trace.xspace import XLINE_SPLIT
 
-__all__ = ["COMPILED", "NUMPY_READER_ENV", "SEGMENTS_COMPILED", "enclosing_runs", "enclosing_spans", "line_columns", "nested_self_times", "line_events", "segments", "walk_fields"]
+__all__ = ["COMPILED", "NUMPY_READER_ENV", "SEGMENTS_COMPILED", "enclosing_runs", "enclosing_spans", "line_columns", "nested_parents", "nested_self_times", "under_flagged", "line_events", "segments", "walk_fields"]
 
 NUMPY_READER_ENV = "HLO_DOCTOR_NUMPY_READER"
 """Set (to anything but empty): the numpy reader even where the compiled one is built (to compare them)."""
@@ -222,6 +222,26 @@ def enclosing_spans(span_starts: np.ndarray, span_ends: np.ndarray, starts: np.n
     np.logical_not(inside, out=inside)
     run[inside] = -1
     return run
+
+
+def nested_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
+    """Each event's enclosing event (int64; -1 at the top) of one thread's float64 events sorted by
+    start, in one compiled walk; None where it is not built (the caller walks in Python)."""
+    if _xsegments is None or starts.dtype != np.float64 or ends.dtype != np.float64:
+        return None
+    out = np.empty(len(starts), np.int64)
+    _xsegments.parents(np.ascontiguousarray(starts), np.ascontiguousarray(ends), out)
+    return out
+
+
+def under_flagged(parent: np.ndarray, flag: np.ndarray) -> np.ndarray | None:
+    """Whether an ancestor of each event (``parent``: int64, each event's enclosing one) is flagged,
+    in one compiled walk; None where it is not built."""
+    if _xsegments is None or parent.dtype != np.int64:
+        return None
+    out = np.zeros(len(parent), np.uint8)
+    _xsegments.inside(np.ascontiguousarray(parent), np.ascontiguousarray(flag, np.bool_).view(np.uint8), out)
+    return out.view(bool)
 
 
 def nested_self_times(starts: np.ndarray, durations: np.ndarray) -> np.ndarray | None:

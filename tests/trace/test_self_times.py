@@ -101,3 +101,29 @@ def test_host_times_by_numpy_are_the_integer_loops(dtype: type) -> None:
     assert python_frames.exact_times(0, np.array([1], np.int64), np.array([edge + 1], np.uint64)) is None
     got = python_frames.exact_times(10**6, np.array([-3, 7], np.int64), np.array([-5, 2], np.int64))
     assert got is not None and (got[0].tolist(), got[1].tolist()) == _loop_times(10**6, [-3, 7], [-5, 2])
+
+
+@compiled
+@pytest.mark.parametrize("seed", range(3))
+def test_parents_and_flagged_ancestors_are_the_loops(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread's nesting (``intervals.parents``, ``intervals.inside``) by the compiled walks, against
+    the Python loops they replace: nested lines with ties, overlaps and NaN."""
+    from hlo_doctor.lint import intervals
+    from hlo_doctor.trace.python_frames import DriverThread
+
+    rng = np.random.default_rng(seed)
+    events: list[tuple[float, float]] = []
+    _nested(rng, 0.0, 400.0 + float(rng.integers(0, 400)), 0, events)
+    if seed == 2:
+        events.append((events[-1][0], float("nan")))
+    starts = np.array([e[0] for e in events])
+    ends = starts + np.array([e[1] for e in events])
+    thread = DriverThread("h", "/host:CPU", "python", starts, ends, np.zeros(len(starts), np.int32), ("$a.py:1 f",), 0, 0)
+    flag = rng.random(len(starts)) < 0.2
+    got = intervals.parents(thread), intervals.inside(intervals.parents(thread), flag)
+    with monkeypatch.context() as m:
+        m.setattr(cwire, "_xsegments", None)
+        want = intervals.parents(thread), intervals.inside(intervals.parents(thread), flag)
+    assert (got[0] >= 0).sum() > 10 and got[1].any()
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
