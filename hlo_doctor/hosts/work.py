@@ -24,7 +24,7 @@ from hlo_doctor.opstats.totals import EventTotals, StepChoice, event_totals
 from hlo_doctor.trace.columns import OpColumns, trim_freed_memory
 from hlo_doctor.trace.dispatch import read_host_dispatch
 from hlo_doctor.trace.model import HostDispatch
-from hlo_doctor.trace.read import HostRead, combine_hosts, read_host
+from hlo_doctor.trace.read import HostRead, combine_hosts, observed, observed_by_any, read_host
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +159,10 @@ def _read(task: HostTask, later: FramePathsLater | None) -> HostPart:
         return FrameKinds.from_modules(modules_from_trace(trace)[0])
 
     totals = event_totals(trace, frame_kinds, task.choice, breakdown=task.breakdown, overlap=task.overlap)
+    if task.data is None and observed_by_any() and any(part.driver_threads for part in totals.breakdown):
+        # A host read in the command's process, with a driver thread whose host time a rule will
+        # read with the op intervals (lint.trace_capture): kept from this read, not read again.
+        observed([Path(task.location or task.path)], trace)
     texts: tuple[tuple[str, int, str, str], ...] = ()
     if trace.backend != "cpu" and not trace.module_protos:
         texts = tuple(_xprof_texts(task))

@@ -54,7 +54,7 @@ from hlo_doctor.trace.conventions import BACKEND_COMPILE_MARKERS, DISPATCH_PREFI
 from hlo_doctor.trace.python_frames import DriverThread, PyFrame, parse_frame
 
 if TYPE_CHECKING:  # the op-stats package imports pandas: the rule API loads without it
-    from hlo_doctor.opstats.host_time import FrameKinds
+    from hlo_doctor.opstats.host_time import FrameKinds, Label
 
 PER_STEP_FLOOR = 0.5
 """A program runs "per step" from this many launches per step on one device (HD003's bar)."""
@@ -345,20 +345,45 @@ def _idle_by_label(thread: DriverThread, kinds: FrameKinds, busy: tuple[np.ndarr
 
     seg = host_segments(thread, kinds, execution_waits=cpu)
     spans = union(lo, hi)
-    # Pieces: the segments cut at the spans' edges; each lies in one segment and in or out of a span.
-    cuts = np.unique(np.concatenate([seg.start_ns, seg.end_ns, spans[0], spans[1]]))
+    out: dict[tuple[str, str], float] = {}
+    # A block of spans at a time, with the segments from the first one's to the last one's: the
+    # pieces inside the spans are the same as the whole thread's cut gives (each lies between cut
+    # points inside its span: its edges and the bounds of the segments over it), in the same order,
+    # so the sums are too; the arrays are a block's, not the thread's millions of pieces.
+    first = np.searchsorted(seg.end_ns, spans[0], side="right")
+    last = np.searchsorted(seg.start_ns, spans[1], side="left")
+    at = 0
+    while at < len(spans[0]):
+        upto = at + 1
+        while upto < len(spans[0]) and last[upto] - first[at] <= _PIECES_AT_ONCE:
+            upto += 1
+        lo_seg, hi_seg = int(first[at]), int(max(last[upto - 1], first[at]))
+        _idle_pieces(seg.start_ns[lo_seg:hi_seg], seg.end_ns[lo_seg:hi_seg], seg.label[lo_seg:hi_seg],
+                     (spans[0][at:upto], spans[1][at:upto]), busy, seg.labels, out)
+        at = upto
+    return out
+
+
+_PIECES_AT_ONCE = 1 << 18
+"""Segments cut at a time by :func:`_idle_by_label` (a block of spans' worth)."""
+
+
+def _idle_pieces(seg_start: np.ndarray, seg_end: np.ndarray, seg_label: np.ndarray,
+                 spans: tuple[np.ndarray, np.ndarray], busy: tuple[np.ndarray, np.ndarray],
+                 labels: tuple[Label, ...], out: dict[tuple[str, str], float]) -> None:
+    """Device idle time (us) inside ``spans`` by label, added into ``out`` piece by piece in time
+    order: the segments cut at the spans' edges; each piece lies in one segment and in or out of a span."""
+    cuts = np.unique(np.concatenate([seg_start, seg_end, spans[0], spans[1]]))
     a, b = cuts[:-1], cuts[1:]
     mid = (a + b) / 2
     j = np.searchsorted(spans[0], mid, side="right") - 1
-    k = np.searchsorted(seg.start_ns, mid, side="right") - 1
-    keep = (j >= 0) & (mid < spans[1][np.maximum(j, 0)]) & (k >= 0) & (mid < seg.end_ns[np.maximum(k, 0)])
+    k = np.searchsorted(seg_start, mid, side="right") - 1
+    keep = (j >= 0) & (mid < spans[1][np.maximum(j, 0)]) & (k >= 0) & (mid < seg_end[np.maximum(k, 0)])
     a, b, k = a[keep], b[keep], k[keep]
     idle = (b - a) - covered(busy, a, b)
-    out: dict[tuple[str, str], float] = {}
-    for label_code, us in zip(seg.label[k].tolist(), idle.tolist(), strict=True):
-        label = seg.labels[label_code]
+    for label_code, us in zip(seg_label[k].tolist(), idle.tolist(), strict=True):
+        label = labels[label_code]
         out[(label.kind, label.where)] = out.get((label.kind, label.where), 0.0) + us / 1e3
-    return out
 
 
 # -- HD003's spans as HD015 sees them -------------------------------------------------------------------

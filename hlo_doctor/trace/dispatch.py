@@ -11,9 +11,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
+
 from hlo_doctor.core.errors import InputError
 from hlo_doctor.trace.model import HostDispatch
 from hlo_doctor.trace.stream import XSpaceFile
+from hlo_doctor.trace.wire import Unread
 from hlo_doctor.trace.xspace import METADATA_PLANE
 
 _DISPATCH = re.compile(r"^PjitFunction\((.+)\)$")
@@ -53,8 +56,7 @@ def _add_spans(path: Path, calls: dict[str, int], total: dict[str, float]) -> No
             if not names:
                 continue
             for line in plane.lines:
-                spans = sorted((e.offset_ps, e.offset_ps + e.duration_ps, names[e.metadata_id])
-                               for e in line.events if e.metadata_id in names)
+                spans = _spans(line, names)
                 open_until: dict[str, int] = {}
                 for start, end, name in spans:
                     if start < open_until.get(name, -1):
@@ -63,3 +65,23 @@ def _add_spans(path: Path, calls: dict[str, int], total: dict[str, float]) -> No
                     module = f"jit_{name}"
                     calls[module] = calls.get(module, 0) + 1
                     total[module] = total.get(module, 0.0) + (end - start) / 1e6
+
+
+def _spans(line: object, names: dict[int, str]) -> list[tuple[int, int, str]]:
+    """(start, end, program) of the line's dispatch spans (offsets in ps), sorted: from the line's
+    columns, a chunk at a time, where they can be read so (a Python tracer's thread holds millions of
+    events, a few of them dispatches), else from its parsed events."""
+    columns = getattr(line, "event_columns", None)
+    if columns is not None:
+        ids = np.fromiter(names, np.int64, len(names))
+        found: list[tuple[int, int, str]] = []
+        try:
+            for part in columns(-1, -1, {}, {}):
+                keep = np.flatnonzero(np.isin(part.mids, ids))
+                found.extend((off, off + dur, names[mid]) for off, dur, mid in zip(
+                    part.offsets_ps[keep].tolist(), part.durations_ps[keep].tolist(), part.mids[keep].tolist(), strict=True))
+            return sorted(found)
+        except Unread:
+            pass  # read by the protobuf runtime below, whole
+    return sorted((e.offset_ps, e.offset_ps + e.duration_ps, names[e.metadata_id])
+                  for e in line.events if e.metadata_id in names)  # type: ignore[attr-defined]

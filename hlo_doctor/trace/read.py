@@ -204,9 +204,20 @@ def read_trace(paths: list[Path]) -> Trace:
     cols = OpColumns()
     reads = [read_host(path, cols) for path in paths]
     trace = combine_hosts(reads, cols.finish())
-    for observer in tuple(_OBSERVERS):
-        observer(list(paths), trace)
+    observed(list(paths), trace)
     return trace
+
+
+def observed(paths: list[Path], trace: Trace) -> None:
+    """Hand a capture just read (its files, its trace) to the observers of :func:`observing_traces`,
+    if any."""
+    for observer in tuple(_OBSERVERS):
+        observer(paths, trace)
+
+
+def observed_by_any() -> bool:
+    """Whether a block of :func:`observing_traces` is open."""
+    return bool(_OBSERVERS)
 
 
 def combine_hosts(reads: list[HostRead], ops: OpEvents) -> Trace:

@@ -284,3 +284,15 @@ def test_a_frame_is_placed_in_the_one_file_of_its_base_name_that_defines_it_ther
     lines = json.loads(breakdown.stdout[breakdown.stdout.index("{"):])["lines"]
     widen = [ln for ln in lines if ln["where"] == "helpers.py:4 widen"]
     assert widen and {ln["path"] for ln in widen} == {str(tmp_path / "right" / "helpers.py")}
+
+
+def test_idle_by_line_cut_a_span_at_a_time_is_the_whole_threads(h200: Context, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The idle time by source line, its pieces cut a block of spans at a time (down to one span and
+    one segment a block), is the whole thread's cut's, float for float."""
+    from hlo_doctor.lint import host_cost
+
+    whole = host_cost._call_cost.__wrapped__(h200, CONVERT)
+    monkeypatch.setattr(host_cost, "_PIECES_AT_ONCE", 1)
+    blocks = host_cost._call_cost.__wrapped__(h200, CONVERT)
+    assert whole is not None and blocks is not None and whole.idle_by_line
+    assert blocks.idle_by_line == whole.idle_by_line

@@ -52,3 +52,32 @@ def test_a_diagnosis_reads_the_op_events_once_and_keeps_the_same_intervals(monke
     for host, arrays in again.ops.items():
         for got, want in zip(kept.ops[host], arrays, strict=True):
             assert np.array_equal(got, want)
+
+
+def test_a_large_host_file_read_in_process_keeps_its_intervals_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host file large enough for the hosts' reader (read in this process, its sums beside it):
+    its op intervals are kept from that read as well (a driver thread's capture), never read again."""
+    import hlo_doctor.hosts.capture as capture
+    from hlo_doctor.cli.hosts import pod_options
+
+    tc._read.cache_clear()
+    tc._PRIMED.clear()
+    calls: list[list[Path]] = []
+    real = trace_read.read_trace
+
+    def counted(paths: list[Path]):  # type: ignore[no-untyped-def]
+        calls.append(list(paths))
+        return real(paths)
+
+    monkeypatch.setattr(tc, "read_trace", counted)
+    monkeypatch.setattr(capture, "WORKER_MIN_BYTES", 0)
+    # (the reader diagnose's command hands it: hosts read as a pod's, here one host in this process)
+    ctx = replace(load_context(ENGINE, reader=capture.CaptureReader(pod_options(None, None, False))), what_if=False)
+    diagnose(ctx, load_rulebook())
+    kept = tc.trace_capture(ctx)
+    assert kept is not None and not calls
+    fresh = tc._intervals(real(find_xplanes(ENGINE)))
+    assert kept.ops.keys() == fresh.keys() and kept.ops
+    for host, arrays in fresh.items():
+        for got, want in zip(kept.ops[host], arrays, strict=True):
+            assert np.array_equal(got, want)
