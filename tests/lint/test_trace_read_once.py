@@ -20,7 +20,9 @@ from hlo_doctor.trace import find_xplanes
 ENGINE = Path(__file__).resolve().parents[2] / "sample_traces" / "engine_b64_original_a"
 
 
-def test_a_diagnosis_reads_the_op_events_once_and_keeps_the_same_intervals(monkeypatch: pytest.MonkeyPatch) -> None:
+def _counted_reads(monkeypatch: pytest.MonkeyPatch, *modules: object) -> list[list[Path]]:
+    """The files of each ``read_trace`` call made through these modules' names of it, from now on
+    (the cache of capture reads emptied first)."""
     tc._read.cache_clear()
     tc._PRIMED.clear()
     calls: list[list[Path]] = []
@@ -30,20 +32,31 @@ def test_a_diagnosis_reads_the_op_events_once_and_keeps_the_same_intervals(monke
         calls.append(list(paths))
         return real(paths)
 
-    monkeypatch.setattr(trace_read, "read_trace", counted)
-    monkeypatch.setattr(tc, "read_trace", counted)
-    import hlo_doctor.opstats.io as io
-    monkeypatch.setattr(io, "read_trace", counted)
-    ctx = replace(load_context(ENGINE), what_if=False)
-    diagnose(ctx, load_rulebook())
-    kept = tc.trace_capture(ctx)
-    assert kept is not None and len(calls) == 1
-    # A fresh read of the same files gives the same intervals, host by host.
-    fresh = tc._intervals(real(find_xplanes(ENGINE)))
+    for module in modules:
+        monkeypatch.setattr(module, "read_trace", counted)
+    return calls
+
+
+def _same_as_a_fresh_read(kept: tc.TraceCapture) -> None:
+    """The intervals kept equal those of a fresh read of the same files, host by host."""
+    fresh = tc._intervals(trace_read.read_trace(find_xplanes(ENGINE)))
     assert kept.ops.keys() == fresh.keys() and kept.ops
     for host, arrays in fresh.items():
         for got, want in zip(kept.ops[host], arrays, strict=True):
             assert np.array_equal(got, want)
+
+
+def test_a_diagnosis_reads_the_op_events_once_and_keeps_the_same_intervals(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hlo_doctor.opstats.io as io
+
+    real = trace_read.read_trace
+    calls = _counted_reads(monkeypatch, trace_read, tc, io)
+    ctx = replace(load_context(ENGINE), what_if=False)
+    diagnose(ctx, load_rulebook())
+    kept = tc.trace_capture(ctx)
+    assert kept is not None and len(calls) == 1
+    monkeypatch.setattr(trace_read, "read_trace", real)
+    _same_as_a_fresh_read(kept)
     # Without the op-stats stage's read (the cache empty), the estimates read the files themselves.
     tc._read.cache_clear()
     tc._PRIMED.clear()
@@ -60,24 +73,11 @@ def test_a_large_host_file_read_in_process_keeps_its_intervals_too(monkeypatch: 
     import hlo_doctor.hosts.capture as capture
     from hlo_doctor.cli.hosts import pod_options
 
-    tc._read.cache_clear()
-    tc._PRIMED.clear()
-    calls: list[list[Path]] = []
-    real = trace_read.read_trace
-
-    def counted(paths: list[Path]):  # type: ignore[no-untyped-def]
-        calls.append(list(paths))
-        return real(paths)
-
-    monkeypatch.setattr(tc, "read_trace", counted)
+    calls = _counted_reads(monkeypatch, tc)
     monkeypatch.setattr(capture, "WORKER_MIN_BYTES", 0)
     # (the reader diagnose's command hands it: hosts read as a pod's, here one host in this process)
     ctx = replace(load_context(ENGINE, reader=capture.CaptureReader(pod_options(None, None, False))), what_if=False)
     diagnose(ctx, load_rulebook())
     kept = tc.trace_capture(ctx)
     assert kept is not None and not calls
-    fresh = tc._intervals(real(find_xplanes(ENGINE)))
-    assert kept.ops.keys() == fresh.keys() and kept.ops
-    for host, arrays in fresh.items():
-        for got, want in zip(kept.ops[host], arrays, strict=True):
-            assert np.array_equal(got, want)
+    _same_as_a_fresh_read(kept)
