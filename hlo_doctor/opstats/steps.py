@@ -41,27 +41,29 @@ def steps_from_marks(marks: Sequence[StepMark], ops: OpEvents, *, by_device: boo
     groups: dict[tuple[str, str], list[StepMark]] = {}
     for s in marks:
         groups.setdefault((s.host, s.device if by_device else ""), []).append(s)
+    runs = _runs(host_codes, device_codes if by_device else None, len(ops.device.categories) + 1) if groups else {}
     for (host, device), group in sorted(groups.items()):
         group.sort(key=lambda s: s.start_ns)
         counts.append(len(group))
         times.extend(s.duration_ns / 1e3 for s in group)
-        on = host_codes == host_index.get(host, -2)
-        if by_device:
-            on &= device_codes == device_index.get(device, -2)
         mark_starts = np.asarray([s.start_ns for s in group])
         mark_ends = mark_starts + np.asarray([s.duration_ns for s in group])
         labels = np.asarray([s.step_num if s.step_num >= 0 else k for k, s in enumerate(group)], np.int64)
         # Only the group's own events are looked up (a device's marks among its events, not all).
-        first = int(on.argmax())
-        end = len(on) - int(on[::-1].argmax())
-        if on[first] and bool(on[first:end].all()):
-            # The group's events are one run (a device's, read a plane at a time): views, not copies,
-            # and no index per event (an int64 per event is the largest temporary of the read's end).
-            del on
-            for a in range(first, end, _CHUNK):
-                run = slice(a, min(a + _CHUNK, end))
-                _label(step_of[run], starts[run], mark_starts, mark_ends, labels)
+        key = host_index.get(host, -2), (device_index.get(device, -2) if by_device else 0)
+        one = runs.get(key, [])
+        if len(one) <= 1:
+            # The group's events are one run (a device's, read a plane at a time), or none: views,
+            # not copies, and no index per event (an int64 per event is the largest temporary of the
+            # read's end).
+            for first, end in one:
+                for a in range(first, end, _CHUNK):
+                    run = slice(a, min(a + _CHUNK, end))
+                    _label(step_of[run], starts[run], mark_starts, mark_ends, labels)
             continue
+        on = host_codes == key[0]
+        if by_device:
+            on &= device_codes == key[1]
         where = np.flatnonzero(on)
         del on
         for a in range(0, len(where), _CHUNK):
@@ -70,6 +72,23 @@ def steps_from_marks(marks: Sequence[StepMark], ops: OpEvents, *, by_device: boo
             _label(mine, starts[some], mark_starts, mark_ends, labels)
             step_of[some] = mine
     return step_of, times, max(counts) if counts else 0
+
+
+def _runs(host_codes: np.ndarray, device_codes: np.ndarray | None, width: int) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """(host code, device code or 0) -> the [first, end) runs of consecutive events with those codes,
+    in order: one pass over the events, not a mask of them per group."""
+    if not len(host_codes):
+        return {}
+    key = host_codes.astype(np.int64)
+    if device_codes is not None:
+        key *= width
+        key += device_codes
+    edges = np.flatnonzero(key[1:] != key[:-1]) + 1
+    bounds = [0, *edges.tolist(), len(key)]
+    out: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for code, a, b in zip(key[bounds[:-1]].tolist(), bounds[:-1], bounds[1:], strict=True):
+        out.setdefault(divmod(code, width) if device_codes is not None else (code, 0), []).append((a, b))
+    return out
 
 
 _CHUNK = 1 << 18

@@ -25,7 +25,7 @@ from types import ModuleType
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from hlo_doctor.trace.columns import searchsorted, unique_values
+from hlo_doctor.trace.arrays import searchsorted, unique_values
 from hlo_doctor.trace.wire import EventColumns, OwnStats, Unread, stat_value_at
 from hlo_doctor.trace.xspace import XLINE_SPLIT
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -93,9 +93,9 @@ class OpEvents:
         }, copy=False)
 
 
-@dataclass(frozen=True, slots=True)
-class StepMark:
-    """One step annotation (``StepTraceAnnotation``)."""
+class StepMark(NamedTuple):
+    """One step annotation (``StepTraceAnnotation``). A named tuple: a device writes one a step
+    (thousands a capture), made at a tuple's cost."""
 
     host: str
     name: str
