@@ -41,7 +41,7 @@ def steps_from_marks(marks: Sequence[StepMark], ops: OpEvents, *, by_device: boo
     groups: dict[tuple[str, str], list[StepMark]] = {}
     for s in marks:
         groups.setdefault((s.host, s.device if by_device else ""), []).append(s)
-    runs = _runs(host_codes, device_codes if by_device else None, len(ops.device.categories) + 1) if groups else {}
+    runs = _runs(host_codes, device_codes if by_device else None) if groups else {}
     for (host, device), group in sorted(groups.items()):
         group.sort(key=lambda s: s.start_ns)
         counts.append(len(group))
@@ -74,20 +74,22 @@ def steps_from_marks(marks: Sequence[StepMark], ops: OpEvents, *, by_device: boo
     return step_of, times, max(counts) if counts else 0
 
 
-def _runs(host_codes: np.ndarray, device_codes: np.ndarray | None, width: int) -> dict[tuple[int, int], list[tuple[int, int]]]:
+def _runs(host_codes: np.ndarray, device_codes: np.ndarray | None) -> dict[tuple[int, int], list[tuple[int, int]]]:
     """(host code, device code or 0) -> the [first, end) runs of consecutive events with those codes,
-    in order: one pass over the events, not a mask of them per group."""
+    in order: the codes compared with their neighbours as they are (a byte an event), not a mask of
+    the events per group."""
     if not len(host_codes):
         return {}
-    key = host_codes.astype(np.int64)
+    change = host_codes[1:] != host_codes[:-1]
     if device_codes is not None:
-        key *= width
-        key += device_codes
-    edges = np.flatnonzero(key[1:] != key[:-1]) + 1
-    bounds = [0, *edges.tolist(), len(key)]
+        change |= device_codes[1:] != device_codes[:-1]
+    heads = [0, *(np.flatnonzero(change) + 1).tolist()]
+    del change
+    hosts = host_codes[heads].tolist()
+    devices = device_codes[heads].tolist() if device_codes is not None else [0] * len(heads)
     out: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for code, a, b in zip(key[bounds[:-1]].tolist(), bounds[:-1], bounds[1:], strict=True):
-        out.setdefault(divmod(code, width) if device_codes is not None else (code, 0), []).append((a, b))
+    for h, d, first, end in zip(hosts, devices, heads, [*heads[1:], len(host_codes)], strict=True):
+        out.setdefault((h, d), []).append((first, end))
     return out
 
 

@@ -3,6 +3,8 @@ run, an event's step mark) against numpy's ``searchsorted``, which it replaces a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -51,3 +53,46 @@ def test_step_labels_are_numpy_s() -> None:
     idx = _numpy(mark_starts, mark_ends, starts)
     expected = np.where(idx >= 0, labels[np.maximum(idx, 0)], -1)
     assert np.array_equal(out, expected)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_device_steps_label_each_event_by_its_own_devices_marks(interleaved: bool, tmp_path: Path) -> None:
+    """``steps_from_marks`` of a 4-chip TPU host's ``Steps`` marks (the generated trace of
+    benchmarks/bench_device_trace.py, the layout libtpu writes), against each event looked up one at a
+    time among its own device's marks; the devices' events one run each (as read), and interleaved
+    (no run to find: each group's events by a mask)."""
+    import dataclasses
+    import sys
+
+    from hlo_doctor.hosts.work import combine_hosts
+    from hlo_doctor.opstats.steps import steps_from_marks
+    from hlo_doctor.trace.columns import OpColumns
+    from hlo_doctor.trace.model import Coded
+    from hlo_doctor.trace.read import read_host
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import bench_device_trace
+
+    path = bench_device_trace.generate(tmp_path / "host.xplane.pb", size_mb=1.0, cores=4)
+    cols = OpColumns()
+    trace = combine_hosts([read_host(path, cols)], cols.finish())
+    ops = trace.ops
+    if interleaved:
+        order = np.argsort(ops.start_ns, kind="stable")
+        coded = {f.name: Coded(np.asarray(getattr(ops, f.name).codes)[order], getattr(ops, f.name).categories)
+                 for f in dataclasses.fields(ops) if isinstance(getattr(ops, f.name), Coded)}
+        ops = dataclasses.replace(ops, **coded, start_ns=ops.start_ns[order], duration_ns=ops.duration_ns[order])
+    step_of, _, count = steps_from_marks(trace.device_steps, ops, by_device=True)
+    devices = np.asarray(ops.device.categories, object)[np.asarray(ops.device.codes)]
+    want = np.full(len(ops), -1, np.int64)
+    for device in set(devices.tolist()):
+        marks = sorted((m for m in trace.device_steps if m.device == device), key=lambda m: m.start_ns)
+        starts = np.asarray([m.start_ns for m in marks])
+        ends = starts + np.asarray([m.duration_ns for m in marks])
+        mine = np.flatnonzero(devices == device)
+        k = np.searchsorted(starts, ops.start_ns[mine], side="right") - 1
+        inside = (k >= 0) & (ends[np.maximum(k, 0)] >= ops.start_ns[mine])
+        labels = np.asarray([m.step_num for m in marks])
+        want[mine[inside]] = labels[k[inside]]
+    assert count > 1 and (want >= 0).any() and len(set(devices.tolist())) > 1
+    assert np.array_equal(step_of, want)
