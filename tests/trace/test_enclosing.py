@@ -55,14 +55,24 @@ def test_step_labels_are_numpy_s() -> None:
     assert np.array_equal(out, expected)
 
 
+@pytest.fixture(scope="module")
+def four_chips(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 4-chip TPU host file of about 1 MB with a ``Steps`` line per chip (the generated trace of
+    benchmarks/bench_device_trace.py, the layout libtpu writes)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import bench_device_trace
+
+    return bench_device_trace.generate(tmp_path_factory.mktemp("four-chips") / "host.xplane.pb", size_mb=1.0, cores=4)
+
+
 @pytest.mark.parametrize("interleaved", [False, True])
-def test_device_steps_label_each_event_by_its_own_devices_marks(interleaved: bool, tmp_path: Path) -> None:
-    """``steps_from_marks`` of a 4-chip TPU host's ``Steps`` marks (the generated trace of
-    benchmarks/bench_device_trace.py, the layout libtpu writes), against each event looked up one at a
+def test_device_steps_label_each_event_by_its_own_devices_marks(interleaved: bool, four_chips: Path) -> None:
+    """``steps_from_marks`` of a 4-chip TPU host's ``Steps`` marks, against each event looked up one at a
     time among its own device's marks; the devices' events one run each (as read), and interleaved
     (no run to find: each group's events by a mask)."""
     import dataclasses
-    import sys
 
     from hlo_doctor.hosts.work import combine_hosts
     from hlo_doctor.opstats.steps import steps_from_marks
@@ -70,10 +80,7 @@ def test_device_steps_label_each_event_by_its_own_devices_marks(interleaved: boo
     from hlo_doctor.trace.model import Coded
     from hlo_doctor.trace.read import read_host
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    import bench_device_trace
-
-    path = bench_device_trace.generate(tmp_path / "host.xplane.pb", size_mb=1.0, cores=4)
+    path = four_chips
     cols = OpColumns()
     trace = combine_hosts([read_host(path, cols)], cols.finish())
     ops = trace.ops
