@@ -24,6 +24,19 @@ static inline int64_t at(const char *buf, Py_ssize_t width, Py_ssize_t i) {
     }
 }
 
+/* Columns are read a block at a time into int64 (the width switched once a block, not once an
+   element: the loops over a block then read plain arrays). */
+#define BLOCK 2048
+
+static void load(const char *buf, Py_ssize_t width, Py_ssize_t a, Py_ssize_t len, int64_t *out) {
+    switch (width) {
+    case 1: for (Py_ssize_t i = 0; i < len; i++) out[i] = ((const int8_t *)buf)[a + i]; break;
+    case 2: for (Py_ssize_t i = 0; i < len; i++) out[i] = ((const int16_t *)buf)[a + i]; break;
+    case 4: for (Py_ssize_t i = 0; i < len; i++) out[i] = ((const int32_t *)buf)[a + i]; break;
+    default: memcpy(out, (const int64_t *)buf + a, (size_t)len * sizeof(int64_t)); break;
+    }
+}
+
 static int int_column(Py_buffer *b, const char *name, Py_ssize_t n) {
     Py_ssize_t w = b->itemsize;
     if ((w != 1 && w != 2 && w != 4 && w != 8) || b->len != n * w) {
@@ -56,6 +69,7 @@ static PyObject *chunk_sums(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     double *scratch = NULL, *cell = NULL;
     int32_t *ks = NULL, *qs = NULL; /* a chunk's groups and step places, from pass 1 for pass 2 */
+    int64_t *blocks = NULL;         /* a block of each integer column (load) */
     if (!PyArg_ParseTuple(args, "y*y*y*LLy*y*y*y*y*y*Ly*y*Ly*Lw*w*w*w*w*", &mb, &pb, &ob, &n_p, &n_o, &lb, &cb, &db,
                           &sb, &hb, &vb, &width, &stb, &plb, &lo, &spb, &chunk, &o1, &o2, &o3, &o4, &o5))
         return NULL;
@@ -87,7 +101,8 @@ static PyObject *chunk_sums(PyObject *self, PyObject *args) {
     scratch = (double *)PyMem_RawCalloc((size_t)(3 * g), sizeof(double));
     ks = (int32_t *)PyMem_RawMalloc((size_t)per * sizeof(int32_t));
     qs = (int32_t *)PyMem_RawMalloc((size_t)per * sizeof(int32_t));
-    if (!scratch || !ks || !qs) {
+    blocks = (int64_t *)PyMem_RawMalloc((size_t)(7 * BLOCK) * sizeof(int64_t));
+    if (!scratch || !ks || !qs || !blocks) {
         PyErr_NoMemory();
         goto done;
     }
@@ -98,6 +113,8 @@ static PyObject *chunk_sums(PyObject *self, PyObject *args) {
         double *occ_out = o1.buf, *total = o2.buf, *self_out = o3.buf, *by_step = o5.buf;
         uint8_t *on_device = o4.buf;
         double *c_occ = scratch, *c_total = scratch + g, *c_self = scratch + 2 * g;
+        int64_t *bm = blocks, *bp = blocks + BLOCK, *bo = blocks + 2 * BLOCK, *bc = blocks + 3 * BLOCK,
+                *bh = blocks + 4 * BLOCK, *bv = blocks + 5 * BLOCK, *bs = blocks + 6 * BLOCK;
         Py_ssize_t cell_cap = 0;
         int fallback = 0, nomem = 0;
         Py_BEGIN_ALLOW_THREADS
@@ -106,20 +123,30 @@ static PyObject *chunk_sums(PyObject *self, PyObject *args) {
             memset(scratch, 0, (size_t)(3 * g) * sizeof(double));
             int64_t first = INT64_MAX, last = -1;
             /* Pass 1: the op sums, the devices, and the steps this chunk spans. */
-            for (Py_ssize_t i = a; i < b; i++) {
-                int64_t key = (at(m, mb.itemsize, i) * n_p + at(p, pb.itemsize, i)) * n_o + at(o, ob.itemsize, i);
+            for (Py_ssize_t i0 = a; i0 < b && !fallback; i0 += BLOCK) {
+              Py_ssize_t len = b - i0 < BLOCK ? b - i0 : BLOCK;
+              load(m, mb.itemsize, i0, len, bm);
+              load(p, pb.itemsize, i0, len, bp);
+              load(o, ob.itemsize, i0, len, bo);
+              load(c, cb.itemsize, i0, len, bc);
+              load(h, hb.itemsize, i0, len, bh);
+              load(v, vb.itemsize, i0, len, bv);
+              load(st, stb.itemsize, i0, len, bs);
+              for (Py_ssize_t j = 0; j < len; j++) {
+                Py_ssize_t i = i0 + j;
+                int64_t key = (bm[j] * n_p + bp[j]) * n_o + bo[j];
                 if (key < 0 || key >= space) { fallback = 1; break; }
                 int64_t k = lookup[key];
                 if (k < 0 || k >= g) { fallback = 1; break; }
-                c_occ[k] += (double)at(c, cb.itemsize, i);
+                c_occ[k] += (double)bc[j];
                 c_total[k] += dur[i];
                 c_self[k] += selfns[i];
-                int64_t d = at(h, hb.itemsize, i) * width + at(v, vb.itemsize, i);
+                int64_t d = bh[j] * width + bv[j];
                 if (d < 0 || d >= cols) { fallback = 1; break; }
                 on_device[k * cols + d] = 1;
                 ks[i - a] = (int32_t)k;
                 qs[i - a] = -1;
-                int64_t label = at(st, stb.itemsize, i);
+                int64_t label = bs[j];
                 if (label >= 0) {
                     int64_t q;
                     if (places) {
@@ -138,6 +165,7 @@ static PyObject *chunk_sums(PyObject *self, PyObject *args) {
                     if (q < first) first = q;
                     if (q > last) last = q;
                 }
+              }
             }
             if (fallback) break;
             for (Py_ssize_t k = 0; k < g; k++) {
@@ -172,6 +200,7 @@ done:
     PyMem_RawFree(cell);
     PyMem_RawFree(ks);
     PyMem_RawFree(qs);
+    PyMem_RawFree(blocks);
     Py_buffer *all[] = {&mb, &pb, &ob, &lb, &cb, &db, &sb, &hb, &vb, &stb, &plb, &spb, &o1, &o2, &o3, &o4, &o5};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (all[i]->obj) PyBuffer_Release(all[i]);
@@ -196,22 +225,36 @@ static PyObject *survey(PyObject *self, PyObject *args) {
         uint8_t *seen = (uint8_t *)sb.buf;
         int64_t lo = 0, hi = -1;
         int outside = 0;
+        int64_t *bm = (int64_t *)PyMem_RawMalloc((size_t)(4 * BLOCK) * sizeof(int64_t));
+        if (!bm) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        int64_t *bp = bm + BLOCK, *bo = bm + 2 * BLOCK, *bs = bm + 3 * BLOCK;
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) {
-            int64_t key = (at(mb.buf, mb.itemsize, i) * n_p + at(pb.buf, pb.itemsize, i)) * n_o + at(ob.buf, ob.itemsize, i);
-            if (key < 0 || key >= space) {
-                outside = 1;
-                break;
-            }
-            seen[key] = 1;
-            int64_t label = at(stb.buf, stb.itemsize, i);
-            if (label >= 0) {
-                if (hi < lo) lo = hi = label;
-                else if (label < lo) lo = label;
-                else if (label > hi) hi = label;
+        for (Py_ssize_t i0 = 0; i0 < n && !outside; i0 += BLOCK) {
+            Py_ssize_t len = n - i0 < BLOCK ? n - i0 : BLOCK;
+            load(mb.buf, mb.itemsize, i0, len, bm);
+            load(pb.buf, pb.itemsize, i0, len, bp);
+            load(ob.buf, ob.itemsize, i0, len, bo);
+            load(stb.buf, stb.itemsize, i0, len, bs);
+            for (Py_ssize_t j = 0; j < len; j++) {
+                int64_t key = (bm[j] * n_p + bp[j]) * n_o + bo[j];
+                if (key < 0 || key >= space) {
+                    outside = 1;
+                    break;
+                }
+                seen[key] = 1;
+                int64_t label = bs[j];
+                if (label >= 0) {
+                    if (hi < lo) lo = hi = label;
+                    else if (label < lo) lo = label;
+                    else if (label > hi) hi = label;
+                }
             }
         }
         Py_END_ALLOW_THREADS
+        PyMem_RawFree(bm);
         result = outside ? Py_NewRef(Py_None) : Py_BuildValue("(LL)", (long long)lo, (long long)hi);
     }
 done:
