@@ -1,7 +1,7 @@
 """Readers of one host file side by side: hlo-doctor ``stats``, xprof's ``hlo_stats`` and the Rust backend.
 
 Each reader runs in its own process on the same file, in turn, ``--repeat`` times (interleaved, so
-a change of load falls on all of them), and the median wall time and the peak RSS (``VmHWM``, the
+a change of load falls on all of them, each round starting with the next reader), and the median wall time and the peak RSS (``VmHWM``, the
 process and every process it started) are reported with the ratio to the fastest:
 
 - ``hlo-doctor``: ``hlo-doctor stats FILE --format json`` (imports, the worker process, the table,
@@ -172,8 +172,10 @@ def compare(xplane: Path, repeat: int, rs_binary: str | None, with_xprof: bool =
     if rs_binary:
         readers.append(("xprof-rs hlo_stats (cold)", lambda p: xprof_rs(rs_binary, p)))
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in readers}
-    for _ in range(repeat):
-        for name, fn in readers:
+    for r in range(repeat):
+        # Each round starts with the next reader: what a reader leaves behind (a server shutting down,
+        # the page cache) falls on each of them in turn, not on the first one every round.
+        for name, fn in readers[r % len(readers):] + readers[:r % len(readers)]:
             runs[name].append(fn(xplane))
     ours = runs["hlo-doctor stats"][-1]["rows"]
     # The two readers of the events must give the same document, byte for byte once serialized.
