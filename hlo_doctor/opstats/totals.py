@@ -214,12 +214,9 @@ def _sums(trace: Trace, step_of: np.ndarray) -> dict[str, Any]:
     chunks = [(a, min(a + _CHUNK, n)) for a in range(0, n, _CHUNK)]
     surveyed = _survey(m, p, o, n_p, n_o, space, step_of) if space <= _DENSE_KEYS else None
     if space <= _DENSE_KEYS:
-        if surveyed is not None:
-            seen = surveyed[0]
-        else:
-            seen = np.zeros(space, bool)
-            for a, b in chunks:
-                seen[key(a, b)] = True
+        seen = surveyed[0] if surveyed is not None else np.zeros(space, bool)
+        for a, b in chunks if surveyed is None else ():
+            seen[key(a, b)] = True
         present = np.flatnonzero(seen)
         lookup = np.full(space, -1, np.int64)
         lookup[present] = np.arange(len(present))
@@ -293,9 +290,8 @@ def _sums(trace: Trace, step_of: np.ndarray) -> dict[str, Any]:
 
 def _survey(m: np.ndarray, p: np.ndarray, o: np.ndarray, n_p: int, n_o: int, space: int,
             step_of: np.ndarray) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """The dense keys seen (bool [space]) and the distinct step labels at or above 0 (sorted, of
-    ``step_of``'s type; None where they span too wide a range for a table: the numpy way then), in
-    the compiled passes (``_xsums.survey``); None where they are not built or leave it to numpy."""
+    """The dense keys seen (bool [space]) and the sorted step labels >= 0 (``step_of``'s type; None
+    past a table's range), by ``_xsums.survey``; None where it is not built or leaves it to numpy."""
     if _xsums is None or os.environ.get(NUMPY_READER_ENV) or not len(m):
         return None
     c = np.ascontiguousarray

@@ -274,12 +274,6 @@ def _own(data: bytes | memoryview, rows: np.ndarray, op_ids: dict[int, str], sna
     names = np.asarray([op_ids[sid] for sid in sids.tolist()] + [""], object)[inverse.reshape(-1)].tolist()
     values = _values(buf, table, snames)
     pairs = list(zip(names, values, strict=True))
-    if len(events) < 2 or bool((events[1:] >= events[:-1]).all()):
-        # The rows come in the events' order (the reader writes them so): each event's run of rows.
-        cut = np.flatnonzero(events[1:] != events[:-1]) + 1
-        bounds = [0, *cut.tolist(), len(events)]
-        return OwnStats({event: tuple(pairs[a:b]) for event, a, b in
-                         zip(events[bounds[:-1]].tolist(), bounds[:-1], bounds[1:], strict=True)})
     own: dict[int, list[tuple[str, object]]] = {}
     for event, pair in zip(events.tolist(), pairs, strict=True):
         items = own.get(event)

@@ -71,17 +71,26 @@ def _spans(line: object, names: dict[int, str]) -> list[tuple[int, int, str]]:
     """(start, end, program) of the line's dispatch spans (offsets in ps), sorted: from the line's
     columns, a chunk at a time, where they can be read so (a Python tracer's thread holds millions of
     events, a few of them dispatches), else from its parsed events."""
+    found = _column_spans(line, names)
+    if found is None:  # read by the protobuf runtime, whole
+        found = [(e.offset_ps, e.offset_ps + e.duration_ps, names[e.metadata_id])
+                 for e in line.events if e.metadata_id in names]  # type: ignore[attr-defined]
+    return sorted(found)
+
+
+def _column_spans(line: object, names: dict[int, str]) -> list[tuple[int, int, str]] | None:
+    """The dispatch spans from the line's columns; None where it has none or they leave the line to
+    the protobuf runtime (:class:`~hlo_doctor.trace.wire.Unread`)."""
     columns = getattr(line, "event_columns", None)
-    if columns is not None:
-        ids = np.fromiter(names, np.int64, len(names))
-        found: list[tuple[int, int, str]] = []
-        try:
-            for part in columns(-1, -1, {}, {}):
-                keep = np.flatnonzero(np.isin(part.mids, ids))
-                found.extend((off, off + dur, names[mid]) for off, dur, mid in zip(
-                    part.offsets_ps[keep].tolist(), part.durations_ps[keep].tolist(), part.mids[keep].tolist(), strict=True))
-            return sorted(found)
-        except Unread:
-            pass  # read by the protobuf runtime below, whole
-    return sorted((e.offset_ps, e.offset_ps + e.duration_ps, names[e.metadata_id])
-                  for e in line.events if e.metadata_id in names)  # type: ignore[attr-defined]
+    if columns is None:
+        return None
+    ids = np.fromiter(names, np.int64, len(names))
+    found: list[tuple[int, int, str]] = []
+    try:
+        for part in columns(-1, -1, {}, {}):
+            keep = np.flatnonzero(np.isin(part.mids, ids))
+            found.extend((off, off + dur, names[mid]) for off, dur, mid in zip(
+                part.offsets_ps[keep].tolist(), part.durations_ps[keep].tolist(), part.mids[keep].tolist(), strict=True))
+    except Unread:
+        return None
+    return found
